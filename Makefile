@@ -1,0 +1,40 @@
+# The two commands every machine needs: `make demo` and `make test`.
+# Both bootstrap dependencies first (idempotent), then build with Ninja+ccache.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=Release
+export CCACHE_DIR ?= $(HOME)/.cache/ccache
+
+.PHONY: all deps configure build demo test bench fmt lint install-git-hooks clean
+
+all: build
+
+deps:
+	@bash scripts/bootstrap.sh
+
+configure: deps
+	@test -f $(BUILD)/build.ninja || cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@$(BUILD)/rlx demo
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j 2
+
+bench: build
+	@bash bench/run.sh
+
+fmt:
+	@git ls-files '*.cpp' '*.hpp' '*.inc' | xargs clang-format -i
+
+lint: configure
+	@git ls-files 'src/*.cpp' 'tools/*.cpp' | xargs clang-tidy -p $(BUILD) --quiet
+
+install-git-hooks:
+	@ln -sf ../../scripts/pre-commit .git/hooks/pre-commit && echo "pre-commit hook installed"
+
+clean:
+	@rm -rf $(BUILD)

@@ -1,0 +1,145 @@
+#pragma once
+// The compile pipeline: HIR -> MIR -> LIR, driven by a pass manager.
+//
+//   HIR  (what the user built)
+//    | inline, param_specialize, legalize (decompose composites the backend
+//    | does not claim), broadcast legalization
+//   MIR  (primitives, plus composites the backend claims natively)
+//    | const_fold, algebraic_simplify, cse, dce, promote_params,
+//    | user passes (register_ir_pass), fusion
+//   LIR  (kernels in order + one memory plan)
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "rlx/compile/lir.hpp"
+#include "rlx/ir/graph.hpp"
+
+namespace rlx::compile {
+
+// What a backend declares about itself; the pipeline legalizes against it.
+struct BackendTraits {
+  std::string name = "cpu";
+  // Ops the backend runs natively. Composites not listed are decomposed into
+  // primitives; primitives not listed fall to the host (if host_fallback) or
+  // fail with an error naming the op and the backend.
+  std::set<ir::OpKind> native_ops;
+  // dtypes the backend computes natively; others are legalized with casts to f32.
+  std::set<ir::DType> native_dtypes = {ir::DType::F32, ir::DType::F16, ir::DType::BF16, ir::DType::F64,
+                                       ir::DType::I8,  ir::DType::U8,  ir::DType::I32,  ir::DType::I64,
+                                       ir::DType::Bool};
+  // Ops computed in f32 only: f16/bf16 operands get casts to f32 around them
+  // (legalize_dtypes), and the casts fuse into neighbouring kernels.
+  std::set<ir::OpKind> f32_compute_ops;
+  bool host_fallback = false;  // may run unclaimed primitives on the host with staging
+  bool fuse_elementwise = true;
+  bool fuse_reduce = true;
+  bool fuse_matmul_epilogue = true;
+  std::int64_t arena_alignment = 64;
+};
+
+struct CompileOptions {
+  // Symbolic dims bound at compile time.
+  std::vector<std::pair<std::string, std::int64_t>> bind;
+  // param_specialize: params whose values are fixed become constants.
+  std::map<std::string, ir::Tensor, std::less<>> param_bindings;
+  // promote_params: constants at least this large become params (0 = off).
+  std::int64_t promote_constants_over_bytes = 0;
+  bool optimize = true;  // const_fold, simplify, cse, dce
+  bool fusion = true;
+  // Called after every pass with (pass name, graph after the pass).
+  std::function<void(std::string_view pass, const ir::Graph&)> inspect;
+  // Pass names (or "all", "hir", "mir", "lir") whose output is printed to
+  // stderr; defaults to the RLX_DUMP environment variable.
+  std::string dump;
+  int num_threads = 0;  // backend threads; 0 = all cores
+};
+
+enum class DispatchTier : std::uint8_t {
+  Native,        // the backend has a kernel for the op
+  Decomposed,    // lowered to primitives the backend claims (common IR)
+  Rewritten,     // rewritten to an equivalent form (e.g. dtype cast around it), unfused
+  HostFallback,  // runs on the host with staging
+  Unsupported,   // compile error
+};
+std::string_view dispatch_tier_name(DispatchTier t);
+
+struct DispatchEntry {
+  ir::NodeId hir_node;
+  ir::OpKind op;
+  DispatchTier tier;
+  std::string reason;
+};
+
+struct DispatchReport {
+  std::string backend;
+  std::vector<DispatchEntry> entries;
+  std::string to_text() const;
+};
+
+struct PassRecord {
+  std::string name;
+  std::size_t nodes_before = 0;
+  std::size_t nodes_after = 0;
+  double millis = 0;
+};
+
+struct FusionRecord {
+  std::string kernel;                 // kernel name
+  KernelKind kind;
+  std::vector<ir::OpKind> ops;        // ops fused into it
+  std::string why_not;                // reason fusion stopped, when it did
+};
+
+struct CompileResult {
+  ir::Graph hir;
+  ir::Graph mir;
+  LirModule lir;
+  std::vector<PassRecord> passes;
+  DispatchReport dispatch;
+  std::vector<FusionRecord> fusion;
+  double total_millis = 0;
+  std::string summary() const;  // what each level did: node counts, kernels, arena vs naive
+};
+
+// A graph -> graph pass. Passes build a new graph; they never mutate.
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string_view name() const = 0;
+  virtual ir::Graph run(const ir::Graph& g) const = 0;
+};
+
+// Runs the whole pipeline. Throws rlx::Error (naming the pass, node and op)
+// on malformed graphs or unsupported ops.
+CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const CompileOptions& options);
+
+// ---- individual passes (each is also exposed for unit tests) ----
+namespace passes {
+ir::Graph inline_custom(const ir::Graph& g);
+ir::Graph param_specialize(const ir::Graph& g, const std::map<std::string, ir::Tensor, std::less<>>& bindings);
+// Decomposes composites not in `keep` into primitives, filling `report`.
+ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report = nullptr);
+ir::Graph legalize_broadcast(const ir::Graph& g);
+ir::Graph const_fold(const ir::Graph& g);
+ir::Graph algebraic_simplify(const ir::Graph& g);
+ir::Graph cse(const ir::Graph& g);
+ir::Graph dce(const ir::Graph& g);
+ir::Graph promote_params(const ir::Graph& g, std::int64_t min_bytes);
+ir::Graph legalize_dtypes(const ir::Graph& g, const std::set<ir::DType>& native);
+// Fusion and lowering to LIR (kernels + memory plan).
+LirModule lower_to_lir(const ir::Graph& mir, const BackendTraits& backend, std::vector<FusionRecord>* fusion);
+void plan_memory(LirModule& m, std::int64_t alignment);
+}  // namespace passes
+
+// User passes: run after the built-in fusion-preparing passes and before
+// legalization to LIR. Costs nothing while none is registered.
+void register_ir_pass(std::shared_ptr<const Pass> pass);
+std::vector<std::shared_ptr<const Pass>> registered_ir_passes();
+
+}  // namespace rlx::compile

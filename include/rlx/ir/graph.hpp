@@ -1,0 +1,196 @@
+#pragma once
+// The graph: SSA nodes stored in topological order (every input id is smaller
+// than the node's own id). Passes never mutate a graph in place; they build
+// a new one (see GraphBuilder-style helpers in rlx/compile/rewrite.hpp), so
+// that invariant holds by construction and the verifier checks it for graphs
+// that come from text or from users.
+//
+// Op semantics (attributes in braces; all axes may be negative):
+//   leaves: input{name} param{name} constant(value) iota{axis} random_uniform{seed,low,high}
+//           random_normal{seed,mean,std}. The node's own dtype/shape is declared.
+//   unary:  neg abs exp log sqrt rsqrt reciprocal tanh sigmoid relu gelu (erf form) gelu_tanh
+//           silu softplus erf sin cos floor ceil round (half to even) sign not (bool)
+//   binary: add sub mul div (integers truncate) pow max min mod (sign of divisor, like numpy)
+//           eq ne lt le gt ge (-> bool) and or (bool). NumPy broadcasting; same dtype.
+//   where(cond: bool, a, b), cast{to}, clamp{min,max}
+//   reduce_{sum,mean,max,min,prod}{axes,keepdims}; argmax/argmin{axis,keepdims} -> i64
+//   matmul(a, b): rank >= 2, batch dims broadcast, [..,M,K] x [..,K,N]
+//   reshape (declared shape), permute{perm}, expand (declared shape, broadcast rules),
+//   slice{starts,ends,steps} (full rank, steps >= 1, clamped like Python),
+//   concat{axis}, pad{pads=[before..., after...], value}, flip{axes},
+//   gather{axis}(x, idx): torch.gather (idx has x's rank; output has idx's shape),
+//   index_select{axis}(x, idx): numpy.take (out = x[:axis] + idx.shape + x[axis+1:]),
+//   scatter_add{axis}(x, idx, upd): torch.scatter_add, squeeze{axes}, unsqueeze{axes}
+//   composites (HIR): linear(x, w[in,out], b?), softmax{axis}, log_softmax{axis},
+//           layer_norm{axis,eps}(x, gamma?, beta?) over dims [axis..), rms_norm{eps}(x, gamma?) over the
+//           last dim, conv1d/conv2d{stride,padding,dilation,groups}(x NC.., w [O, C/g, k..], b?),
+//           max_pool2d/avg_pool2d{kernel,stride,padding} (avg counts padding),
+//           embedding(table, ids), attention{causal,scale}(q,k,v [B,H,S,D], mask?) where a
+//           bool mask keeps True positions and a float mask is added to the scores.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rlx/ir/op.hpp"
+#include "rlx/ir/shape.hpp"
+#include "rlx/ir/tensor.hpp"
+
+namespace rlx::ir {
+
+using NodeId = std::uint32_t;
+
+struct Node {
+  NodeId id = 0;
+  OpKind op = OpKind::Input;
+  std::vector<NodeId> inputs;
+  Attrs attrs;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::shared_ptr<const Tensor> value;  // Constant only; shared, immutable
+};
+
+struct GraphOutput {
+  NodeId node;
+  std::string name;
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "graph") : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  std::size_t size() const { return nodes_.size(); }
+  const Node& node(NodeId id) const;  // throws rlx::Error on a dangling id
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<GraphOutput>& outputs() const { return outputs_; }
+  std::vector<NodeId> output_ids() const;
+  std::vector<NodeId> input_ids() const;  // Input nodes, in creation order
+  std::vector<NodeId> param_ids() const;
+  // Finds an Input or Param by name; throws rlx::Error listing the names.
+  NodeId find_input(std::string_view name) const;
+  NodeId find_param(std::string_view name) const;
+
+  // ---- generic construction ----
+  // Adds a node, infers its dtype and shape, and throws rlx::Error naming the
+  // new node id, the op and the input shapes when the inputs do not fit.
+  NodeId add(OpKind op, std::vector<NodeId> inputs, Attrs attrs = {});
+  // Adds a node whose dtype/shape are declared (leaves, reshape, expand);
+  // inference still validates the declaration.
+  NodeId add_declared(OpKind op, std::vector<NodeId> inputs, Attrs attrs, DType dtype, Shape shape);
+  // Appends a node exactly as given, without inference (text parser and
+  // verifier tests). Call verify() afterwards.
+  NodeId add_raw(Node node);
+
+  void add_output(NodeId id, std::string name = {});
+  void set_outputs(std::vector<NodeId> ids);
+  void clear_outputs() { outputs_.clear(); }
+
+  // ---- builders: leaves ----
+  NodeId input(std::string name, Shape shape, DType dtype = DType::F32);
+  NodeId param(std::string name, Shape shape, DType dtype = DType::F32);
+  NodeId constant(Tensor value);
+  NodeId scalar(double value, DType dtype = DType::F32);  // rank-0 constant
+  NodeId iota(Shape shape, std::int64_t axis, DType dtype = DType::I64);
+  NodeId random_uniform(Shape shape, std::uint64_t seed, double low = 0, double high = 1, DType dtype = DType::F32);
+  NodeId random_normal(Shape shape, std::uint64_t seed, double mean = 0, double stddev = 1, DType dtype = DType::F32);
+
+  // ---- builders: elementwise ----
+  NodeId unary(OpKind op, NodeId x) { return add(op, {x}); }
+  NodeId binary(OpKind op, NodeId a, NodeId b) { return add(op, {a, b}); }
+  NodeId add(NodeId a, NodeId b) { return binary(OpKind::Add, a, b); }
+  NodeId sub(NodeId a, NodeId b) { return binary(OpKind::Sub, a, b); }
+  NodeId mul(NodeId a, NodeId b) { return binary(OpKind::Mul, a, b); }
+  NodeId div(NodeId a, NodeId b) { return binary(OpKind::Div, a, b); }
+  NodeId relu(NodeId x) { return unary(OpKind::Relu, x); }
+  NodeId exp(NodeId x) { return unary(OpKind::Exp, x); }
+  NodeId where(NodeId cond, NodeId a, NodeId b) { return add(OpKind::Where, {cond, a, b}); }
+  NodeId cast(NodeId x, DType to);
+  NodeId clamp(NodeId x, double lo, double hi);
+
+  // ---- builders: reductions, matmul, movement ----
+  NodeId reduce(OpKind op, NodeId x, std::vector<std::int64_t> axes, bool keepdims = false);
+  NodeId sum(NodeId x, std::vector<std::int64_t> axes, bool keepdims = false) {
+    return reduce(OpKind::ReduceSum, x, std::move(axes), keepdims);
+  }
+  NodeId mean(NodeId x, std::vector<std::int64_t> axes, bool keepdims = false) {
+    return reduce(OpKind::ReduceMean, x, std::move(axes), keepdims);
+  }
+  NodeId argmax(NodeId x, std::int64_t axis, bool keepdims = false);
+  NodeId argmin(NodeId x, std::int64_t axis, bool keepdims = false);
+  NodeId matmul(NodeId a, NodeId b) { return add(OpKind::MatMul, {a, b}); }
+  NodeId reshape(NodeId x, std::vector<std::int64_t> shape);  // one -1 allowed
+  NodeId reshape(NodeId x, Shape shape);
+  NodeId permute(NodeId x, std::vector<std::int64_t> perm);
+  NodeId transpose(NodeId x);  // swaps the last two axes
+  NodeId expand(NodeId x, Shape shape);
+  // starts/ends/steps per axis listed in `axes` (others are taken whole).
+  NodeId slice(NodeId x, std::vector<std::int64_t> axes, std::vector<std::int64_t> starts,
+               std::vector<std::int64_t> ends, std::vector<std::int64_t> steps = {});
+  NodeId narrow(NodeId x, std::int64_t axis, std::int64_t start, std::int64_t length);
+  NodeId concat(std::vector<NodeId> xs, std::int64_t axis);
+  std::vector<NodeId> split(NodeId x, std::vector<std::int64_t> sizes, std::int64_t axis);
+  NodeId pad(NodeId x, std::vector<std::int64_t> pads, double value = 0);
+  NodeId gather(NodeId x, NodeId idx, std::int64_t axis);
+  NodeId index_select(NodeId x, NodeId idx, std::int64_t axis);
+  NodeId scatter_add(NodeId x, NodeId idx, NodeId upd, std::int64_t axis);
+  NodeId squeeze(NodeId x, std::vector<std::int64_t> axes);
+  NodeId unsqueeze(NodeId x, std::vector<std::int64_t> axes);
+  NodeId flip(NodeId x, std::vector<std::int64_t> axes);
+
+  // ---- builders: composites (HIR) ----
+  NodeId linear(NodeId x, NodeId w, std::optional<NodeId> bias = std::nullopt);
+  NodeId softmax(NodeId x, std::int64_t axis = -1);
+  NodeId log_softmax(NodeId x, std::int64_t axis = -1);
+  NodeId layer_norm(NodeId x, std::optional<NodeId> gamma, std::optional<NodeId> beta, double eps = 1e-5,
+                    std::int64_t axis = -1);
+  NodeId rms_norm(NodeId x, std::optional<NodeId> gamma, double eps = 1e-6);
+  NodeId conv1d(NodeId x, NodeId w, std::optional<NodeId> bias, std::int64_t stride = 1, std::int64_t padding = 0,
+                std::int64_t dilation = 1, std::int64_t groups = 1);
+  NodeId conv2d(NodeId x, NodeId w, std::optional<NodeId> bias, std::vector<std::int64_t> stride = {1, 1},
+                std::vector<std::int64_t> padding = {0, 0}, std::vector<std::int64_t> dilation = {1, 1},
+                std::int64_t groups = 1);
+  NodeId max_pool2d(NodeId x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride,
+                    std::vector<std::int64_t> padding = {0, 0});
+  NodeId avg_pool2d(NodeId x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride,
+                    std::vector<std::int64_t> padding = {0, 0});
+  NodeId embedding(NodeId table, NodeId ids);
+  NodeId attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask = std::nullopt, bool causal = false,
+                   double scale = 0.0);
+
+  // Structural checks: ids in range, topological order (no cycles), arity,
+  // attribute schema, and that every node's dtype/shape matches inference.
+  // Throws rlx::Error naming the node, the op and the shapes.
+  void verify() const;
+
+  // Number of uses of each node (outputs count as a use).
+  std::vector<std::uint32_t> use_counts() const;
+
+ private:
+  std::string name_;
+  std::vector<Node> nodes_;
+  std::vector<GraphOutput> outputs_;
+};
+
+// Infers (dtype, shape) of `op` applied to `inputs` of graph `g`. For ops with
+// a declared result (`declared` non-null), checks the declaration instead.
+// Throws rlx::Error naming the op and input shapes.
+struct TypeInfo {
+  DType dtype;
+  Shape shape;
+};
+TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, const Attrs& attrs,
+                    const TypeInfo* declared);
+
+// "node %7 (matmul) inputs f32[2,3], f32[4,5]": the prefix every error about
+// a node carries.
+std::string describe_node(const Graph& g, const Node& n);
+
+// Substitutes symbolic dims by extents and re-infers; throws on a symbol left unbound
+// only when `require_static` is set.
+Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings);
+
+}  // namespace rlx::ir

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs every dependency RLX needs, idempotently. Safe to run repeatedly:
+# it skips apt-get and pip when everything is already present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libopenblas-dev libsleef-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libfmt-dev libcli11-dev
+  clang-format clang-tidy graphviz
+)
+PIP_PACKAGES=(numpy onnx onnxruntime pytest)
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[bootstrap] apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+VENV=.venv
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[bootstrap] creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+need_pip=0
+for p in "${PIP_PACKAGES[@]}"; do
+  "$VENV/bin/python" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('${p}') is None)" 2>/dev/null || need_pip=1
+done
+if [ $need_pip = 1 ]; then
+  echo "[bootstrap] pip install ${PIP_PACKAGES[*]}"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$VENV/bin/python" -m pip install -q "${PIP_PACKAGES[@]}"
+fi
+touch "$VENV/.bootstrapped"

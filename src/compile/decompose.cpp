@@ -1,0 +1,273 @@
+// decompose: HIR -> MIR. Every composite the backend does not claim becomes
+// primitives with exactly the semantics documented in rlx/ir/graph.hpp, and
+// squeeze/unsqueeze become reshape so MIR has a single reshape op.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "rlx/compile/pipeline.hpp"
+#include "rlx/compile/rewrite.hpp"
+#include "rlx/error.hpp"
+
+namespace rlx::compile::passes {
+namespace {
+
+using ir::Dim;
+using ir::DType;
+using ir::Graph;
+using ir::Node;
+using ir::NodeId;
+using ir::OpKind;
+using ir::Shape;
+using i64 = std::int64_t;
+using Ints = std::vector<i64>;
+
+// The composite being replaced, its mapped inputs and the graph receiving the
+// primitives; failures name the source node.
+struct Ctx {
+  const Graph& src;
+  const Node& n;
+  Graph& g;
+  std::vector<NodeId> in;
+
+  const Node& arg(std::size_t i) const { return g.node(in[i]); }
+  std::optional<NodeId> optional_arg(std::size_t i) const {
+    return i < in.size() ? std::optional<NodeId>(in[i]) : std::nullopt;
+  }
+  [[noreturn]] void fail(const std::string& why) const { throw Error(ir::describe_node(src, n) + ": " + why); }
+
+  // Slicing offsets are baked into the graph, so those extents must be known.
+  i64 static_dim(std::size_t input, std::size_t axis) const {
+    const Shape& s = arg(input).shape;
+    if (!s[axis].is_static())
+      fail("cannot decompose: dim " + std::to_string(axis) + " of input " + std::to_string(input) + " " + s.str() +
+           " is symbolic");
+    return s[axis].size;
+  }
+  // An Int or Ints attribute as `count` entries (a single entry is repeated).
+  Ints ints(std::string_view key, std::size_t count, i64 dflt) const {
+    if (!n.attrs.has(key)) return Ints(count, dflt);
+    const auto& v = n.attrs.items().find(key)->second;
+    Ints out = std::holds_alternative<i64>(v) ? Ints{std::get<i64>(v)} : n.attrs.get_ints(key);
+    if (out.size() == 1) out.resize(count, out[0]);
+    if (out.size() != count)
+      fail("attribute '" + std::string(key) + "' needs " + std::to_string(count) + " entries, got " +
+           std::to_string(out.size()));
+    return out;
+  }
+  NodeId scalar(double v) const { return g.scalar(v, n.dtype); }
+};
+
+Ints range(i64 lo, i64 hi) {
+  Ints r(std::size_t(hi - lo));
+  std::iota(r.begin(), r.end(), lo);
+  return r;
+}
+
+// x - max(x): exp of it cannot overflow, and -inf entries (masked) stay -inf.
+NodeId shift_by_max(Graph& g, NodeId x, i64 axis) {
+  return g.sub(x, g.reduce(OpKind::ReduceMax, x, {axis}, true));
+}
+
+NodeId softmax(Graph& g, NodeId x, i64 axis) {
+  NodeId e = g.exp(shift_by_max(g, x, axis));
+  return g.div(e, g.sum(e, {axis}, true));
+}
+
+NodeId log_softmax(Graph& g, NodeId x, i64 axis) {
+  NodeId s = shift_by_max(g, x, axis);
+  return g.sub(s, g.unary(OpKind::Log, g.sum(g.exp(s), {axis}, true)));
+}
+
+NodeId layer_norm(const Ctx& c) {
+  auto rank = c.arg(0).shape.rank();
+  i64 axis = ir::normalize_axis(c.n.attrs.int_or("axis", -1), rank);
+  Ints axes = range(axis, i64(rank));
+  NodeId centered = c.g.sub(c.in[0], c.g.mean(c.in[0], axes, true));
+  NodeId var = c.g.mean(c.g.mul(centered, centered), axes, true);
+  NodeId y = c.g.mul(centered, c.g.unary(OpKind::Rsqrt, c.g.add(var, c.scalar(c.n.attrs.float_or("eps", 1e-5)))));
+  if (auto gamma = c.optional_arg(1)) y = c.g.mul(y, *gamma);
+  if (auto beta = c.optional_arg(2)) y = c.g.add(y, *beta);
+  return y;
+}
+
+NodeId rms_norm(const Ctx& c) {
+  NodeId x = c.in[0];
+  NodeId ms = c.g.mean(c.g.mul(x, x), {-1}, true);
+  NodeId y = c.g.mul(x, c.g.unary(OpKind::Rsqrt, c.g.add(ms, c.scalar(c.n.attrs.float_or("eps", 1e-6)))));
+  if (auto gamma = c.optional_arg(1)) y = c.g.mul(y, *gamma);
+  return y;
+}
+
+// Visits every multi-index of `extents` in row-major order.
+template <class F>
+void for_each_index(const Ints& extents, F&& f) {
+  Ints idx(extents.size(), 0);
+  for (;;) {
+    f(idx);
+    std::size_t d = extents.size();
+    while (d > 0 && ++idx[d - 1] == extents[d - 1]) idx[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
+// conv over `sp` spatial dims: channels go last so that each kernel offset is
+// one matmul [N, o.., Cg] x [Cg, Og] of a strided slice of the padded input;
+// offsets accumulate, groups concat along channels.
+NodeId conv(const Ctx& c, std::size_t sp) {
+  Graph& g = c.g;
+  Ints stride = c.ints("stride", sp, 1), padding = c.ints("padding", sp, 0), dilation = c.ints("dilation", sp, 1);
+  i64 groups = c.n.attrs.int_or("groups", 1);
+  i64 group_ch = c.static_dim(1, 1), group_out = c.static_dim(1, 0) / groups;
+  Ints kernel(sp), out(sp);
+  for (std::size_t d = 0; d < sp; ++d) {
+    kernel[d] = c.static_dim(1, d + 2);
+    out[d] = (c.static_dim(0, d + 2) + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1;
+  }
+  i64 ch_axis = i64(sp) + 1;  // channels-last axis of input and output
+  Ints to_last = range(2, ch_axis + 1);
+  to_last.insert(to_last.begin(), 0);
+  to_last.push_back(1);
+  NodeId x = g.permute(c.in[0], to_last);
+  if (std::any_of(padding.begin(), padding.end(), [](i64 p) { return p != 0; })) {
+    Ints pads(2 * (sp + 2), 0);
+    for (std::size_t d = 0; d < sp; ++d) pads[1 + d] = pads[sp + 3 + d] = padding[d];
+    x = g.pad(x, pads, 0.0);
+  }
+  Ints w_perm = range(2, ch_axis + 1);  // [O, Cg, k..] -> [k.., Cg, O]
+  w_perm.push_back(1);
+  w_perm.push_back(0);
+  NodeId w = g.permute(c.in[1], w_perm);
+  Ints spatial_axes = range(1, ch_axis), w_axes = range(0, i64(sp));
+  w_axes.push_back(ch_axis);
+
+  std::vector<NodeId> results;
+  for (i64 gi = 0; gi < groups; ++gi) {
+    NodeId xg = groups == 1 ? x : g.slice(x, {ch_axis}, {gi * group_ch}, {(gi + 1) * group_ch});
+    std::optional<NodeId> acc;
+    for_each_index(kernel, [&](const Ints& k) {
+      Ints starts(sp), ends(sp), w_starts = k, w_ends = k;
+      for (std::size_t d = 0; d < sp; ++d) {
+        starts[d] = k[d] * dilation[d];
+        ends[d] = starts[d] + (out[d] - 1) * stride[d] + 1;
+        ++w_ends[d];
+      }
+      w_starts.push_back(gi * group_out);
+      w_ends.push_back((gi + 1) * group_out);
+      NodeId patch = g.slice(xg, spatial_axes, starts, ends, stride);
+      NodeId wk = g.reshape(g.slice(w, w_axes, w_starts, w_ends), Ints{group_ch, group_out});
+      NodeId prod = g.matmul(patch, wk);
+      acc = acc ? g.add(*acc, prod) : prod;
+    });
+    results.push_back(*acc);
+  }
+  NodeId y = groups == 1 ? results[0] : g.concat(results, ch_axis);
+  if (auto bias = c.optional_arg(2)) y = g.add(y, *bias);
+  Ints to_first = range(0, ch_axis);
+  to_first.insert(to_first.begin() + 1, ch_axis);
+  return g.permute(y, to_first);
+}
+
+// Pools over the last two dims: one strided slice of the padded input per
+// kernel offset, combined with max (-inf padding never wins) or summed and
+// divided by kh*kw.
+NodeId pool2d(const Ctx& c, bool is_max) {
+  Graph& g = c.g;
+  Ints kernel = c.ints("kernel", 2, 1);
+  Ints stride = c.n.attrs.has("stride") ? c.ints("stride", 2, 1) : kernel;
+  Ints padding = c.ints("padding", 2, 0);
+  auto rank = c.arg(0).shape.rank();
+  Ints axes{i64(rank) - 2, i64(rank) - 1}, out(2);
+  for (std::size_t d = 0; d < 2; ++d) {
+    out[d] = (c.static_dim(0, rank - 2 + d) + 2 * padding[d] - kernel[d]) / stride[d] + 1;
+  }
+  NodeId x = c.in[0];
+  if (padding[0] != 0 || padding[1] != 0) {
+    Ints pads(2 * rank, 0);
+    pads[rank - 2] = pads[2 * rank - 2] = padding[0];
+    pads[rank - 1] = pads[2 * rank - 1] = padding[1];
+    x = g.pad(x, pads, is_max ? -std::numeric_limits<double>::infinity() : 0.0);
+  }
+  std::optional<NodeId> acc;
+  for_each_index(kernel, [&](const Ints& k) {
+    NodeId s = g.slice(x, axes, k, {k[0] + (out[0] - 1) * stride[0] + 1, k[1] + (out[1] - 1) * stride[1] + 1}, stride);
+    acc = !acc ? s : is_max ? g.binary(OpKind::Max, *acc, s) : g.add(*acc, s);
+  });
+  return is_max ? *acc : g.div(*acc, c.scalar(double(kernel[0] * kernel[1])));
+}
+
+// softmax(q k^T * scale [+ mask]) v. Causal keeps key j for query i when
+// j <= i (top-left aligned, as torch's is_causal).
+NodeId attention(const Ctx& c) {
+  Graph& g = c.g;
+  const Shape& qs = c.arg(0).shape;
+  const Shape& ks = c.arg(1).shape;
+  if (qs.rank() < 2 || ks.rank() < 2) c.fail("expects q and k of rank >= 2");
+  double scale = c.n.attrs.float_or("scale", 0.0);
+  if (scale == 0.0) scale = 1.0 / std::sqrt(double(c.static_dim(0, qs.rank() - 1)));
+  NodeId s = g.mul(g.matmul(c.in[0], g.transpose(c.in[1])), c.scalar(scale));
+  std::optional<NodeId> neg_inf;
+  auto masked = [&](NodeId keep) {
+    if (!neg_inf) neg_inf = c.scalar(-std::numeric_limits<double>::infinity());
+    return g.where(keep, s, *neg_inf);
+  };
+  if (auto mask = c.optional_arg(3)) s = c.arg(3).dtype == DType::Bool ? masked(*mask) : g.add(s, *mask);
+  if (c.n.attrs.bool_or("causal", false)) {
+    NodeId rows = g.iota(Shape(std::vector<Dim>{qs[qs.rank() - 2], Dim(1)}), 0);
+    NodeId cols = g.iota(Shape(std::vector<Dim>{Dim(1), ks[ks.rank() - 2]}), 1);
+    s = masked(g.binary(OpKind::Le, cols, rows));
+  }
+  return g.matmul(softmax(g, s, -1), c.in[2]);
+}
+
+NodeId emit(const Ctx& c) {
+  const auto& a = c.n.attrs;
+  switch (c.n.op) {
+    case OpKind::Linear: {
+      NodeId y = c.g.matmul(c.in[0], c.in[1]);
+      if (auto bias = c.optional_arg(2)) y = c.g.add(y, *bias);
+      return y;
+    }
+    case OpKind::Embedding: return c.g.index_select(c.in[0], c.in[1], 0);
+    case OpKind::Softmax: return softmax(c.g, c.in[0], a.int_or("axis", -1));
+    case OpKind::LogSoftmax: return log_softmax(c.g, c.in[0], a.int_or("axis", -1));
+    case OpKind::LayerNorm: return layer_norm(c);
+    case OpKind::RmsNorm: return rms_norm(c);
+    case OpKind::Conv1d: return conv(c, 1);
+    case OpKind::Conv2d: return conv(c, 2);
+    case OpKind::MaxPool2d: return pool2d(c, true);
+    case OpKind::AvgPool2d: return pool2d(c, false);
+    case OpKind::Attention: return attention(c);
+    default: c.fail("no decomposition for this composite");
+  }
+}
+
+}  // namespace
+
+ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report) {
+  return rewrite(g, [&](Rewriter& r, const Node& n) -> std::optional<NodeId> {
+    if (n.op == OpKind::Squeeze || n.op == OpKind::Unsqueeze) return r.out().reshape(r.map(n.inputs[0]), n.shape);
+    if (ir::op_info(n.op).cls != ir::OpClass::Composite) return std::nullopt;
+    if (keep.contains(n.op)) {
+      if (report)
+        report->entries.push_back(
+            {n.id, n.op, DispatchTier::Native, report->backend + " claims " + std::string(ir::op_name(n.op)) + " natively"});
+      return std::nullopt;
+    }
+    std::size_t before = r.out().size();
+    Ctx c{g, n, r.out(), r.mapped_inputs(n)};
+    NodeId id = emit(c);
+    const Node& res = r.out().node(id);
+    if (res.dtype != n.dtype || res.shape != n.shape)
+      c.fail("decomposition yields " + std::string(ir::dtype_name(res.dtype)) + res.shape.str() + ", expected " +
+             std::string(ir::dtype_name(n.dtype)) + n.shape.str());
+    if (report)
+      report->entries.push_back({n.id, n.op, DispatchTier::Decomposed,
+                                 "decomposed into " + std::to_string(r.out().size() - before) + " primitives"});
+    return id;
+  });
+}
+
+}  // namespace rlx::compile::passes

@@ -1,0 +1,110 @@
+#include "rlx/ir/dtype.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "rlx/error.hpp"
+
+namespace rlx::ir {
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64: case DType::I64: return 8;
+    case DType::F32: case DType::I32: return 4;
+    case DType::F16: case DType::BF16: return 2;
+    case DType::I8: case DType::U8: case DType::Bool: return 1;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::F64: return "f64";
+    case DType::I8: return "i8";
+    case DType::U8: return "u8";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+    case DType::Bool: return "bool";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view s) {
+  for (DType t : kAllDTypes)
+    if (dtype_name(t) == s) return t;
+  throw Error("unknown dtype '" + std::string(s) + "' (expected f32, f16, bf16, f64, i8, u8, i32, i64 or bool)");
+}
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
+bool is_integer(DType t) { return t == DType::I8 || t == DType::U8 || t == DType::I32 || t == DType::I64; }
+bool is_signed(DType t) { return is_float(t) || t == DType::I8 || t == DType::I32 || t == DType::I64; }
+
+float half_to_float(std::uint16_t h) {
+  std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t mant = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalize
+      int e = -1;
+      do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+      bits = sign | std::uint32_t(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | mant << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+std::uint16_t float_to_half(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  std::uint32_t sign = (bits >> 16) & 0x8000u;
+  std::uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return std::uint16_t(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);  // overflow (rounds to inf)
+  if (abs < 0x38800000u) {  // subnormal or zero in half: round at 2^-24 granularity
+    float a;
+    std::memcpy(&a, &abs, 4);
+    auto m = static_cast<std::uint32_t>(std::nearbyint(a * 16777216.0f));  // units of 2^-24, half-even
+    return std::uint16_t(sign | m);
+  }
+  std::uint32_t e = (abs >> 23) - 127 + 15;
+  std::uint32_t mant = abs & 0x7fffffu;
+  std::uint32_t h = e << 10 | mant >> 13;
+  std::uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // carries into the exponent correctly
+  return std::uint16_t(sign | h);
+}
+
+double round_to_dtype(double v, DType t) {
+  switch (t) {
+    case DType::F64: return v;
+    case DType::F32: return static_cast<float>(v);
+    case DType::F16: return half_to_float(float_to_half(static_cast<float>(v)));
+    case DType::BF16: return bf16_to_float(float_to_bf16(static_cast<float>(v)));
+    case DType::Bool: return v != 0 ? 1.0 : 0.0;
+    default: break;
+  }
+  if (std::isnan(v)) return 0;
+  double tr = std::trunc(v);
+  // Wrap around like a two's complement store of the truncated integer.
+  auto wide = static_cast<std::int64_t>(std::fmod(tr, 18446744073709551616.0));
+  switch (t) {
+    case DType::I8: return static_cast<std::int8_t>(wide);
+    case DType::U8: return static_cast<std::uint8_t>(wide);
+    case DType::I32: return static_cast<std::int32_t>(wide);
+    default: return static_cast<double>(wide);
+  }
+}
+
+}  // namespace rlx::ir

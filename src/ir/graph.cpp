@@ -1,0 +1,447 @@
+#include "rlx/ir/graph.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "rlx/error.hpp"
+
+namespace rlx::ir {
+
+namespace {
+std::vector<std::int64_t> normalize_axes(std::vector<std::int64_t> axes, std::size_t rank) {
+  for (auto& a : axes) a = normalize_axis(a, rank);
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+}  // namespace
+
+std::string describe_node(const Graph& g, const Node& n) {
+  std::string s = "node %" + std::to_string(n.id) + " (" + std::string(op_name(n.op));
+  if (n.op == OpKind::Input || n.op == OpKind::Param) {
+    if (n.attrs.has("name")) s += " '" + n.attrs.get_str("name") + "'";
+  }
+  s += ")";
+  if (!n.inputs.empty()) {
+    s += " inputs ";
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      if (i) s += ", ";
+      if (n.inputs[i] < g.size()) {
+        const Node& in = g.nodes()[n.inputs[i]];
+        s += "%" + std::to_string(in.id) + ":" + std::string(dtype_name(in.dtype)) + in.shape.str();
+      } else {
+        s += "%" + std::to_string(n.inputs[i]) + ":<undefined>";
+      }
+    }
+  }
+  return s;
+}
+
+const Node& Graph::node(NodeId id) const {
+  if (id >= nodes_.size())
+    throw Error("graph '" + name_ + "': node %" + std::to_string(id) + " does not exist (graph has " +
+                std::to_string(nodes_.size()) + " nodes)");
+  return nodes_[id];
+}
+
+std::vector<NodeId> Graph::output_ids() const {
+  std::vector<NodeId> ids;
+  for (const auto& o : outputs_) ids.push_back(o.node);
+  return ids;
+}
+
+std::vector<NodeId> Graph::input_ids() const {
+  std::vector<NodeId> ids;
+  for (const auto& n : nodes_)
+    if (n.op == OpKind::Input) ids.push_back(n.id);
+  return ids;
+}
+
+std::vector<NodeId> Graph::param_ids() const {
+  std::vector<NodeId> ids;
+  for (const auto& n : nodes_)
+    if (n.op == OpKind::Param) ids.push_back(n.id);
+  return ids;
+}
+
+static NodeId find_named(const Graph& g, OpKind kind, std::string_view name) {
+  std::string known;
+  for (const auto& n : g.nodes()) {
+    if (n.op != kind) continue;
+    if (n.attrs.get_str("name") == name) return n.id;
+    known += (known.empty() ? "" : ", ") + n.attrs.get_str("name");
+  }
+  throw Error("graph '" + g.name() + "' has no " + std::string(op_name(kind)) + " named '" + std::string(name) +
+              "' (" + (known.empty() ? "it has none" : "known: " + known) + ")");
+}
+NodeId Graph::find_input(std::string_view name) const { return find_named(*this, OpKind::Input, name); }
+NodeId Graph::find_param(std::string_view name) const { return find_named(*this, OpKind::Param, name); }
+
+NodeId Graph::add(OpKind op, std::vector<NodeId> inputs, Attrs attrs) {
+  Node n;
+  n.id = static_cast<NodeId>(nodes_.size());
+  try {
+    TypeInfo t = infer_type(*this, op, inputs, attrs, nullptr);
+    n.dtype = t.dtype;
+    n.shape = std::move(t.shape);
+  } catch (const Error& e) {
+    throw Error("graph '" + name_ + "', node %" + std::to_string(n.id) + ": " + e.what());
+  }
+  n.op = op;
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  nodes_.push_back(std::move(n));
+  return nodes_.back().id;
+}
+
+NodeId Graph::add_declared(OpKind op, std::vector<NodeId> inputs, Attrs attrs, DType dtype, Shape shape) {
+  Node n;
+  n.id = static_cast<NodeId>(nodes_.size());
+  TypeInfo declared{dtype, std::move(shape)};
+  try {
+    TypeInfo t = infer_type(*this, op, inputs, attrs, &declared);
+    n.dtype = t.dtype;
+    n.shape = std::move(t.shape);
+  } catch (const Error& e) {
+    throw Error("graph '" + name_ + "', node %" + std::to_string(n.id) + ": " + e.what());
+  }
+  n.op = op;
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  nodes_.push_back(std::move(n));
+  return nodes_.back().id;
+}
+
+NodeId Graph::add_raw(Node node) {
+  node.id = static_cast<NodeId>(nodes_.size());
+  nodes_.push_back(std::move(node));
+  return nodes_.back().id;
+}
+
+void Graph::add_output(NodeId id, std::string name) {
+  node(id);  // range check
+  outputs_.push_back({id, std::move(name)});
+}
+
+void Graph::set_outputs(std::vector<NodeId> ids) {
+  outputs_.clear();
+  for (auto id : ids) add_output(id);
+}
+
+NodeId Graph::input(std::string name, Shape shape, DType dtype) {
+  for (const auto& n : nodes_)
+    if ((n.op == OpKind::Input || n.op == OpKind::Param) && n.attrs.get_str("name") == name)
+      throw Error("graph '" + name_ + "': the name '" + name + "' is already used by node %" + std::to_string(n.id));
+  return add_declared(OpKind::Input, {}, {{"name", std::move(name)}}, dtype, std::move(shape));
+}
+
+NodeId Graph::param(std::string name, Shape shape, DType dtype) {
+  for (const auto& n : nodes_)
+    if ((n.op == OpKind::Input || n.op == OpKind::Param) && n.attrs.get_str("name") == name)
+      throw Error("graph '" + name_ + "': the name '" + name + "' is already used by node %" + std::to_string(n.id));
+  return add_declared(OpKind::Param, {}, {{"name", std::move(name)}}, dtype, std::move(shape));
+}
+
+NodeId Graph::constant(Tensor value) {
+  Shape shape(value.shape());
+  DType dtype = value.dtype();
+  NodeId id = add_declared(OpKind::Constant, {}, {}, dtype, std::move(shape));
+  nodes_[id].value = std::make_shared<const Tensor>(std::move(value));
+  return id;
+}
+
+NodeId Graph::scalar(double value, DType dtype) { return constant(Tensor::scalar(dtype, value)); }
+
+NodeId Graph::iota(Shape shape, std::int64_t axis, DType dtype) {
+  return add_declared(OpKind::Iota, {}, {{"axis", axis}}, dtype, std::move(shape));
+}
+
+NodeId Graph::random_uniform(Shape shape, std::uint64_t seed, double low, double high, DType dtype) {
+  return add_declared(OpKind::RandomUniform, {},
+                      {{"seed", static_cast<std::int64_t>(seed)}, {"low", low}, {"high", high}}, dtype,
+                      std::move(shape));
+}
+
+NodeId Graph::random_normal(Shape shape, std::uint64_t seed, double mean, double stddev, DType dtype) {
+  return add_declared(OpKind::RandomNormal, {},
+                      {{"seed", static_cast<std::int64_t>(seed)}, {"mean", mean}, {"std", stddev}}, dtype,
+                      std::move(shape));
+}
+
+NodeId Graph::cast(NodeId x, DType to) { return add(OpKind::Cast, {x}, {{"to", to}}); }
+NodeId Graph::clamp(NodeId x, double lo, double hi) { return add(OpKind::Clamp, {x}, {{"min", lo}, {"max", hi}}); }
+
+NodeId Graph::reduce(OpKind op, NodeId x, std::vector<std::int64_t> axes, bool keepdims) {
+  if (op_info(op).cls != OpClass::Reduce || op == OpKind::ArgMax || op == OpKind::ArgMin)
+    throw Error("reduce: '" + std::string(op_name(op)) + "' is not a reduction over axes");
+  axes = normalize_axes(std::move(axes), node(x).shape.rank());
+  return add(op, {x}, {{"axes", std::move(axes)}, {"keepdims", keepdims}});
+}
+
+NodeId Graph::argmax(NodeId x, std::int64_t axis, bool keepdims) {
+  return add(OpKind::ArgMax, {x}, {{"axis", normalize_axis(axis, node(x).shape.rank())}, {"keepdims", keepdims}});
+}
+NodeId Graph::argmin(NodeId x, std::int64_t axis, bool keepdims) {
+  return add(OpKind::ArgMin, {x}, {{"axis", normalize_axis(axis, node(x).shape.rank())}, {"keepdims", keepdims}});
+}
+
+NodeId Graph::reshape(NodeId x, std::vector<std::int64_t> shape) {
+  const Shape& in = node(x).shape;
+  int infer = -1;
+  std::int64_t known = 1;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) throw Error("reshape of node %" + std::to_string(x) + ": more than one -1 in the target shape");
+      infer = static_cast<int>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    auto total = in.numel();
+    if (known == 0 || total % known != 0)
+      throw Error("reshape of node %" + std::to_string(x) + ": cannot infer -1 from " + in.str());
+    shape[static_cast<std::size_t>(infer)] = total / known;
+  }
+  return reshape(x, Shape(shape));
+}
+
+NodeId Graph::reshape(NodeId x, Shape shape) {
+  return add_declared(OpKind::Reshape, {x}, {}, node(x).dtype, std::move(shape));
+}
+
+NodeId Graph::permute(NodeId x, std::vector<std::int64_t> perm) {
+  for (auto& p : perm) p = normalize_axis(p, node(x).shape.rank());
+  return add(OpKind::Permute, {x}, {{"perm", std::move(perm)}});
+}
+
+NodeId Graph::transpose(NodeId x) {
+  auto r = static_cast<std::int64_t>(node(x).shape.rank());
+  if (r < 2) throw Error("transpose of node %" + std::to_string(x) + " needs rank >= 2");
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(r));
+  for (std::int64_t i = 0; i < r; ++i) perm[static_cast<std::size_t>(i)] = i;
+  std::swap(perm[static_cast<std::size_t>(r - 1)], perm[static_cast<std::size_t>(r - 2)]);
+  return permute(x, perm);
+}
+
+NodeId Graph::expand(NodeId x, Shape shape) {
+  return add_declared(OpKind::Expand, {x}, {}, node(x).dtype, std::move(shape));
+}
+
+NodeId Graph::slice(NodeId x, std::vector<std::int64_t> axes, std::vector<std::int64_t> starts,
+                    std::vector<std::int64_t> ends, std::vector<std::int64_t> steps) {
+  const Shape& s = node(x).shape;
+  if (steps.empty()) steps.assign(axes.size(), 1);
+  if (starts.size() != axes.size() || ends.size() != axes.size() || steps.size() != axes.size())
+    throw Error("slice of node %" + std::to_string(x) + ": axes, starts, ends and steps differ in length");
+  std::vector<std::int64_t> st(s.rank(), 0), en(s.rank()), sp(s.rank(), 1);
+  for (std::size_t i = 0; i < s.rank(); ++i)
+    en[i] = s[i].is_static() ? s[i].size : std::numeric_limits<std::int64_t>::max();
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    auto ax = static_cast<std::size_t>(normalize_axis(axes[i], s.rank()));
+    if (!s[ax].is_static()) throw Error("slice of node %" + std::to_string(x) + ": axis " + std::to_string(ax) + " is symbolic");
+    if (steps[i] < 1) throw Error("slice of node %" + std::to_string(x) + ": steps must be >= 1 (use flip)");
+    std::int64_t d = s[ax].size;
+    auto clampi = [d](std::int64_t v) { return std::clamp(v < 0 ? v + d : v, std::int64_t{0}, d); };
+    st[ax] = clampi(starts[i]);
+    en[ax] = std::max(st[ax], clampi(ends[i]));
+    sp[ax] = steps[i];
+  }
+  return add(OpKind::Slice, {x}, {{"starts", st}, {"ends", en}, {"steps", sp}});
+}
+
+NodeId Graph::narrow(NodeId x, std::int64_t axis, std::int64_t start, std::int64_t length) {
+  return slice(x, {axis}, {start}, {start + length});
+}
+
+NodeId Graph::concat(std::vector<NodeId> xs, std::int64_t axis) {
+  if (xs.empty()) throw Error("concat needs at least one input");
+  axis = normalize_axis(axis, node(xs[0]).shape.rank());
+  return add(OpKind::Concat, std::move(xs), {{"axis", axis}});
+}
+
+std::vector<NodeId> Graph::split(NodeId x, std::vector<std::int64_t> sizes, std::int64_t axis) {
+  std::vector<NodeId> parts;
+  std::int64_t start = 0;
+  for (auto sz : sizes) {
+    parts.push_back(narrow(x, axis, start, sz));
+    start += sz;
+  }
+  auto ax = static_cast<std::size_t>(normalize_axis(axis, node(x).shape.rank()));
+  if (start != node(x).shape[ax].size)
+    throw Error("split of node %" + std::to_string(x) + ": sizes sum to " + std::to_string(start) + ", axis has " +
+                node(x).shape[ax].str());
+  return parts;
+}
+
+NodeId Graph::pad(NodeId x, std::vector<std::int64_t> pads, double value) {
+  return add(OpKind::Pad, {x}, {{"pads", std::move(pads)}, {"value", value}});
+}
+NodeId Graph::gather(NodeId x, NodeId idx, std::int64_t axis) {
+  return add(OpKind::Gather, {x, idx}, {{"axis", normalize_axis(axis, node(x).shape.rank())}});
+}
+NodeId Graph::index_select(NodeId x, NodeId idx, std::int64_t axis) {
+  return add(OpKind::IndexSelect, {x, idx}, {{"axis", normalize_axis(axis, node(x).shape.rank())}});
+}
+NodeId Graph::scatter_add(NodeId x, NodeId idx, NodeId upd, std::int64_t axis) {
+  return add(OpKind::ScatterAdd, {x, idx, upd}, {{"axis", normalize_axis(axis, node(x).shape.rank())}});
+}
+NodeId Graph::squeeze(NodeId x, std::vector<std::int64_t> axes) {
+  return add(OpKind::Squeeze, {x}, {{"axes", normalize_axes(std::move(axes), node(x).shape.rank())}});
+}
+NodeId Graph::unsqueeze(NodeId x, std::vector<std::int64_t> axes) {
+  return add(OpKind::Unsqueeze, {x},
+             {{"axes", normalize_axes(std::move(axes), node(x).shape.rank() + axes.size())}});
+}
+NodeId Graph::flip(NodeId x, std::vector<std::int64_t> axes) {
+  return add(OpKind::Flip, {x}, {{"axes", normalize_axes(std::move(axes), node(x).shape.rank())}});
+}
+
+NodeId Graph::linear(NodeId x, NodeId w, std::optional<NodeId> bias) {
+  std::vector<NodeId> ins{x, w};
+  if (bias) ins.push_back(*bias);
+  return add(OpKind::Linear, std::move(ins));
+}
+NodeId Graph::softmax(NodeId x, std::int64_t axis) {
+  return add(OpKind::Softmax, {x}, {{"axis", normalize_axis(axis, node(x).shape.rank())}});
+}
+NodeId Graph::log_softmax(NodeId x, std::int64_t axis) {
+  return add(OpKind::LogSoftmax, {x}, {{"axis", normalize_axis(axis, node(x).shape.rank())}});
+}
+NodeId Graph::layer_norm(NodeId x, std::optional<NodeId> gamma, std::optional<NodeId> beta, double eps,
+                         std::int64_t axis) {
+  std::vector<NodeId> ins{x};
+  if (gamma) ins.push_back(*gamma);
+  if (beta) {
+    if (!gamma) throw Error("layer_norm: beta needs gamma");
+    ins.push_back(*beta);
+  }
+  return add(OpKind::LayerNorm, std::move(ins), {{"axis", normalize_axis(axis, node(x).shape.rank())}, {"eps", eps}});
+}
+NodeId Graph::rms_norm(NodeId x, std::optional<NodeId> gamma, double eps) {
+  std::vector<NodeId> ins{x};
+  if (gamma) ins.push_back(*gamma);
+  return add(OpKind::RmsNorm, std::move(ins), {{"eps", eps}});
+}
+NodeId Graph::conv1d(NodeId x, NodeId w, std::optional<NodeId> bias, std::int64_t stride, std::int64_t padding,
+                     std::int64_t dilation, std::int64_t groups) {
+  std::vector<NodeId> ins{x, w};
+  if (bias) ins.push_back(*bias);
+  return add(OpKind::Conv1d, std::move(ins),
+             {{"stride", std::vector<std::int64_t>{stride}},
+              {"padding", std::vector<std::int64_t>{padding}},
+              {"dilation", std::vector<std::int64_t>{dilation}},
+              {"groups", groups}});
+}
+NodeId Graph::conv2d(NodeId x, NodeId w, std::optional<NodeId> bias, std::vector<std::int64_t> stride,
+                     std::vector<std::int64_t> padding, std::vector<std::int64_t> dilation, std::int64_t groups) {
+  std::vector<NodeId> ins{x, w};
+  if (bias) ins.push_back(*bias);
+  return add(OpKind::Conv2d, std::move(ins),
+             {{"stride", std::move(stride)}, {"padding", std::move(padding)}, {"dilation", std::move(dilation)},
+              {"groups", groups}});
+}
+NodeId Graph::max_pool2d(NodeId x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride,
+                         std::vector<std::int64_t> padding) {
+  return add(OpKind::MaxPool2d, {x}, {{"kernel", std::move(kernel)}, {"stride", std::move(stride)}, {"padding", std::move(padding)}});
+}
+NodeId Graph::avg_pool2d(NodeId x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride,
+                         std::vector<std::int64_t> padding) {
+  return add(OpKind::AvgPool2d, {x}, {{"kernel", std::move(kernel)}, {"stride", std::move(stride)}, {"padding", std::move(padding)}});
+}
+NodeId Graph::embedding(NodeId table, NodeId ids) { return add(OpKind::Embedding, {table, ids}); }
+NodeId Graph::attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask, bool causal, double scale) {
+  std::vector<NodeId> ins{q, k, v};
+  if (mask) ins.push_back(*mask);
+  return add(OpKind::Attention, std::move(ins), {{"causal", causal}, {"scale", scale}});
+}
+
+void Graph::verify() const {
+  std::map<std::string, NodeId> names;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    auto where = [&] { return "graph '" + name_ + "', " + describe_node(*this, n) + ": "; };
+    if (n.id != i) throw Error(where() + "id does not match its position " + std::to_string(i));
+    for (auto in : n.inputs) {
+      if (in >= nodes_.size()) throw Error(where() + "input %" + std::to_string(in) + " is dangling (no such node)");
+      if (in >= n.id)
+        throw Error(where() + "input %" + std::to_string(in) + " is not defined before its use (cycle or forward reference)");
+    }
+    for (const auto& [key, value] : n.attrs.items()) {
+      const auto& schema = op_attr_schema(n.op);
+      auto it = std::find_if(schema.begin(), schema.end(), [&](const AttrSpec& s) { return s.key == key; });
+      if (it == schema.end()) throw Error(where() + "unknown attribute '" + key + "'");
+      bool ok = false;
+      switch (it->type) {
+        case AttrType::Int: ok = std::holds_alternative<std::int64_t>(value); break;
+        case AttrType::Float: ok = std::holds_alternative<double>(value) || std::holds_alternative<std::int64_t>(value); break;
+        case AttrType::Bool: ok = std::holds_alternative<bool>(value); break;
+        case AttrType::String: ok = std::holds_alternative<std::string>(value); break;
+        case AttrType::Ints: ok = std::holds_alternative<std::vector<std::int64_t>>(value); break;
+        case AttrType::DType: ok = std::holds_alternative<DType>(value); break;
+      }
+      if (!ok) throw Error(where() + "attribute '" + key + "' has the wrong type");
+    }
+    if (n.op == OpKind::Input || n.op == OpKind::Param) {
+      const auto& nm = n.attrs.get_str("name");
+      auto [it, fresh] = names.emplace(nm, n.id);
+      if (!fresh) throw Error(where() + "name '" + nm + "' is already used by node %" + std::to_string(it->second));
+    }
+    if (n.op == OpKind::Constant) {
+      if (!n.value) throw Error(where() + "constant has no value");
+      if (n.value->dtype() != n.dtype || Shape(n.value->shape()) != n.shape)
+        throw Error(where() + "constant value does not match its declared type");
+    }
+    TypeInfo declared{n.dtype, n.shape};
+    TypeInfo t;
+    try {
+      t = infer_type(*this, n.op, n.inputs, n.attrs, &declared);
+    } catch (const Error& e) {
+      throw Error(where() + e.what());
+    }
+    if (t.dtype != n.dtype || t.shape != n.shape)
+      throw Error(where() + "declared " + std::string(dtype_name(n.dtype)) + n.shape.str() + " but inference gives " +
+                  std::string(dtype_name(t.dtype)) + t.shape.str());
+  }
+  for (const auto& o : outputs_)
+    if (o.node >= nodes_.size()) throw Error("graph '" + name_ + "': output %" + std::to_string(o.node) + " is dangling");
+}
+
+std::vector<std::uint32_t> Graph::use_counts() const {
+  std::vector<std::uint32_t> uses(nodes_.size(), 0);
+  for (const auto& n : nodes_)
+    for (auto in : n.inputs) ++uses[in];
+  for (const auto& o : outputs_) ++uses[o.node];
+  return uses;
+}
+
+Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings) {
+  auto bind = [&](Shape s) {
+    for (auto& d : s.dims()) {
+      if (d.is_static()) continue;
+      for (const auto& [name, value] : bindings)
+        if (name == d.sym) d = Dim(value);
+    }
+    return s;
+  };
+  Graph out(g.name());
+  for (const auto& n : g.nodes()) {
+    Node c = n;
+    c.shape = bind(n.shape);
+    auto& attrs = c.attrs;
+    if (n.op == OpKind::Slice) {  // symbolic axes were taken whole
+      auto ends = attrs.get_ints("ends");
+      for (std::size_t i = 0; i < ends.size(); ++i)
+        if (ends[i] == std::numeric_limits<std::int64_t>::max() && c.shape[i].is_static())
+          ends[i] = out.node(c.inputs[0]).shape[i].size;
+      attrs.set("ends", ends);
+    }
+    out.add_raw(std::move(c));
+  }
+  for (const auto& o : g.outputs()) out.add_output(o.node, o.name);
+  out.verify();
+  return out;
+}
+
+}  // namespace rlx::ir

@@ -1,0 +1,78 @@
+#include "rlx/runtime/backend.hpp"
+
+#include <array>
+#include <mutex>
+#include <string>
+
+#include "rlx/error.hpp"
+
+namespace rlx::runtime {
+
+namespace {
+constexpr std::array<std::pair<Device, std::string_view>, 9> kLabels{{{Device::Cpu, "cpu"},
+                                                                       {Device::Cuda, "cuda"},
+                                                                       {Device::Rocm, "rocm"},
+                                                                       {Device::Metal, "metal"},
+                                                                       {Device::Mlx, "mlx"},
+                                                                       {Device::Gpu, "gpu"},
+                                                                       {Device::Vulkan, "vulkan"},
+                                                                       {Device::CoreMl, "coreml"},
+                                                                       {Device::Tpu, "tpu"}}};
+
+struct Registry {
+  std::mutex mu;
+  std::array<BackendFactory, kLabels.size()> factories;
+};
+// Function-local static: safe to use from other translation units' static
+// initializers (backends register themselves when librlx loads).
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+}  // namespace
+
+std::string_view device_label(Device d) { return kLabels[static_cast<std::size_t>(d)].second; }
+
+Device parse_device(std::string_view name) {
+  std::string s(name);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "nvidia") s = "cuda";
+  if (s == "wgpu" || s == "webgpu") s = "gpu";
+  for (const auto& [d, label] : kLabels)
+    if (label == s) return d;
+  std::string known;
+  for (const auto& [d, label] : kLabels) known += (known.empty() ? "" : ", ") + std::string(label);
+  throw Error("unknown device '" + std::string(name) + "' (known: " + known + "; aliases nvidia, wgpu)");
+}
+
+void register_backend(Device device, BackendFactory factory) {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  r.factories[static_cast<std::size_t>(device)] = std::move(factory);
+}
+
+std::unique_ptr<Backend> make_backend(Device device) {
+  BackendFactory factory;
+  {
+    auto& r = registry();
+    std::lock_guard lock(r.mu);
+    factory = r.factories[static_cast<std::size_t>(device)];
+  }
+  if (!factory)
+    throw Error("device '" + std::string(device_label(device)) + "' is unavailable: no backend for it is built into this RLX");
+  auto backend = factory();
+  if (auto why = backend->unavailable_reason(); !why.empty())
+    throw Error("device '" + std::string(device_label(device)) + "' is unavailable: " + why);
+  return backend;
+}
+
+bool is_available(Device device) {
+  try {
+    make_backend(device);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace rlx::runtime
