@@ -202,9 +202,7 @@ NodeId pool2d(const Ctx& c, bool is_max) {
 // j <= i (top-left aligned, as torch's is_causal).
 NodeId attention(const Ctx& c) {
   Graph& g = c.g;
-  const Shape& qs = c.arg(0).shape;
-  const Shape& ks = c.arg(1).shape;
-  if (qs.rank() < 2 || ks.rank() < 2) c.fail("expects q and k of rank >= 2");
+  Shape qs = c.arg(0).shape, ks = c.arg(1).shape;  // copies: emitting nodes moves g's storage
   double scale = c.n.attrs.float_or("scale", 0.0);
   if (scale == 0.0) scale = 1.0 / std::sqrt(double(c.static_dim(0, qs.rank() - 1)));
   NodeId s = g.mul(g.matmul(c.in[0], g.transpose(c.in[1])), c.scalar(scale));

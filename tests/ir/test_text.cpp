@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -133,7 +134,7 @@ TEST(Text, PrintsTheDocumentedForm) {
   const NodeId w = g.param("w1", {1024, 1024});
   const NodeId s = g.sum(g.matmul(x, w), {1}, true);
   const NodeId c = g.cast(s, DType::F16);
-  g.clamp(x, 1, -0.25);
+  g.clamp(x, -0.25, 1);
   g.add_output(s, "logits");
   g.add_output(c);
   EXPECT_EQ(to_text(g),
@@ -143,7 +144,7 @@ TEST(Text, PrintsTheDocumentedForm) {
             "  %2 = matmul %0, %1 : f32[64,1024]\n"
             "  %3 = reduce_sum %2 {axes=[1], keepdims=true} : f32[64,1]\n"
             "  %4 = cast %3 {to=f16} : f16[64,1]\n"
-            "  %5 = clamp %0 {max=-0.25, min=1.0} : f32[64,1024]\n"
+            "  %5 = clamp %0 {max=1.0, min=-0.25} : f32[64,1024]\n"
             "  output %3 \"logits\", %4\n"
             "}\n");
 }
@@ -228,7 +229,7 @@ graph "hand written" {
   %10 = param "w" : f32[3]
   %3 = add %in, %10 : f32[3]
   %a.b = clamp %3 {min=1, max=2.5} : f32[3]
-  %z = constant {value=[1, 0]} : bool[2]
+  %z = constant {value=[true, false]} : bool[2]
   %y = reduce_sum %a.b {keepdims=false, axes=[-1]} : f32[]
   output %y "total", %3
 }
@@ -243,6 +244,7 @@ graph "hand written" {
   EXPECT_EQ(g.node(3).attrs.get_float("min"), 1.0);
   EXPECT_EQ(g.node(0).attrs.get_str("name"), "x");
   EXPECT_EQ(g.node(4).value->get(0), 1.0);
+  EXPECT_EQ(g.node(4).value->get(1), 0.0);
   ASSERT_EQ(g.outputs().size(), 2u);
   EXPECT_EQ(g.outputs()[0].node, 5u);
   EXPECT_EQ(g.outputs()[0].name, "total");
@@ -280,40 +282,40 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{G, {"line 3, col 1", "end of input", "'}'"}},
         Malformed{G "}\n}", {"line 4, col 1", "after the closing"}},
         Malformed{G "  %1 = frobnicate %0 : f32[2]\n}", {"line 3, col 8", "unknown op 'frobnicate'"}},
-        Malformed{G "  %1 = relu %0 : f33[2]\n}", {"line 3, col 17", "f33"}},
-        Malformed{G "  %1 = relu %0 : [2]\n}", {"line 3, col 17", "dtype", "'['"}},
-        Malformed{G "  %1 = relu %0 : f32[2,-1]\n}", {"line 3, col 23", "dim", "'-'"}},
-        Malformed{G "  %1 = relu %0 : f32[2.5]\n}", {"line 3, col 21", "'2.5'"}},
+        Malformed{G "  %1 = relu %0 : f33[2]\n}", {"line 3, col 18", "f33"}},
+        Malformed{G "  %1 = relu %0 : [2]\n}", {"line 3, col 18", "dtype", "'['"}},
+        Malformed{G "  %1 = relu %0 : f32[2,-1]\n}", {"line 3, col 24", "dim", "'-'"}},
+        Malformed{G "  %1 = relu %0 : f32[2.5]\n}", {"line 3, col 22", "'2.5'"}},
         Malformed{G "  %1 = relu %0 : f32[2\n}", {"line 4, col 1", "expected ']'"}},
-        Malformed{G "  %1 = relu %0 f32[2]\n}", {"line 3, col 17", "expected ':'", "'f32'"}},
+        Malformed{G "  %1 = relu %0 f32[2]\n}", {"line 3, col 16", "expected ':'", "'f32'"}},
         Malformed{G "  %1 = relu %7 : f32[2]\n}", {"line 3, col 13", "undefined", "%7"}},
         Malformed{G "  %1 = relu %2 : f32[2]\n  %2 = relu %0 : f32[2]\n}", {"line 3, col 13", "forward", "%2", "line 4"}},
         Malformed{G "  %0 = relu %0 : f32[2]\n}", {"line 3, col 3", "duplicate label %0", "line 2"}},
         Malformed{G "  %1 = relu %0 {alpha=1.0} : f32[2]\n}", {"line 3, col 17", "unknown attribute 'alpha'", "relu"}},
-        Malformed{G "  %1 = reduce_sum %0 {axes=1.5, keepdims=true} : f32[]\n}", {"line 3, col 27", "axes", "'1.5'"}},
+        Malformed{G "  %1 = reduce_sum %0 {axes=1.5, keepdims=true} : f32[]\n}", {"line 3, col 28", "axes", "'1.5'"}},
         Malformed{G "  %1 = reduce_sum %0 {axes=[0], keepdims=1} : f32[]\n}", {"line 3, col 42", "true or false"}},
-        Malformed{G "  %1 = reduce_sum %0 {axes=[0], axes=[0], keepdims=true} : f32[]\n}", {"line 3, col 34", "duplicate attribute 'axes'"}},
-        Malformed{G "  %1 = argmax %0 {axis=1.0, keepdims=true} : i64[]\n}", {"line 3, col 25", "integer", "'1.0'"}},
+        Malformed{G "  %1 = reduce_sum %0 {axes=[0], axes=[0], keepdims=true} : f32[]\n}", {"line 3, col 33", "duplicate attribute 'axes'"}},
+        Malformed{G "  %1 = argmax %0 {axis=1.0, keepdims=true} : i64[]\n}", {"line 3, col 24", "integer", "'1.0'"}},
         Malformed{G "  %1 = argmax %0 {axis=99999999999999999999, keepdims=true} : i64[]\n}", {"line 3", "99999999999999999999"}},
         Malformed{G "  %1 = cast %0 : f16[2]\n}", {"line 3, col 8", "cast", "'to'"}},
-        Malformed{G "  %1 = cast %0 {to=f99} : f99[2]\n}", {"line 3, col 22", "f99"}},
+        Malformed{G "  %1 = cast %0 {to=f99} : f99[2]\n}", {"line 3, col 20", "f99"}},
         Malformed{G "  %1 = relu %0, %0 : f32[2]\n}", {"line 3, col 8", "relu takes 1 operand"}},
         Malformed{G "  %1 = add %0 : f32[2]\n}", {"line 3, col 8", "add takes 2"}},
         Malformed{G "  %1 = constant : f32[2]\n}", {"line 3, col 8", "value"}},
-        Malformed{G "  %1 = constant {value=[1, 2]} : f32[3]\n}", {"line 3, col 25", "2 values", "f32[3]"}},
-        Malformed{G "  %1 = constant {value=[1, 300]} : i8[2]\n}", {"line 3, col 30", "'300'", "i8"}},
-        Malformed{G "  %1 = constant {value=[1, -1]} : u8[2]\n}", {"line 3, col 29", "'-1'"}},
-        Malformed{G "  %1 = constant {value=[1.5]} : i32[1]\n}", {"line 3, col 26", "'1.5'"}},
-        Malformed{G "  %1 = constant {value=[yes]} : bool[1]\n}", {"line 3, col 26", "'yes'"}},
-        Malformed{G "  %1 = constant {value=[1, 2]} : f32[B]\n}", {"line 3, col 35", "static"}},
-        Malformed{G "  %1 = constant {value=[1], value=[2]} : f32[1]\n}", {"line 3, col 30", "duplicate"}},
-        Malformed{G "  %1 = input \"y\" {name=\"z\"} : f32[2]\n}", {"line 3, col 20", "duplicate attribute 'name'"}},
+        Malformed{G "  %1 = constant {value=[1, 2]} : f32[3]\n}", {"line 3, col 24", "2 values", "f32[3]"}},
+        Malformed{G "  %1 = constant {value=[1, 300]} : i8[2]\n}", {"line 3, col 28", "'300'", "i8"}},
+        Malformed{G "  %1 = constant {value=[1, -1]} : u8[2]\n}", {"line 3, col 28", "'-1'"}},
+        Malformed{G "  %1 = constant {value=[1.5]} : i32[1]\n}", {"line 3, col 25", "'1.5'"}},
+        Malformed{G "  %1 = constant {value=[yes]} : bool[1]\n}", {"line 3, col 25", "'yes'"}},
+        Malformed{G "  %1 = constant {value=[1, 2]} : f32[B]\n}", {"line 3, col 34", "static"}},
+        Malformed{G "  %1 = constant {value=[1], value=[2]} : f32[1]\n}", {"line 3, col 29", "duplicate"}},
+        Malformed{G "  %1 = input \"y\" {name=\"z\"} : f32[2]\n}", {"line 3, col 19", "duplicate attribute 'name'"}},
         Malformed{G "  %1 = input : f32[2]\n}", {"line 3, col 8", "'name'"}},
         Malformed{G "  output %9\n}", {"line 3, col 10", "%9"}},
         Malformed{G "  output\n}", {"line 4, col 1", "label"}},
-        Malformed{G "  %1 = relu %0 : f32[2] @\n}", {"line 3, col 26", "'@'"}},
-        Malformed{G "  %1 = input \"y : f32[2]\n}", {"line 3, col 15", "unterminated string"}},
-        Malformed{G "  %1 = input \"y\\q\" : f32[2]\n}", {"line 3, col 17", "escape"}},
+        Malformed{G "  %1 = relu %0 : f32[2] @\n}", {"line 3, col 25", "'@'"}},
+        Malformed{G "  %1 = input \"y : f32[2]\n}", {"line 3, col 14", "unterminated string"}},
+        Malformed{G "  %1 = input \"y\\q\" : f32[2]\n}", {"line 3, col 16", "escape"}},
         Malformed{G "  %1 = clamp %0 {min=1e, max=2} : f32[2]\n}", {"line 3, col 22", "'1e'"}},
         Malformed{G "  %1 = clamp %0 {min=-true, max=2} : f32[2]\n}", {"line 3, col 22", "'-true'"}},
         Malformed{G "  %1 = clamp %0 {min=1e999, max=2} : f32[2]\n}", {"line 3, col 22", "1e999"}},
