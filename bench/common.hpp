@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -121,6 +123,20 @@ class Runner {
   std::vector<runtime::NamedTensor> named_;
   std::vector<ir::Tensor> outputs_;
 };
+
+inline unsigned cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+// memcpy split over all cores: both the copy-bandwidth limit and the peer of
+// the (multi-threaded) fused elementwise kernel.
+inline void parallel_memcpy(void* dst, const void* src, std::size_t n) {
+  const unsigned t = cores();
+  const std::size_t chunk = (n / t + 63) / 64 * 64;
+  std::vector<std::jthread> pool;
+  for (unsigned i = 0; i < t; ++i) {
+    std::size_t off = std::min(n, i * chunk), len = std::min(chunk, n - off);
+    pool.emplace_back([=] { std::memcpy(static_cast<char*>(dst) + off, static_cast<const char*>(src) + off, len); });
+  }
+}
 
 // "--key value" lookup over argv; `fallback` when absent.
 inline std::string arg(int argc, char** argv, std::string_view key, std::string fallback = {}) {

@@ -46,11 +46,9 @@ struct Ctx {
            " is symbolic");
     return s[axis].size;
   }
-  // An Int or Ints attribute as `count` entries (a single entry is repeated).
-  Ints ints(std::string_view key, std::size_t count, i64 dflt) const {
-    if (!n.attrs.has(key)) return Ints(count, dflt);
-    const auto& v = n.attrs.items().find(key)->second;
-    Ints out = std::holds_alternative<i64>(v) ? Ints{std::get<i64>(v)} : n.attrs.get_ints(key);
+  // A per-spatial-dim attribute; a single entry applies to every dim, as in inference.
+  Ints ints(std::string_view key, std::size_t count) const {
+    Ints out = n.attrs.get_ints(key);
     if (out.size() == 1) out.resize(count, out[0]);
     if (out.size() != count)
       fail("attribute '" + std::string(key) + "' needs " + std::to_string(count) + " entries, got " +
@@ -83,11 +81,11 @@ NodeId log_softmax(Graph& g, NodeId x, i64 axis) {
 
 NodeId layer_norm(const Ctx& c) {
   auto rank = c.arg(0).shape.rank();
-  i64 axis = ir::normalize_axis(c.n.attrs.int_or("axis", -1), rank);
+  i64 axis = ir::normalize_axis(c.n.attrs.get_int("axis"), rank);
   Ints axes = range(axis, i64(rank));
   NodeId centered = c.g.sub(c.in[0], c.g.mean(c.in[0], axes, true));
   NodeId var = c.g.mean(c.g.mul(centered, centered), axes, true);
-  NodeId y = c.g.mul(centered, c.g.unary(OpKind::Rsqrt, c.g.add(var, c.scalar(c.n.attrs.float_or("eps", 1e-5)))));
+  NodeId y = c.g.mul(centered, c.g.unary(OpKind::Rsqrt, c.g.add(var, c.scalar(c.n.attrs.get_float("eps")))));
   if (auto gamma = c.optional_arg(1)) y = c.g.mul(y, *gamma);
   if (auto beta = c.optional_arg(2)) y = c.g.add(y, *beta);
   return y;
@@ -96,7 +94,7 @@ NodeId layer_norm(const Ctx& c) {
 NodeId rms_norm(const Ctx& c) {
   NodeId x = c.in[0];
   NodeId ms = c.g.mean(c.g.mul(x, x), {-1}, true);
-  NodeId y = c.g.mul(x, c.g.unary(OpKind::Rsqrt, c.g.add(ms, c.scalar(c.n.attrs.float_or("eps", 1e-6)))));
+  NodeId y = c.g.mul(x, c.g.unary(OpKind::Rsqrt, c.g.add(ms, c.scalar(c.n.attrs.get_float("eps")))));
   if (auto gamma = c.optional_arg(1)) y = c.g.mul(y, *gamma);
   return y;
 }
@@ -114,17 +112,19 @@ void for_each_index(const Ints& extents, F&& f) {
 }
 
 // conv over `sp` spatial dims: channels go last so that each kernel offset is
-// one matmul [N, o.., Cg] x [Cg, Og] of a strided slice of the padded input;
-// offsets accumulate, groups concat along channels.
+// one plain 2-d matmul [N*o.., Cg] x [Cg, Og] of a strided slice of the padded
+// input; offsets accumulate, groups concat along channels.
 NodeId conv(const Ctx& c, std::size_t sp) {
   Graph& g = c.g;
-  Ints stride = c.ints("stride", sp, 1), padding = c.ints("padding", sp, 0), dilation = c.ints("dilation", sp, 1);
-  i64 groups = c.n.attrs.int_or("groups", 1);
+  Ints stride = c.ints("stride", sp), padding = c.ints("padding", sp), dilation = c.ints("dilation", sp);
+  i64 groups = c.n.attrs.get_int("groups");
   i64 group_ch = c.static_dim(1, 1), group_out = c.static_dim(1, 0) / groups;
   Ints kernel(sp), out(sp);
+  i64 rows = c.static_dim(0, 0);  // of every matmul: one per output position
   for (std::size_t d = 0; d < sp; ++d) {
     kernel[d] = c.static_dim(1, d + 2);
     out[d] = (c.static_dim(0, d + 2) + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1;
+    rows *= out[d];
   }
   i64 ch_axis = i64(sp) + 1;  // channels-last axis of input and output
   Ints to_last = range(2, ch_axis + 1);
@@ -156,15 +156,19 @@ NodeId conv(const Ctx& c, std::size_t sp) {
       }
       w_starts.push_back(gi * group_out);
       w_ends.push_back((gi + 1) * group_out);
-      NodeId patch = g.slice(xg, spatial_axes, starts, ends, stride);
+      NodeId patch = g.reshape(g.slice(xg, spatial_axes, starts, ends, stride), Ints{rows, group_ch});
       NodeId wk = g.reshape(g.slice(w, w_axes, w_starts, w_ends), Ints{group_ch, group_out});
       NodeId prod = g.matmul(patch, wk);
       acc = acc ? g.add(*acc, prod) : prod;
     });
     results.push_back(*acc);
   }
-  NodeId y = groups == 1 ? results[0] : g.concat(results, ch_axis);
+  NodeId y = groups == 1 ? results[0] : g.concat(results, 1);
   if (auto bias = c.optional_arg(2)) y = g.add(y, *bias);
+  Ints nhwc{c.static_dim(0, 0)};
+  nhwc.insert(nhwc.end(), out.begin(), out.end());
+  nhwc.push_back(group_out * groups);
+  y = g.reshape(y, nhwc);
   Ints to_first = range(0, ch_axis);
   to_first.insert(to_first.begin() + 1, ch_axis);
   return g.permute(y, to_first);
@@ -175,14 +179,11 @@ NodeId conv(const Ctx& c, std::size_t sp) {
 // divided by kh*kw.
 NodeId pool2d(const Ctx& c, bool is_max) {
   Graph& g = c.g;
-  Ints kernel = c.ints("kernel", 2, 1);
-  Ints stride = c.n.attrs.has("stride") ? c.ints("stride", 2, 1) : kernel;
-  Ints padding = c.ints("padding", 2, 0);
+  Ints kernel = c.ints("kernel", 2), stride = c.ints("stride", 2), padding = c.ints("padding", 2);
   auto rank = c.arg(0).shape.rank();
   Ints axes{i64(rank) - 2, i64(rank) - 1}, out(2);
-  for (std::size_t d = 0; d < 2; ++d) {
+  for (std::size_t d = 0; d < 2; ++d)
     out[d] = (c.static_dim(0, rank - 2 + d) + 2 * padding[d] - kernel[d]) / stride[d] + 1;
-  }
   NodeId x = c.in[0];
   if (padding[0] != 0 || padding[1] != 0) {
     Ints pads(2 * rank, 0);
@@ -203,7 +204,7 @@ NodeId pool2d(const Ctx& c, bool is_max) {
 NodeId attention(const Ctx& c) {
   Graph& g = c.g;
   Shape qs = c.arg(0).shape, ks = c.arg(1).shape;  // copies: emitting nodes moves g's storage
-  double scale = c.n.attrs.float_or("scale", 0.0);
+  double scale = c.n.attrs.get_float("scale");
   if (scale == 0.0) scale = 1.0 / std::sqrt(double(c.static_dim(0, qs.rank() - 1)));
   NodeId s = g.mul(g.matmul(c.in[0], g.transpose(c.in[1])), c.scalar(scale));
   std::optional<NodeId> neg_inf;
@@ -212,7 +213,7 @@ NodeId attention(const Ctx& c) {
     return g.where(keep, s, *neg_inf);
   };
   if (auto mask = c.optional_arg(3)) s = c.arg(3).dtype == DType::Bool ? masked(*mask) : g.add(s, *mask);
-  if (c.n.attrs.bool_or("causal", false)) {
+  if (c.n.attrs.get_bool("causal")) {
     NodeId rows = g.iota(Shape(std::vector<Dim>{qs[qs.rank() - 2], Dim(1)}), 0);
     NodeId cols = g.iota(Shape(std::vector<Dim>{Dim(1), ks[ks.rank() - 2]}), 1);
     s = masked(g.binary(OpKind::Le, cols, rows));
@@ -229,8 +230,8 @@ NodeId emit(const Ctx& c) {
       return y;
     }
     case OpKind::Embedding: return c.g.index_select(c.in[0], c.in[1], 0);
-    case OpKind::Softmax: return softmax(c.g, c.in[0], a.int_or("axis", -1));
-    case OpKind::LogSoftmax: return log_softmax(c.g, c.in[0], a.int_or("axis", -1));
+    case OpKind::Softmax: return softmax(c.g, c.in[0], a.get_int("axis"));
+    case OpKind::LogSoftmax: return log_softmax(c.g, c.in[0], a.get_int("axis"));
     case OpKind::LayerNorm: return layer_norm(c);
     case OpKind::RmsNorm: return rms_norm(c);
     case OpKind::Conv1d: return conv(c, 1);

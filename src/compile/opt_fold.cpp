@@ -18,7 +18,7 @@ namespace {
 
 // Folding stops growing the graph past this size: a fold may always produce
 // a result no larger than its largest input (casts, transposes of a weight),
-// but not blow a small constant up into a big one (expand, iota-like pads).
+// but not blow a small constant up into a big one (expand, pad).
 constexpr std::size_t kFoldLimitBytes = std::size_t{1} << 20;
 
 std::string type_str(ir::DType t, const ir::Shape& s) { return std::string(ir::dtype_name(t)) + s.str(); }

@@ -48,7 +48,8 @@ std::optional<NodeId> legalize_matmul(Rewriter& r, const ir::Node& n) {
   auto rows = dims_of(sa, 0, sa.rank() - 1);
   // A shared weight: fold a's batch into M for one big GEMM. Needs static
   // batch and M dims, since a product of symbols is not a Dim.
-  if (sa.rank() > 2 && b_is_matrix && std::all_of(rows.begin(), rows.end(), [](const Dim& d) { return d.is_static(); })) {
+  if (sa.rank() > 2 && b_is_matrix &&
+      std::all_of(rows.begin(), rows.end(), [](const Dim& d) { return d.is_static(); })) {
     std::int64_t m = 1;
     for (const auto& d : rows) m *= d.size;
     if (sb.rank() > 2) b = out.reshape(b, Shape(dims_of(sb, sb.rank() - 2, sb.rank())));
@@ -110,9 +111,8 @@ ir::Graph legalize_broadcast(const ir::Graph& g) {
 // lose exactness past 2^24 and change division/modulo semantics, so an
 // unsupported integer dtype is left for the backend to reject by name.
 ir::Graph legalize_dtypes(const ir::Graph& g, const std::set<ir::DType>& native) {
-  return compute_in_f32(g, [&](const ir::Node&, ir::DType t) {
-    return ir::is_float(t) && t != ir::DType::F32 && !native.contains(t);
-  });
+  return compute_in_f32(
+      g, [&](const ir::Node&, ir::DType t) { return ir::is_float(t) && t != ir::DType::F32 && !native.contains(t); });
 }
 
 ir::Graph legalize_f32_compute(const ir::Graph& g, const std::set<ir::OpKind>& f32_ops) {

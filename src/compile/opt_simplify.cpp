@@ -102,7 +102,8 @@ std::size_t node_hash(const ir::Node& n) {
   std::size_t h = std::size_t(n.op);
   hash_mix(h, std::size_t(n.dtype));
   for (auto i : n.inputs) hash_mix(h, i);
-  for (const auto& d : n.shape.dims()) hash_mix(h, d.is_static() ? std::size_t(d.size) : std::hash<std::string>{}(d.sym));
+  for (const auto& d : n.shape.dims())
+    hash_mix(h, d.is_static() ? std::size_t(d.size) : std::hash<std::string>{}(d.sym));
   if (n.value)
     hash_mix(h, std::hash<std::string_view>{}({reinterpret_cast<const char*>(n.value->data()), n.value->nbytes()}));
   return h;

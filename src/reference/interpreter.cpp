@@ -195,22 +195,32 @@ void check_feed(const ir::Graph& g, const ir::Node& n, const ir::Tensor& t,
                 detail::ext_str(t.shape()));
 }
 
-std::vector<ir::Tensor> run_bound(const ir::Graph& g, const std::vector<const ir::Tensor*>& feeds) {
+// Only nodes that reach an output are fed and evaluated; each value is freed
+// after its last use (outputs are used at g.size()).
+struct Liveness {
+  std::vector<bool> needed;
+  std::vector<std::size_t> last_use;
+};
+Liveness liveness(const ir::Graph& g) {
   std::size_t n = g.size();
-  // Only nodes that reach an output are evaluated; each value is freed after its last use.
-  std::vector<bool> needed(n, false);
-  std::vector<std::size_t> last_use(n, 0);
+  Liveness l{std::vector<bool>(n, false), std::vector<std::size_t>(n, 0)};
   for (auto id : g.output_ids()) {
-    needed[id] = true;
-    last_use[id] = n;
+    l.needed[id] = true;
+    l.last_use[id] = n;
   }
   for (std::size_t i = n; i-- > 0;) {
-    if (!needed[i]) continue;
+    if (!l.needed[i]) continue;
     for (auto in : g.nodes()[i].inputs) {
-      needed[in] = true;
-      last_use[in] = std::max(last_use[in], i);
+      l.needed[in] = true;
+      l.last_use[in] = std::max(l.last_use[in], i);
     }
   }
+  return l;
+}
+
+std::vector<ir::Tensor> run_bound(const ir::Graph& g, const Liveness& live, const std::vector<const ir::Tensor*>& feeds) {
+  const auto& [needed, last_use] = live;
+  std::size_t n = g.size();
   std::vector<Value> vals(n);
   std::vector<const Value*> args;
   for (std::size_t i = 0; i < n; ++i) {
@@ -234,12 +244,13 @@ std::vector<ir::Tensor> run_bound(const ir::Graph& g, const std::vector<const ir
 }  // namespace
 
 std::vector<ir::Tensor> run(const ir::Graph& g, const TensorMap& inputs, const TensorMap& params) {
+  Liveness live = liveness(g);
   std::vector<const ir::Tensor*> feeds(g.size(), nullptr);
   std::vector<std::pair<std::string, std::int64_t>> binds;
   bool symbolic = false;
   for (const ir::Node& n : g.nodes()) {
     symbolic = symbolic || !n.shape.is_static();
-    if (n.op != ir::OpKind::Input && n.op != ir::OpKind::Param) continue;
+    if ((n.op != ir::OpKind::Input && n.op != ir::OpKind::Param) || !live.needed[n.id]) continue;
     const TensorMap& map = n.op == ir::OpKind::Input ? inputs : params;
     const std::string& name = n.attrs.get_str("name");
     auto it = map.find(name);
@@ -249,8 +260,8 @@ std::vector<ir::Tensor> run(const ir::Graph& g, const TensorMap& inputs, const T
     check_feed(g, n, it->second, binds);
     feeds[n.id] = &it->second;
   }
-  if (!symbolic) return run_bound(g, feeds);
-  return run_bound(ir::bind_symbols(g, binds), feeds);
+  if (!symbolic) return run_bound(g, live, feeds);
+  return run_bound(ir::bind_symbols(g, binds), live, feeds);
 }
 
 ir::Tensor eval_node(const ir::Graph& g, const ir::Node& n, const std::vector<const ir::Tensor*>& inputs) {

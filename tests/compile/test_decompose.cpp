@@ -1,6 +1,8 @@
 // decompose must turn every composite into primitives that compute exactly
 // what the reference computes for the composite itself.
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <random>
 
 #include "rlx/compile/pipeline.hpp"

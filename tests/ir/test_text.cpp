@@ -371,3 +371,36 @@ TEST(Text, WriteSvgReportsDotFailure) {
 
 }  // namespace
 }  // namespace rlx::ir
+
+namespace rlx::ir {
+namespace {
+
+// Random single-byte edits of a valid text either parse or throw rlx::Error
+// carrying a position; never another exception type.
+TEST(Text, MutatedTextsFailCleanly) {
+  const std::string text = to_text(all_ops_graph());
+  std::mt19937_64 rng(rlx::testing::test_seed());
+  const std::string alphabet = "%=,:[]{}-\"\\ \n0123456789.eabxyzf_";
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string s = text;
+    for (int edits = 1 + int(rng() % 3); edits > 0; --edits) {
+      const std::size_t at = rng() % s.size();
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0: s.erase(at, 1); break;
+        case 1: s.insert(at, 1, c); break;
+        default: s[at] = c;
+      }
+    }
+    try {
+      parse_text(s);
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("line ", 0), 0u) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "non-rlx exception " << e.what() << " for:\n" << s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rlx::ir

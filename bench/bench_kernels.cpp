@@ -1,0 +1,84 @@
+// Kernel-level workloads whose peers run in this process, interleaved with
+// RLX rep by rep: f32 GEMM/GEMV vs cblas_sgemm on the same buffers, and a
+// fused 8-op elementwise chain vs all-core memcpy and vs the same chain unfused.
+#include <cblas.h>
+
+#include "common.hpp"
+#include "rlx/ir/graph.hpp"
+
+namespace {
+
+using namespace rlx;
+using namespace rlx::bench;
+
+float max_abs_diff(const ir::Tensor& a, const ir::Tensor& b) {
+  float d = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) d = std::max(d, std::abs(a.data_as<float>()[i] - b.data_as<float>()[i]));
+  return d;
+}
+
+void gemm(const Session& session, const std::string& name, std::int64_t M, std::int64_t N, std::int64_t K, int reps) {
+  ir::Graph g("gemm");
+  g.add_output(g.matmul(g.input("a", {M, K}), g.input("b", {K, N})), "c");
+  Runner rlx(session.compile(g), {}, {{"a", random_f32({M, K}, 1)}, {"b", random_f32({K, N}, 2)}});
+  ir::Tensor c(ir::DType::F32, {M, N});
+  const float* a = rlx.input("a").data_as<float>();
+  const float* b = rlx.input("b").data_as<float>();
+  auto blas = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.0f, a, int(K), b, int(N), 0.0f,
+                c.data_as<float>(), int(N));
+  };
+  auto s = interleave({{"rlx", std::ref(rlx)}, {"openblas", blas}}, reps);
+  emit(name, {2.0 * double(M) * double(N) * double(K), 0}, s);
+  progress(name, s);
+  std::fprintf(stderr, "    check: max |rlx - openblas| = %g\n", max_abs_diff(rlx.outputs()[0], c));
+}
+
+// x*a+b -> relu -> -c -> *d -> max e -> min f -> +x: eight cheap ops on one
+// 64 MiB input, so a fused kernel is bound by memory traffic alone.
+ir::Graph elementwise_chain(std::int64_t n) {
+  ir::Graph g("chain8");
+  auto x = g.input("x", {n});
+  auto k = [&](double v) { return g.scalar(v); };
+  auto y = g.mul(x, k(1.5));
+  y = g.add(y, k(0.25));
+  y = g.relu(y);
+  y = g.sub(y, k(0.5));
+  y = g.mul(y, k(0.75));
+  y = g.binary(ir::OpKind::Max, y, k(-0.2));
+  y = g.binary(ir::OpKind::Min, y, k(0.9));
+  y = g.add(y, x);
+  g.add_output(y, "y");
+  return g;
+}
+
+void elementwise(const Session& session, int reps) {
+  const std::int64_t n = std::int64_t(16) << 20;
+  auto g = elementwise_chain(n);
+  auto x = random_f32({n}, 3);
+  compile::CompileOptions unfused_opts;
+  unfused_opts.fusion = false;
+  Runner fused(session.compile(g), {}, {{"x", x}});
+  Runner unfused(session.compile(g, unfused_opts), {}, {{"x", x}});
+  std::vector<float> dst(static_cast<std::size_t>(n));
+  const float* src = fused.input("x").data_as<float>();
+  auto copy = [&] { parallel_memcpy(dst.data(), src, dst.size() * sizeof(float)); };
+  auto s = interleave({{"rlx", std::ref(fused)}, {"memcpy", copy}, {"rlx_unfused", std::ref(unfused)}}, reps);
+  const std::string name = "elementwise_chain8_16M";
+  emit(name, {0, 2.0 * double(n) * sizeof(float)}, s);
+  progress(name, s);
+  std::fprintf(stderr, "    check: max |fused - unfused| = %g\n", max_abs_diff(fused.outputs()[0], unfused.outputs()[0]));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const int reps = std::stoi(arg(argc, argv, "--reps", "7"));
+  Session session;
+  for (std::int64_t n : {512, 1024, 2048}) gemm(session, "gemm_" + std::to_string(n) + "^3", n, n, n, reps);
+  gemm(session, "gemv_1x4096x4096", 1, 4096, 4096, reps);
+  elementwise(session, reps);
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+  return 1;
+}

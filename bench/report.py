@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Aggregates the raw JSON-lines records of one `make bench` run into bench/results/latest.json
+and prints the table of RLX-vs-peer ratios.
+
+  report.py RAW.jsonl... [--out bench/results/latest.json]
+
+Every record is {"workload", "impl", "samples_s", "iters", "flops"?, "bytes"?}; samples of the same
+(workload, impl) from several rounds are pooled. Other lines carry "machine", "versions" or "checks".
+"""
+import argparse
+import datetime
+import json
+import statistics
+from collections import defaultdict
+
+# Workload-specific targets on the speed ratio (peer time / RLX time).
+TARGETS = {("elementwise_chain8_16M", "memcpy"): 0.7, ("elementwise_chain8_16M", "rlx_unfused"): 4.0}
+MACHINE_WORKLOADS = ("machine_peak_fma", "machine_copy")
+
+
+def load(paths):
+    samples, work, meta = defaultdict(list), defaultdict(dict), {"machine": {}, "versions": {}, "checks": {}}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                rec = json.loads(line)
+                for key in meta:
+                    meta[key].update(rec.get(key, {}))
+                if "workload" in rec:
+                    samples[(rec["workload"], rec["impl"])] += rec["samples_s"]
+                    work[rec["workload"]].update({k: rec[k] for k in ("flops", "bytes") if k in rec})
+    return samples, work, meta
+
+
+def build(samples, work, meta):
+    machine = dict(meta["machine"])
+    # A limit is the best the machine showed: noise only ever slows a loop down.
+    peak = work["machine_peak_fma"]["flops"] / min(samples[("machine_peak_fma", "fma_loop")]) / 1e9
+    copy = work["machine_copy"]["bytes"] / min(samples[("machine_copy", "memcpy")]) / 1e9
+    machine.update(peak_gflops=round(peak, 1), copy_gbps=round(copy, 1))
+    records = []
+    for (workload, impl), s in samples.items():
+        med = statistics.median(s)
+        r = {"workload": workload, "impl": impl, "median_s": med, "min_s": min(s), "max_s": max(s), "reps": len(s)}
+        w = work.get(workload, {})
+        if "flops" in w:
+            r["gflops"] = round(w["flops"] / med / 1e9, 2)
+            r["pct_of_limit"] = round(100 * r["gflops"] / peak, 1)
+        if "bytes" in w:
+            r["gbps"] = round(w["bytes"] / med / 1e9, 2)
+            r["pct_of_limit"] = round(100 * r["gbps"] / copy, 1)
+        records.append(r)
+    by = {(r["workload"], r["impl"]): r for r in records}
+    ratios = []
+    for (workload, impl), r in by.items():
+        if impl != "rlx":
+            continue
+        for (w2, peer), p in by.items():
+            if w2 == workload and peer != "rlx":
+                ratio = {"workload": workload, "peer": peer, "speed_ratio": round(p["median_s"] / r["median_s"], 3)}
+                if (workload, peer) in TARGETS:
+                    ratio["target"] = TARGETS[(workload, peer)]
+                ratios.append(ratio)
+    return {"machine": machine, "versions": meta["versions"],
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "records": records, "ratios": ratios, "checks": meta["checks"]}
+
+
+def fmt_time(s):
+    return f"{s * 1e3:.3f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def throughput(r):
+    if "gflops" in r:
+        return f"{r['gflops']:.1f} GFLOP/s ({r['pct_of_limit']:.0f}% peak)"
+    if "gbps" in r:
+        return f"{r['gbps']:.1f} GB/s ({r['pct_of_limit']:.0f}% copy)"
+    return ""
+
+
+def table(result):
+    by = {(r["workload"], r["impl"]): r for r in result["records"]}
+    m = result["machine"]
+    lines = [f"{result['date']} | {m.get('cpu', '?')}, {m.get('cores', '?')} cores | "
+             f"peak {m['peak_gflops']} GFLOP/s f32 FMA, copy {m['copy_gbps']} GB/s (read+write)", "",
+             "speed = peer median / RLX median: > 1 means RLX is faster.", "",
+             "| workload | peer | RLX median | peer median | speed | RLX throughput | peer throughput |",
+             "|---|---|---|---|---|---|---|"]
+    for x in result["ratios"]:
+        r, p = by[(x["workload"], "rlx")], by[(x["workload"], x["peer"])]
+        speed = f"{x['speed_ratio']:.2f}x"
+        if "target" in x:
+            speed += f" (target >= {x['target']}x: {'met' if x['speed_ratio'] >= x['target'] else 'MISSED'})"
+        lines.append(f"| {x['workload']} | {x['peer']} | {fmt_time(r['median_s'])} | {fmt_time(p['median_s'])} | "
+                     f"{speed} | {throughput(r)} | {throughput(p)} |")
+    for w, d in result["checks"].items():
+        lines.append(f"\ncheck {w}: max |rlx - onnxruntime| = {d:.3g}")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("raw", nargs="+")
+    p.add_argument("--out", default="bench/results/latest.json")
+    a = p.parse_args()
+    result = build(*load(a.raw))
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    print(table(result))
+
+
+if __name__ == "__main__":
+    main()
