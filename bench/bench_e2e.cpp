@@ -105,11 +105,9 @@ void dump(const Session& session, const std::filesystem::path& dir) {
     entry["config"] = m.config;
     for (const auto& [kind, tensors] : {std::pair{"params", &m.params}, std::pair{"inputs", &m.inputs}})
       for (const auto& [name, t] : *tensors) write_f32(dir, m.workload + "." + name + ".bin", t, entry[kind][name]);
-    const auto& specs = run.outputs();
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      const auto& name = m.graph.outputs()[i].name;
-      write_f32(dir, m.workload + ".out." + name + ".bin", specs[i], entry["outputs"][name]);
-    }
+    const auto& specs = run.graph().output_specs();
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      write_f32(dir, m.workload + ".out." + specs[i].name + ".bin", run.outputs()[i], entry["outputs"][specs[i].name]);
   }
   std::ofstream(dir / "manifest.json") << manifest.dump(2);
 }

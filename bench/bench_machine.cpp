@@ -26,7 +26,9 @@ __attribute__((target("avx512f,fma"))) float fma_loop_avx512(long iters) {
   for (long i = 0; i < iters; ++i)
     for (int j = 0; j < kAcc512; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, a);
   for (int j = 1; j < kAcc512; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
-  return _mm512_reduce_add_ps(acc[0]);
+  alignas(64) float v[16];
+  _mm512_store_ps(v, acc[0]);
+  return v[0] + v[15];
 }
 
 __attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) {

@@ -115,6 +115,7 @@ class Runner {
   }
   void operator()() { graph_.run_into(named_, outputs_); }
   const std::vector<ir::Tensor>& outputs() const { return outputs_; }
+  const runtime::CompiledGraph& graph() const { return graph_; }
   const ir::Tensor& input(const std::string& name) const { return inputs_.at(name); }
 
  private:

@@ -15,7 +15,17 @@ from collections import defaultdict
 
 # Workload-specific targets on the speed ratio (peer time / RLX time).
 TARGETS = {("elementwise_chain8_16M", "memcpy"): 0.7, ("elementwise_chain8_16M", "rlx_unfused"): 4.0}
-MACHINE_WORKLOADS = ("machine_peak_fma", "machine_copy")
+ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemv_1x4096x4096", "elementwise_chain8_16M",
+         "softmax_4096x4096", "layer_norm_4096x4096", "rms_norm_4096x4096", "conv2d_8x256x14x14_k3",
+         "mlp_b64_w1024_l2", "encoder_s128_d512_h8", "compile_encoder_cold", "compile_encoder_cached"]
+
+
+def order(workload):
+    return ORDER.index(workload) if workload in ORDER else len(ORDER)
+
+
+def sig(x):
+    return float(f"{x:.6g}")
 
 
 def load(paths):
@@ -42,9 +52,10 @@ def build(samples, work, meta):
     copy = work["machine_copy"]["bytes"] / min(samples[("machine_copy", "memcpy")]) / 1e9
     machine.update(peak_gflops=round(peak, 1), copy_gbps=round(copy, 1))
     records = []
-    for (workload, impl), s in samples.items():
+    for (workload, impl), s in sorted(samples.items(), key=lambda kv: (order(kv[0][0]), kv[0][0])):
         med = statistics.median(s)
-        r = {"workload": workload, "impl": impl, "median_s": med, "min_s": min(s), "max_s": max(s), "reps": len(s)}
+        r = {"workload": workload, "impl": impl, "median_s": sig(med), "min_s": sig(min(s)), "max_s": sig(max(s)),
+             "reps": len(s)}
         w = work.get(workload, {})
         if "flops" in w:
             r["gflops"] = round(w["flops"] / med / 1e9, 2)
@@ -96,8 +107,10 @@ def table(result):
             speed += f" (target >= {x['target']}x: {'met' if x['speed_ratio'] >= x['target'] else 'MISSED'})"
         lines.append(f"| {x['workload']} | {x['peer']} | {fmt_time(r['median_s'])} | {fmt_time(p['median_s'])} | "
                      f"{speed} | {throughput(r)} | {throughput(p)} |")
+    if result["checks"]:
+        lines.append("")
     for w, d in result["checks"].items():
-        lines.append(f"\ncheck {w}: max |rlx - onnxruntime| = {d:.3g}")
+        lines.append(f"check {w}: max |rlx - onnxruntime| = {d:.3g}")
     return "\n".join(lines)
 
 

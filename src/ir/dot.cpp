@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -118,9 +119,13 @@ void write_svg(const Graph& g, const std::string& path) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) throw Error(fmt::format("write_svg: waiting for 'dot' failed: {}", std::strerror(errno)));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw Error(fmt::format("write_svg: 'dot -Tsvg -o {}' failed (status {}): {}", path, status,
-                            read_file(err_file.path())));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string err = read_file(err_file.path());
+    while (!err.empty() && std::isspace(static_cast<unsigned char>(err.back()))) err.pop_back();
+    throw Error(fmt::format("write_svg: 'dot -Tsvg -o {}' failed ({} {}): {}", path,
+                            WIFEXITED(status) ? "exit code" : "signal",
+                            WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), err));
+  }
 }
 
 }  // namespace rlx::ir

@@ -369,12 +369,6 @@ TEST(Text, WriteSvgReportsDotFailure) {
   EXPECT_THROW(write_svg(g, "/nonexistent-rlx-dir/out.svg"), Error);
 }
 
-}  // namespace
-}  // namespace rlx::ir
-
-namespace rlx::ir {
-namespace {
-
 // Random single-byte edits of a valid text either parse or throw rlx::Error
 // carrying a position; never another exception type.
 TEST(Text, MutatedTextsFailCleanly) {

@@ -16,7 +16,7 @@
 //
 // Node labels (%name) are local to the text: the parser numbers nodes densely
 // in order of appearance. Symbolic dims are identifiers (or quoted strings
-// when not identifier-like). Floats attributes always carry a '.' or an
+// when not identifier-like). Float attributes always carry a '.' or an
 // exponent; the op's attribute schema resolves the remaining ambiguity (a
 // Float attribute may be written as 1). `//` starts a comment.
 #include <string>
