@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "rlx/compile/pipeline.hpp"
+#include "rlx/compile/rewrite.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::compile::passes {
@@ -34,6 +35,16 @@ using i64 = std::int64_t;
 constexpr std::size_t kDuplicateBudget = 8;
 
 bool is_ew(OpKind k) { return ir::is_elementwise(k); }
+
+// Rough relative cost of recomputing an elementwise op (transcendentals ~4x).
+std::size_t op_cost(OpKind k) {
+  switch (k) {
+    case OpKind::Exp: case OpKind::Log: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Gelu:
+    case OpKind::GeluTanh: case OpKind::Silu: case OpKind::Softplus: case OpKind::Erf: case OpKind::Sin:
+    case OpKind::Cos: case OpKind::Pow: return 4;
+    default: return 1;
+  }
+}
 bool is_buffer_leaf(OpKind k) { return k == OpKind::Input || k == OpKind::Param || k == OpKind::Constant; }
 
 // Elementwise fusion keeps one iteration space per kernel: a node joins when
@@ -84,6 +95,84 @@ std::optional<i64> view_offset(const Graph& g, const Node& n) {
   }
 }
 
+// The shape operand `o` of an elementwise node of shape `full` takes when the
+// node is recomputed in the same-size shape `flat`, broadcasting as before;
+// nullopt when that would mix its dims.
+std::optional<Shape> reflatten(const Shape& o, const Shape& full, const Shape& flat) {
+  if (o.numel() == full.numel()) return flat;
+  std::size_t k = 0;  // o's dims before its last k are all 1
+  for (std::size_t i = 0; i < o.rank(); ++i)
+    if (o[i].size != 1) {
+      k = o.rank() - i;
+      break;
+    }
+  if (k > flat.rank() || k > full.rank()) return std::nullopt;
+  for (std::size_t j = 1; j <= k; ++j)
+    if (full[full.rank() - j] != flat[flat.rank() - j]) return std::nullopt;
+  std::vector<ir::Dim> dims(flat.rank() - k, ir::Dim(1));
+  dims.insert(dims.end(), o.dims().end() - std::ptrdiff_t(k), o.dims().end());
+  return Shape(std::move(dims));
+}
+
+// legalize_broadcast runs batched matmuls as one GEMM between reshapes
+// ([B,S,K] -> [B*S,K] x [K,N] -> [B*S,N] -> [B,S,N]), so the bias and
+// activation after it would read a view and end the matmul kernel. This
+// rewrite recomputes such elementwise consumers in the matmul's shape (their
+// operands re-viewed) and moves the reshape after them. `origin` maps every
+// new node to the MIR node it stands for.
+struct Sunk {
+  Graph g;
+  std::vector<NodeId> origin;
+};
+
+Sunk sink_reshapes(const Graph& g) {
+  Rewriter r(g);
+  Graph& out = r.out();
+  std::vector<NodeId> origin;
+  std::vector<std::optional<NodeId>> flat(g.size());  // sunk nodes, in the matmul's shape
+  auto flat_of = [&](NodeId o) -> std::optional<NodeId> {
+    const Node& on = g.node(o);
+    if (flat[o]) return flat[o];
+    if (on.op == OpKind::Reshape && g.node(on.inputs[0]).op == OpKind::MatMul) return r.map(on.inputs[0]);
+    return std::nullopt;
+  };
+  auto sink = [&](const Node& n) -> std::optional<NodeId> {
+    std::optional<Shape> target;
+    for (auto in : n.inputs)
+      if (auto f = flat_of(in); f && g.node(in).shape == n.shape) target = out.node(*f).shape;
+    if (!target || *target == n.shape) return std::nullopt;
+    std::vector<std::optional<Shape>> shapes;  // per operand: its re-viewed shape, or none when already flat
+    for (auto in : n.inputs) {
+      auto f = flat_of(in);
+      if (f && out.node(*f).shape == *target && g.node(in).shape == n.shape) {
+        shapes.emplace_back();
+        continue;
+      }
+      auto s = reflatten(g.node(in).shape, n.shape, *target);
+      if (!s) return std::nullopt;
+      shapes.push_back(std::move(s));
+    }
+    std::vector<NodeId> ins;
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      NodeId in = n.inputs[i];
+      if (!shapes[i]) ins.push_back(*flat_of(in));
+      else if (*shapes[i] == g.node(in).shape) ins.push_back(r.map(in));
+      else ins.push_back(out.reshape(r.map(in), *shapes[i]));
+    }
+    NodeId y = out.add(n.op, std::move(ins), n.attrs);
+    flat[n.id] = y;
+    return out.reshape(y, n.shape);
+  };
+  for (const auto& n : g.nodes()) {
+    std::optional<NodeId> rep;
+    if (is_ew(n.op)) rep = sink(n);
+    if (rep) r.set_map(n.id, *rep);
+    else r.copy(n);
+    origin.resize(out.size(), n.id);
+  }
+  return {r.finish(), std::move(origin)};
+}
+
 enum class Role : std::uint8_t { Plain, Prologue, Anchor, Epilogue };
 
 struct Group {
@@ -98,7 +187,8 @@ struct Group {
 
 class Lowering {
  public:
-  Lowering(const Graph& g, const BackendTraits& bt) : g_(g), bt_(bt) {}
+  // `g` is `mir` after sink_reshapes; reports and errors name `mir` nodes.
+  Lowering(const Graph& mir, const Sunk& s, const BackendTraits& bt) : mir_(mir), g_(s.g), origin_(s.origin), bt_(bt) {}
   LirModule run(std::vector<FusionRecord>* fusion);
 
  private:
@@ -112,12 +202,14 @@ class Lowering {
   int new_group(KernelKind kind, const Node& n, std::string why);
   void add_edges(int from, const std::set<int>& to);
   bool reaches(int from, int to) const;
-  std::size_t cone_size(NodeId n) const;
+  std::size_t cone_cost(NodeId n) const;
   std::vector<int> kernel_order() const;
   BufferId buffer_of(NodeId n);
   void emit(int gid, std::size_t index, std::vector<FusionRecord>* fusion);
 
+  const Graph& mir_;
   const Graph& g_;
+  const std::vector<NodeId>& origin_;
   const BackendTraits& bt_;
   std::vector<std::vector<NodeId>> users_;  // live users, deduplicated
   std::vector<bool> live_, is_output_;
@@ -149,18 +241,15 @@ void Lowering::analyze() {
       if (std::find(users_[in].begin(), users_[in].end(), i) == users_[in].end()) users_[in].push_back(i);
     }
   }
-  for (const auto& nd : g_.nodes()) {
-    if (!nd.shape.is_static())
-      throw Error(ir::describe_node(g_, nd) + ": shape " + nd.shape.str() + " is not static; bind its symbols first");
+  for (const auto& nd : g_.nodes())
     if (live_[nd.id]) view_[nd.id] = view_offset(g_, nd);
-  }
 }
 
 void Lowering::check_supported(const Node& n) const {
   if (is_buffer_leaf(n.op) || view_[n.id] || bt_.native_ops.contains(n.op)) return;
   if (bt_.host_fallback && ir::op_info(n.op).cls != OpClass::Composite) return;
   throw Error(fmt::format("backend '{}' does not support op '{}' ({})", bt_.name, ir::op_name(n.op),
-                          ir::describe_node(g_, n)));
+                          ir::describe_node(mir_, mir_.node(origin_[n.id]))));
 }
 
 // Kernels that read `n`'s buffer: consumers' kernels that do not compute `n`
@@ -215,17 +304,20 @@ int Lowering::new_group(KernelKind kind, const Node& n, std::string why) {
   return id;
 }
 
-// Elementwise nodes upstream of `n` that duplicating it would recompute.
-std::size_t Lowering::cone_size(NodeId n) const {
+// Cost of the elementwise nodes upstream of `n` that duplicating it would
+// recompute (stops counting past the budget).
+std::size_t Lowering::cone_cost(NodeId n) const {
   std::set<NodeId> seen;
   std::vector<NodeId> stack{n};
-  while (!stack.empty() && seen.size() <= kDuplicateBudget) {
+  std::size_t cost = 0;
+  while (!stack.empty() && cost <= kDuplicateBudget) {
     NodeId x = stack.back();
     stack.pop_back();
     if (!is_ew(g_.node(x).op) || !seen.insert(x).second) continue;
+    cost += op_cost(g_.node(x).op);
     for (auto in : g_.node(x).inputs) stack.push_back(in);
   }
-  return seen.size();
+  return cost;
 }
 
 // The role `n` would take inside kernel `g` (which computes some consumer of
@@ -272,7 +364,7 @@ void Lowering::visit_elementwise(const Node& n) {
   std::set<int> consumers;
   for (auto u : users_[n.id]) {
     if (view_[u]) {
-      if (why.empty()) why = fmt::format("consumer %{} is a view ({})", u, ir::op_name(g_.node(u).op));
+      if (why.empty()) why = fmt::format("consumer %{} is a view ({})", origin_[u], ir::op_name(g_.node(u).op));
       continue;
     }
     for (int g : owners_[u]) {
@@ -287,12 +379,12 @@ void Lowering::visit_elementwise(const Node& n) {
     owners_[n.id].push_back(g);
   };
   if (why.empty() && absorb.size() == consumers.size()) {
-    if (absorb.size() == 1 || cone_size(n.id) * (absorb.size() - 1) <= kDuplicateBudget) {
+    if (absorb.size() == 1 || cone_cost(n.id) * (absorb.size() - 1) <= kDuplicateBudget) {
       for (auto [g, role] : absorb) join(g, role);
       return;
     }
   }
-  if (why.empty()) why = fmt::format("producer has {} consumers", users_[n.id].size());
+  if (why.empty()) why = fmt::format("producer has {} consumers", consumers.size());
   // Written once: preferably as one more output of an elementwise consumer
   // kernel with the same shape, unless a kernel reading it feeds that one.
   for (auto [g, role] : absorb) {
@@ -316,9 +408,11 @@ void Lowering::visit_anchor(const Node& n) {
                     : cls == OpClass::Leaf     ? KernelKind::Leaf
                     : cls == OpClass::Movement ? KernelKind::Movement
                                                : KernelKind::Native;
-  std::string why = fmt::format("{} op", kernel_kind_name(kind));
   bool fusable = (kind == KernelKind::Reduce && bt_.fuse_reduce) ||
                  (kind == KernelKind::MatMul && bt_.fuse_matmul_epilogue);
+  std::string why = kind == KernelKind::Reduce   ? "reduce fusion disabled"
+                    : kind == KernelKind::MatMul ? "matmul epilogue fusion disabled"
+                                                 : fmt::format("{} ops are not fused", kernel_kind_name(kind));
   std::set<int> consumers;
   bool view_user = false;
   for (auto u : users_[n.id]) {
@@ -328,7 +422,7 @@ void Lowering::visit_anchor(const Node& n) {
   if (fusable) {
     if (is_output_[n.id]) why = "graph output";
     else if (view_user) why = "consumer is a view";
-    else if (consumers.size() != 1) why = fmt::format("producer has {} consumers", users_[n.id].size());
+    else if (consumers.size() != 1) why = fmt::format("producer has {} consumers", consumers.size());
     else {
       int gid = *consumers.begin();
       Group& e = groups_[std::size_t(gid)];
@@ -374,14 +468,16 @@ std::vector<int> Lowering::kernel_order() const {
 BufferId Lowering::buffer_of(NodeId id) {
   if (buf_[id] >= 0) return buf_[id];
   const Node& n = g_.node(id);
+  std::optional<BufferId> src_id;
+  if (view_[id]) src_id = buffer_of(n.inputs[0]);  // may add buffers: ids are taken after it
   Buffer b;
   b.id = BufferId(m_.buffers.size());
   b.dtype = n.dtype;
   b.shape = n.shape.extents();
   b.root = b.id;
   b.name = fmt::format("%{}", id);
-  if (view_[id]) {
-    const Buffer& src = m_.buffer(buffer_of(n.inputs[0]));
+  if (src_id) {
+    const Buffer& src = m_.buffer(*src_id);
     b.role = src.role;
     b.root = src.root;
     b.view_offset = src.view_offset + *view_[id];
@@ -443,9 +539,10 @@ void Lowering::emit(int gid, std::size_t index, std::vector<FusionRecord>* fusio
                           : k.body.add(n.op, std::move(ins), n.attrs);
     ops += (ops.empty() ? "" : "+") + std::string(ir::op_name(n.op));
     kinds.push_back(n.op);
-    k.source_nodes.push_back(nid);
+    k.source_nodes.push_back(origin_[nid]);
   }
   std::sort(k.source_nodes.begin(), k.source_nodes.end());
+  k.source_nodes.erase(std::unique(k.source_nodes.begin(), k.source_nodes.end()), k.source_nodes.end());
   std::vector<NodeId> outs = grp.outputs;
   std::sort(outs.begin(), outs.end());
   for (auto o : outs) {
@@ -499,7 +596,18 @@ LirModule Lowering::run(std::vector<FusionRecord>* fusion) {
 }  // namespace
 
 LirModule lower_to_lir(const ir::Graph& mir, const BackendTraits& backend, std::vector<FusionRecord>* fusion) {
-  return Lowering(mir, backend).run(fusion);
+  for (const auto& n : mir.nodes())
+    if (!n.shape.is_static())
+      throw Error(ir::describe_node(mir, n) + ": shape " + n.shape.str() + " is not static; bind its symbols first");
+  Sunk s;
+  if (backend.fuse_matmul_epilogue) {
+    s = sink_reshapes(mir);
+  } else {
+    s.g = mir;
+    s.origin.resize(mir.size());
+    for (NodeId i = 0; i < mir.size(); ++i) s.origin[i] = i;
+  }
+  return Lowering(mir, s, backend).run(fusion);
 }
 
 }  // namespace rlx::compile::passes

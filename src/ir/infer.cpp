@@ -108,7 +108,8 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
         std::vector<bool> reduced(s.rank(), false);
         bool keep = attrs.get_bool("keepdims");
         if (op == OpKind::ArgMax || op == OpKind::ArgMin) {
-          reduced[static_cast<std::size_t>(normalize_axis(attrs.get_int("axis"), s.rank()))] = s.rank() > 0;
+          auto ax = static_cast<std::size_t>(normalize_axis(attrs.get_int("axis"), s.rank()));
+          if (s.rank() > 0) reduced[ax] = true;
           t = DType::I64;
         } else {
           if (op == OpKind::ReduceMean) require(is_float(t), "needs a float input");

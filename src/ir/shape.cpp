@@ -55,8 +55,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 }
 
 std::int64_t normalize_axis(std::int64_t axis, std::size_t rank) {
-  auto r = static_cast<std::int64_t>(rank);
-  if (axis < -r || axis >= std::max<std::int64_t>(r, 1) || (r == 0 && axis != 0 && axis != -1))
+  // A scalar accepts axis 0 or -1 (it behaves as a row of one), like numpy's reductions.
+  auto r = std::max<std::int64_t>(static_cast<std::int64_t>(rank), 1);
+  if (axis < -r || axis >= r)
     throw Error("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
   return axis < 0 ? axis + r : axis;
 }

@@ -1,6 +1,7 @@
 // Unary, binary, where, cast and clamp.
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "reference/value.hpp"
 
@@ -24,8 +25,9 @@ double unary(OpKind op, double x) {
     case OpKind::Tanh: return std::tanh(x);
     case OpKind::Sigmoid: return sigmoid(x);
     case OpKind::Relu: return x < 0 ? 0.0 : x;  // keeps NaN
-    case OpKind::Gelu: return 0.5 * x * (1 + std::erf(x * M_SQRT1_2));
-    case OpKind::GeluTanh: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case OpKind::Gelu: return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2));
+    case OpKind::GeluTanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
     case OpKind::Silu: return x * sigmoid(x);
     case OpKind::Softplus: return std::fmax(x, 0.0) + std::log1p(std::exp(-std::fabs(x)));
     case OpKind::Erf: return std::erf(x);
@@ -52,9 +54,11 @@ std::int64_t ipow(std::int64_t base, std::int64_t e) {
 double int_binary(OpKind op, double a, double b) {
   auto x = std::int64_t(a), y = std::int64_t(b);
   switch (op) {
-    case OpKind::Div:  // division by zero yields 0, like NumPy
+    case OpKind::Div: {  // division by zero yields 0, like NumPy; INT64_MIN / -1 wraps
       if (y == 0) return 0;
-      return y == -1 ? double(std::int64_t(0 - std::uint64_t(x))) : double(x / y);
+      std::int64_t q = y == -1 ? std::int64_t(0 - std::uint64_t(x)) : x / y;
+      return double(q);
+    }
     case OpKind::Mod: {
       if (y == 0 || y == -1) return 0;
       std::int64_t r = x % y;

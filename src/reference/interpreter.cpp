@@ -1,8 +1,6 @@
 #include "rlx/reference/interpreter.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <optional>
 
 #include "reference/value.hpp"
 #include "rlx/ir/random.hpp"
@@ -89,8 +87,10 @@ std::vector<std::int64_t> broadcast_map(const Ctx& c, const Ext& in, const Ext& 
   Ext s(out.size(), 0);
   std::size_t lead = out.size() - in.size();
   for (std::size_t i = 0; i < in.size(); ++i) {
-    if (in[i] == out[lead + i]) s[lead + i] = cs[i];
-    else if (in[i] != 1) c.fail("cannot broadcast " + ext_str(in) + " to " + ext_str(out));
+    if (in[i] == out[lead + i])
+      s[lead + i] = cs[i];
+    else if (in[i] != 1)
+      c.fail("cannot broadcast " + ext_str(in) + " to " + ext_str(out));
   }
   return strided_map(out, s);
 }
@@ -141,8 +141,7 @@ Value from_tensor(const ir::Tensor& t) {
 
 Value evaluate(const Ctx& c) {
   if (c.in.size() != c.n.inputs.size())
-    c.fail("got " + std::to_string(c.in.size()) + " input values for " + std::to_string(c.n.inputs.size()) +
-           " inputs");
+    c.fail("got " + std::to_string(c.in.size()) + " input values for " + std::to_string(c.n.inputs.size()) + " inputs");
   Value r;
   switch (ir::op_info(c.n.op).cls) {
     case ir::OpClass::Leaf: r = eval_leaf(c); break;
@@ -177,8 +176,8 @@ void check_feed(const ir::Graph& g, const ir::Node& n, const ir::Tensor& t,
   const std::string& name = n.attrs.get_str("name");
   std::string what = std::string(ir::op_name(n.op)) + " '" + name + "'";
   if (t.dtype() != n.dtype)
-    throw Error(ir::describe_node(g, n) + ": " + what + " expects " + std::string(ir::dtype_name(n.dtype)) +
-                ", got " + std::string(ir::dtype_name(t.dtype())));
+    throw Error(ir::describe_node(g, n) + ": " + what + " expects " + std::string(ir::dtype_name(n.dtype)) + ", got " +
+                std::string(ir::dtype_name(t.dtype())));
   bool ok = t.shape().size() == n.shape.rank();
   for (std::size_t i = 0; ok && i < t.shape().size(); ++i) {
     const ir::Dim& d = n.shape[i];
@@ -187,8 +186,10 @@ void check_feed(const ir::Graph& g, const ir::Node& n, const ir::Tensor& t,
       continue;
     }
     auto it = std::find_if(binds.begin(), binds.end(), [&](auto& b) { return b.first == d.sym; });
-    if (it == binds.end()) binds.emplace_back(d.sym, t.shape()[i]);
-    else ok = it->second == t.shape()[i];
+    if (it == binds.end())
+      binds.emplace_back(d.sym, t.shape()[i]);
+    else
+      ok = it->second == t.shape()[i];
   }
   if (!ok)
     throw Error(ir::describe_node(g, n) + ": " + what + " expects shape " + n.shape.str() + ", got " +
@@ -218,7 +219,8 @@ Liveness liveness(const ir::Graph& g) {
   return l;
 }
 
-std::vector<ir::Tensor> run_bound(const ir::Graph& g, const Liveness& live, const std::vector<const ir::Tensor*>& feeds) {
+std::vector<ir::Tensor> run_bound(const ir::Graph& g, const Liveness& live,
+                                  const std::vector<const ir::Tensor*>& feeds) {
   const auto& [needed, last_use] = live;
   std::size_t n = g.size();
   std::vector<Value> vals(n);
@@ -269,6 +271,7 @@ ir::Tensor eval_node(const ir::Graph& g, const ir::Node& n, const std::vector<co
   vals.reserve(inputs.size());
   for (auto* t : inputs) vals.push_back(detail::from_tensor(*t));
   std::vector<const Value*> args;
+  args.reserve(vals.size());
   for (auto& v : vals) args.push_back(&v);
   Value r = detail::evaluate(Ctx{g, n, args});
   return ir::Tensor::from_f64(r.dtype, r.ext, r.v);

@@ -31,7 +31,8 @@ std::vector<bool> axis_set(const Ctx& c, std::size_t rank) {
 
 Value permute(const Ctx& c, const Value& x) {
   const auto& perm = c.attrs().get_ints("perm");
-  if (perm.size() != x.rank()) c.fail("perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(x.rank()));
+  if (perm.size() != x.rank())
+    c.fail("perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(x.rank()));
   auto cs = ir::contiguous_strides(x.ext);
   Ext out(x.rank()), st(x.rank());
   std::vector<bool> seen(x.rank(), false);
@@ -88,7 +89,8 @@ Value concat(const Ctx& c) {
     if (e.size() != out.size()) c.fail("concat inputs differ in rank");
     out[axis] += e[axis];
     for (std::size_t d = 0; d < e.size(); ++d)
-      if (d != axis && e[d] != out[d]) c.fail("concat inputs " + ext_str(p->ext) + " and " + ext_str(x0.ext) + " differ");
+      if (d != axis && e[d] != out[d])
+        c.fail("concat inputs " + ext_str(p->ext) + " and " + ext_str(x0.ext) + " differ");
   }
   Value r(c.n.dtype, out);
   std::int64_t outer = 1, inner = 1;
@@ -97,8 +99,7 @@ Value concat(const Ctx& c) {
   std::int64_t row = out[axis] * inner, at = 0;
   for (auto* p : c.in) {
     std::int64_t chunk = p->ext[axis] * inner;
-    for (std::int64_t o = 0; o < outer; ++o)
-      std::copy_n(p->v.begin() + o * chunk, chunk, r.v.begin() + o * row + at);
+    for (std::int64_t o = 0; o < outer; ++o) std::copy_n(p->v.begin() + o * chunk, chunk, r.v.begin() + o * row + at);
     at += chunk;
   }
   return r;
@@ -156,7 +157,8 @@ Value gather(const Ctx& c, const Value& x, const Value& idx) {
 }
 
 Value scatter_add(const Ctx& c, const Value& x, const Value& idx, const Value& upd) {
-  if (idx.rank() != x.rank() || upd.rank() != x.rank()) c.fail("scatter_add index and updates must have the input's rank");
+  if (idx.rank() != x.rank() || upd.rank() != x.rank())
+    c.fail("scatter_add index and updates must have the input's rank");
   auto axis = std::size_t(c.axis(c.attrs().get_int("axis"), x.rank()));
   auto cs = ir::contiguous_strides(x.ext), us = ir::contiguous_strides(upd.ext);
   Value r(c.n.dtype, x.ext);
@@ -193,7 +195,8 @@ Value squeeze(const Ctx& c, const Value& x) {
   auto gone = axis_set(c, x.rank());
   Ext out;
   for (std::size_t d = 0; d < x.rank(); ++d) {
-    if (gone[d] && x.ext[d] != 1) c.fail("cannot squeeze axis " + std::to_string(d) + " of extent " + std::to_string(x.ext[d]));
+    if (gone[d] && x.ext[d] != 1)
+      c.fail("cannot squeeze axis " + std::to_string(d) + " of extent " + std::to_string(x.ext[d]));
     if (!gone[d]) out.push_back(x.ext[d]);
   }
   return relabel(c, x, out);

@@ -2,7 +2,6 @@
 // decomposition) so that they check it.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "reference/value.hpp"
 
@@ -24,16 +23,17 @@ Split split_at(const Ext& e, std::size_t axis) {
 Value softmax(const Ctx& c, const Value& x, bool log) {
   // A scalar is a row of one.
   auto axis = x.rank() ? std::size_t(c.axis(c.attrs().int_or("axis", -1), x.rank())) : 0;
-  auto [outer, n, inner] = split_at(x.ext, axis);
+  const Split s = split_at(x.ext, axis);
   Value r(c.n.dtype, x.ext);
-  for (std::int64_t o = 0; o < outer; ++o)
-    for (std::int64_t i = 0; i < inner; ++i) {
-      auto at = [&](std::int64_t k) { return std::size_t((o * n + k) * inner + i); };
+  for (std::int64_t o = 0; o < s.outer; ++o)
+    for (std::int64_t i = 0; i < s.inner; ++i) {
+      const double* p = x.v.data() + o * s.n * s.inner + i;
+      double* q = r.v.data() + o * s.n * s.inner + i;
       double m = -INFINITY, sum = 0;
-      for (std::int64_t k = 0; k < n; ++k) m = std::fmax(m, x.v[at(k)]);
-      for (std::int64_t k = 0; k < n; ++k) sum += std::exp(x.v[at(k)] - m);
-      for (std::int64_t k = 0; k < n; ++k)
-        r.v[at(k)] = log ? x.v[at(k)] - m - std::log(sum) : std::exp(x.v[at(k)] - m) / sum;
+      for (std::int64_t k = 0; k < s.n; ++k) m = std::fmax(m, p[k * s.inner]);
+      for (std::int64_t k = 0; k < s.n; ++k) sum += std::exp(p[k * s.inner] - m);
+      for (std::int64_t k = 0; k < s.n; ++k)
+        q[k * s.inner] = log ? p[k * s.inner] - m - std::log(sum) : std::exp(p[k * s.inner] - m) / sum;
     }
   return r;
 }
@@ -151,7 +151,10 @@ Value pool(const Ctx& c, const Value& x, bool is_max) {
             std::int64_t h = oh * stride[0] - pad[0] + kh, w = ow * stride[1] - pad[1] + kw;
             if (h < 0 || h >= H || w < 0 || w >= W) continue;
             double v = x.v[std::size_t((p * H + h) * W + w)];
-            acc = !is_max ? acc + v : std::isnan(v) || std::isnan(acc) ? NAN : std::fmax(acc, v);
+            if (!is_max)
+              acc += v;
+            else if (!std::isnan(acc) && (std::isnan(v) || v > acc))
+              acc = v;  // NaN propagates
           }
         r.v[std::size_t((p * OH + oh) * OW + ow)] = is_max ? acc : acc / double(kernel[0] * kernel[1]);
       }
@@ -255,8 +258,8 @@ Value eval_nn(const Ctx& c) {
     case OpKind::Softmax: return softmax(c, x, false);
     case OpKind::LogSoftmax: return softmax(c, x, true);
     case OpKind::LayerNorm:
-      return normalize(c, x, x.rank() ? std::size_t(c.axis(c.attrs().int_or("axis", -1), x.rank())) : 0, false,
-                       opt(1), opt(2));
+      return normalize(c, x, x.rank() ? std::size_t(c.axis(c.attrs().int_or("axis", -1), x.rank())) : 0, false, opt(1),
+                       opt(2));
     case OpKind::RmsNorm:
       if (x.rank() < 1) c.fail("rms_norm needs rank >= 1");
       return normalize(c, x, x.rank() - 1, true, opt(1), nullptr);

@@ -1,6 +1,5 @@
 // reduce_{sum,mean,max,min,prod}, argmax, argmin.
 #include <cmath>
-#include <limits>
 
 #include "reference/value.hpp"
 
@@ -68,8 +67,10 @@ Value arg_reduce(const Ctx& c) {
   for (std::size_t d = 0; d < axis; ++d) outer *= x.ext[d];
   for (std::size_t d = axis + 1; d < x.rank(); ++d) inner *= x.ext[d];
   Ext out_ext = x.ext;
-  if (keep) out_ext[axis] = 1;
-  else out_ext.erase(out_ext.begin() + std::ptrdiff_t(axis));
+  if (keep)
+    out_ext[axis] = 1;
+  else
+    out_ext.erase(out_ext.begin() + std::ptrdiff_t(axis));
   bool is_max = c.n.op == OpKind::ArgMax;
   Value r(c.n.dtype, out_ext);
   for (std::int64_t o = 0; o < outer; ++o)

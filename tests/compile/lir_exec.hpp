@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rlx/compile/pipeline.hpp"
+#include "rlx/error.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "support/testing.hpp"

@@ -21,6 +21,9 @@ using testing::Tolerance;
 constexpr DType kFloats[] = {DType::F32, DType::F16, DType::BF16, DType::F64};
 
 std::string str(const Ints& s) { return Shape(s).str(); }
+
+// Some NaNs among ordinary values: max/min-like ops must propagate them, as the reference does.
+Gen with_nans() { return one_of({std::numeric_limits<double>::quiet_NaN(), -1.5, -0.0, 0.5, 2}); }
 std::string dt(DType t) { return std::string(ir::dtype_name(t)); }
 
 struct Variant {
@@ -28,7 +31,6 @@ struct Variant {
   Graph graph;
   Gens gens;
   std::optional<Tolerance> tol;
-  std::optional<Tolerance> decomposed_tol;  // defaults to tol
 };
 
 // One variant under construction.
@@ -42,10 +44,6 @@ struct V {
   }
   V& tol(Tolerance t) {
     v.tol = t;
-    return *this;
-  }
-  V& decomposed_tol(Tolerance t) {
-    v.decomposed_tol = t;
     return *this;
   }
   Variant out(std::vector<NodeId> outs) {
@@ -154,6 +152,10 @@ Variants unary_variants(OpKind op) {
       V v(std::string(ir::op_name(op)) + " " + dt(t) + " ties");
       r.push_back(v.out({v.g().unary(op, v.in("x", t, {4, 8}, one_of({-2.5, -1.5, -1, -0.5, -0.0, 0, 0.5, 1, 1.5, 2.5, 3})))}));
     }
+    if (op == OpKind::Relu || op == OpKind::Sign || op == OpKind::Abs) {
+      V v(std::string(ir::op_name(op)) + " " + dt(t) + " NaN propagates");
+      r.push_back(v.out({v.g().unary(op, v.in("x", t, {4, 8}, with_nans()))}));
+    }
   }
   if (int_ok) {
     for (DType t : {DType::I32, DType::I64, DType::I8}) {
@@ -216,6 +218,8 @@ Variants binary_variants(OpKind op) {
       add(t, {{256, 1}, {1, 257}}, float_binary_domain(op));
     }
   }
+  if (op == OpKind::Max || op == OpKind::Min)
+    for (DType t : kFloats) add(t, {{4, 8}, {8}}, {with_nans(), with_nans()});
   std::vector<DType> ints = {DType::I32, DType::I64};
   if (op != OpKind::Pow) ints.insert(ints.end(), {DType::I8, DType::U8});
   for (DType t : ints)
@@ -303,6 +307,8 @@ Variants clamp_variants() {
       V v("clamp " + dt(t) + str(s));
       r.push_back(v.out({v.g().clamp(v.in("x", t, s), -0.5, 1.25)}));
     }
+  V nan("clamp f32 NaN propagates");
+  r.push_back(nan.out({nan.g().clamp(nan.in("x", DType::F32, {4, 8}, with_nans()), -0.5, 1.25)}));
   for (DType t : {DType::I32, DType::I64, DType::I8}) {
     V v("clamp " + dt(t));
     r.push_back(v.out({v.g().clamp(v.in("x", t, {3, 4}, ints_in(-10, 10)), -3, 5)}));
@@ -336,6 +342,10 @@ Variants reduce_variants(OpKind op) {
       auto x = e.in("x", t, {0, 4}, gen);
       r.push_back(e.out({e.g().reduce(op, x, {0}), e.g().reduce(op, x, {1}, true)}));
     }
+    if (!is_int && (op == OpKind::ReduceMax || op == OpKind::ReduceMin)) {
+      V n(name + " " + dt(t) + " NaN propagates");
+      r.push_back(n.out({n.g().reduce(op, n.in("x", t, {6, 5}, with_nans()), {1})}));
+    }
   }
   if (!prod) {
     for (std::int64_t axis : {0, 1}) {
@@ -363,6 +373,10 @@ Variants argreduce_variants(OpKind op) {
     auto x = v.in("x", t, {33}, ir::is_float(t) ? uniform() : ints_in(-1000, 1000));
     r.push_back(v.out({op == OpKind::ArgMax ? v.g().argmax(x, 0) : v.g().argmin(x, 0)}));
   }
+  // The first NaN counts as the extreme, as in NumPy.
+  V nan(name + " f32 NaN wins");
+  auto xn = nan.in("x", DType::F32, {6, 5}, with_nans());
+  r.push_back(nan.out({op == OpKind::ArgMax ? nan.g().argmax(xn, 1) : nan.g().argmin(xn, 1)}));
   V v(name + " f32 " + str(kLarge));
   auto x = v.in("x", DType::F32, kLarge);
   r.push_back(v.out({op == OpKind::ArgMax ? v.g().argmax(x, 1) : v.g().argmin(x, 0)}));
@@ -610,9 +624,6 @@ Variants softmax_variants(OpKind op) {
       // Wide logits: the max subtraction must keep exp from overflowing.
       V v(name + " " + dt(t) + str(s) + " axis " + std::to_string(axis));
       auto x = v.in("x", t, s, uniform(-10, 10));
-      // Decomposed, each primitive rounds to f16/bf16 where the reference rounds once.
-      if (t == DType::F16) v.decomposed_tol({3e-2, 3e-2});
-      if (t == DType::BF16) v.decomposed_tol({2e-1, 1e-1});
       r.push_back(v.out({op == OpKind::Softmax ? v.g().softmax(x, axis) : v.g().log_softmax(x, axis)}));
     }
   return r;
@@ -640,8 +651,6 @@ Variants layer_norm_variants() {
       std::optional<NodeId> gamma, beta;
       if (c.affine >= 1) gamma = v.in("gamma", t, norm);
       if (c.affine >= 2) beta = v.in("beta", t, norm);
-      if (t == DType::F16) v.decomposed_tol({5e-2, 5e-2});
-      if (t == DType::BF16) v.decomposed_tol({3e-1, 1e-1});
       r.push_back(v.out({v.g().layer_norm(x, gamma, beta, c.eps, c.axis)}));
     }
   }
@@ -655,8 +664,6 @@ Variants rms_norm_variants() {
       for (bool gamma : {true, false}) {
         V v("rms_norm " + dt(t) + str(s) + (gamma ? " with gamma" : ""));
         auto x = v.in("x", t, s, uniform(-3, 3));
-        if (t == DType::F16) v.decomposed_tol({5e-2, 5e-2});
-        if (t == DType::BF16) v.decomposed_tol({3e-1, 1e-1});
         r.push_back(v.out({v.g().rms_norm(x, gamma ? std::optional(v.in("g", t, {s.back()})) : std::nullopt, 1e-5)}));
       }
   return r;
@@ -771,8 +778,6 @@ Variants attention_variants() {
       std::optional<NodeId> mask;
       if (c.mask == 1) mask = v.in("mask", DType::Bool, c.mask_shape, attention_mask());
       if (c.mask == 2) mask = v.in("mask", t, c.mask_shape, uniform(-2, 0));
-      if (t == DType::F16) v.decomposed_tol({3e-2, 3e-2});
-      if (t == DType::BF16) v.decomposed_tol({2e-1, 1e-1});
       r.push_back(v.out({v.g().attention(q, k, val, mask, c.causal, c.scale)}));
     }
   return r;
@@ -889,19 +894,19 @@ TEST_P(OpParity, MatchesReference) {
       continue;
     }
     check.label += " (decomposed)";
-    check.tol = v.decomposed_tol ? v.decomposed_tol : v.tol;
     EXPECT_TRUE(matches_reference(device, decomposed, v.graph, check));
   }
+}
+
+std::string parity_name(const ::testing::TestParamInfo<OpParity::ParamType>& info) {
+  return std::string(runtime::device_label(std::get<0>(info.param))) + "_" +
+         std::string(ir::op_name(parity_table()[std::get<1>(info.param)].op));
 }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, OpParity,
                          ::testing::Combine(::testing::ValuesIn(backends()),
                                             ::testing::Range(std::size_t{0}, parity_table().size())),
-                         [](const auto& info) {
-                           auto [device, index] = info.param;
-                           return std::string(runtime::device_label(device)) + "_" +
-                                  std::string(ir::op_name(parity_table()[index].op));
-                         });
+                         parity_name);
 
 // ---- the harness itself -------------------------------------------------------
 // A backend that forwards to a real one but writes only the first half of

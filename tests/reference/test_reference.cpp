@@ -111,8 +111,7 @@ TEST(Reference, UnaryFloatOps) {
   for (const auto& c : cases) {
     Graph g;
     auto in = g.input("x", Shape{3}, DType::F64);
-    EXPECT_TRUE(is(run1(g, g.unary(c.op, in), {{"x", tensor({3}, x)}}), DType::F64, {3}, c.want))
-        << ir::op_name(c.op);
+    EXPECT_TRUE(is(run1(g, g.unary(c.op, in), {{"x", tensor({3}, x)}}), DType::F64, {3}, c.want)) << ir::op_name(c.op);
   }
 }
 
@@ -123,7 +122,8 @@ TEST(Reference, RoundSignNotAndIntegerUnary) {
   EXPECT_TRUE(is(run1(g, g.unary(OpKind::Round, x), in), DType::F32, {7}, {0, 2, 2, -0.0, -2, 0, 0}));
   EXPECT_TRUE(is(run1(g, g.unary(OpKind::Sign, x), in), DType::F32, {7}, {1, 1, 1, -1, -1, 0, 0}));
   auto b = g.input("b", Shape{2}, DType::Bool);
-  EXPECT_TRUE(is(run1(g, g.unary(OpKind::Not, b), {{"b", tensor({2}, {1, 0}, DType::Bool)}}), DType::Bool, {2}, {0, 1}));
+  EXPECT_TRUE(
+      is(run1(g, g.unary(OpKind::Not, b), {{"b", tensor({2}, {1, 0}, DType::Bool)}}), DType::Bool, {2}, {0, 1}));
   auto i = g.input("i", Shape{3}, DType::I32);
   TensorMap ii{{"i", tensor({3}, {-3, 0, 5}, DType::I32)}};
   EXPECT_TRUE(is(run1(g, g.unary(OpKind::Neg, i), ii), DType::I32, {3}, {3, 0, -5}));
@@ -144,6 +144,12 @@ TEST(Reference, ResultsRoundToTheNodeDtype) {
   auto r = run1(g, g.add(b, g.scalar(std::ldexp(3.0, -8), DType::BF16)), {{"b", tensor({2}, {1, 2}, DType::BF16)}});
   EXPECT_EQ(r.get(0), 1.0 + std::ldexp(1.0, -6));  // 1 + 1.5 ulp: a tie, to the even 1 + 2 ulp
   EXPECT_EQ(r.get(1), 2.0 + std::ldexp(1.0, -6));  // 2 + 0.75 ulp rounds up to 2 + 1 ulp
+  // Intermediates round too: (a + half ulp) - a is 0 in f16, and i32 wraps before the division.
+  auto tie = g.sub(g.add(a, g.scalar(std::ldexp(1.0, -11), DType::F16)), a);
+  EXPECT_EQ(run1(g, tie, {{"a", tensor({2}, {1, 1}, DType::F16)}}).get(0), 0.0);
+  auto i = g.input("i", Shape{1}, DType::I32);
+  auto wrapped = g.div(g.add(i, g.scalar(1, DType::I32)), g.scalar(2, DType::I32));
+  EXPECT_EQ(run1(g, wrapped, {{"i", tensor({1}, {2147483647}, DType::I32)}}).get(0), -1073741824.0);
   auto f = g.input("f", Shape{1}, DType::F32);
   EXPECT_EQ(run1(g, g.mul(f, f), {{"f", tensor({1}, {0.1}, DType::F32)}}).get(0),
             double(float(double(0.1f) * double(0.1f))));
@@ -162,8 +168,9 @@ TEST(Reference, BinaryBroadcastingAndRankZero) {
   EXPECT_TRUE(is(run1(g, g.mul(s, s), in), DType::F64, {}, {4}));
   EXPECT_TRUE(is(run1(g, g.binary(OpKind::Pow, b, s), in), DType::F64, {3}, {1, 4, 9}));
   auto z = g.input("z", Shape{0, 1}, DType::F64);
-  EXPECT_TRUE(is(run1(g, g.add(z, b), {{"z", tensor({0, 1}, {})}, {"b", tensor({3}, {1, 2, 3})}, {"a", tensor({2, 1}, {0, 0})}}),
-                 DType::F64, {0, 3}, {}));
+  EXPECT_TRUE(is(
+      run1(g, g.add(z, b), {{"z", tensor({0, 1}, {})}, {"b", tensor({3}, {1, 2, 3})}, {"a", tensor({2, 1}, {0, 0})}}),
+      DType::F64, {0, 3}, {}));
 }
 
 TEST(Reference, MaxMinPropagateNaN) {
@@ -213,8 +220,9 @@ TEST(Reference, ComparisonsAndLogic) {
     OpKind op;
     Vals want;
   };
-  for (auto [op, want] : {Case{OpKind::Eq, {0, 1, 0, 1}}, Case{OpKind::Ne, {1, 0, 1, 0}}, Case{OpKind::Lt, {1, 0, 0, 0}},
-                          Case{OpKind::Le, {1, 1, 0, 1}}, Case{OpKind::Gt, {0, 0, 1, 0}}, Case{OpKind::Ge, {0, 1, 1, 1}}})
+  for (auto [op, want] :
+       {Case{OpKind::Eq, {0, 1, 0, 1}}, Case{OpKind::Ne, {1, 0, 1, 0}}, Case{OpKind::Lt, {1, 0, 0, 0}},
+        Case{OpKind::Le, {1, 1, 0, 1}}, Case{OpKind::Gt, {0, 0, 1, 0}}, Case{OpKind::Ge, {0, 1, 1, 1}}})
     EXPECT_TRUE(is(run1(g, g.binary(op, a, b), in), DType::Bool, {4}, want)) << ir::op_name(op);
   auto p = g.input("p", Shape{4}, DType::Bool);
   auto q = g.input("q", Shape{4}, DType::Bool);
@@ -222,8 +230,8 @@ TEST(Reference, ComparisonsAndLogic) {
   EXPECT_TRUE(is(run1(g, g.binary(OpKind::And, p, q), bin), DType::Bool, {4}, {0, 0, 0, 1}));
   EXPECT_TRUE(is(run1(g, g.binary(OpKind::Or, p, q), bin), DType::Bool, {4}, {0, 1, 1, 1}));
   auto f = g.input("f", Shape{2}, DType::F32);
-  EXPECT_TRUE(is(run1(g, g.binary(OpKind::Eq, f, f), {{"f", tensor({2}, {kNaN, 1}, DType::F32)}}), DType::Bool, {2},
-                 {0, 1}));
+  EXPECT_TRUE(
+      is(run1(g, g.binary(OpKind::Eq, f, f), {{"f", tensor({2}, {kNaN, 1}, DType::F32)}}), DType::Bool, {2}, {0, 1}));
 }
 
 TEST(Reference, WhereCastClamp) {
@@ -239,8 +247,8 @@ TEST(Reference, WhereCastClamp) {
   EXPECT_TRUE(is(run1(g, g.cast(c, DType::F32), in), DType::F32, {2, 1}, {1, 0}));
   EXPECT_TRUE(is(run1(g, g.clamp(a, -1, 2), in), DType::F32, {3}, {1.5, -1, 2}));
   auto i = g.input("i", Shape{3}, DType::I32);
-  EXPECT_TRUE(is(run1(g, g.clamp(i, -1.5, 2.5), {{"i", tensor({3}, {-5, 1, 9}, DType::I32)}}), DType::I32, {3},
-                 {-1, 1, 2}));
+  EXPECT_TRUE(
+      is(run1(g, g.clamp(i, -1.5, 2.5), {{"i", tensor({3}, {-5, 1, 9}, DType::I32)}}), DType::I32, {3}, {-1, 1, 2}));
 }
 
 // ---- reductions ------------------------------------------------------------
@@ -294,8 +302,8 @@ TEST(Reference, ArgMaxArgMin) {
   EXPECT_TRUE(is(run1(g, g.argmax(x, 1), in), DType::I64, {2}, {1, 0}));  // first max wins
   EXPECT_TRUE(is(run1(g, g.argmin(x, -1, true), in), DType::I64, {2, 1}, {0, 1}));
   EXPECT_TRUE(is(run1(g, g.argmax(x, 0), in), DType::I64, {3}, {1, 0, 1}));
-  EXPECT_TRUE(is(run1(g, g.argmax(x, 1), {{"x", tensor({2, 3}, {1, kNaN, 9, 1, 2, 3}, DType::F32)}}), DType::I64, {2},
-                 {1, 2}));
+  EXPECT_TRUE(
+      is(run1(g, g.argmax(x, 1), {{"x", tensor({2, 3}, {1, kNaN, 9, 1, 2, 3}, DType::F32)}}), DType::I64, {2}, {1, 2}));
 }
 
 // ---- matmul ----------------------------------------------------------------
@@ -331,8 +339,8 @@ TEST_F(Movement, ReshapePermuteExpand) {
   EXPECT_TRUE(is(run1(g, g.permute(x, {1, 0}), in), DType::F64, {3, 2}, {0, 3, 1, 4, 2, 5}));
   EXPECT_TRUE(is(run1(g, g.transpose(x), in), DType::F64, {3, 2}, {0, 3, 1, 4, 2, 5}));
   auto col = g.reshape(g.slice(x, {1}, {0}, {1}), Ints{2, 1});
-  EXPECT_TRUE(is(run1(g, g.expand(col, Shape{2, 2, 3}), in), DType::F64, {2, 2, 3},
-                 {0, 0, 0, 3, 3, 3, 0, 0, 0, 3, 3, 3}));
+  EXPECT_TRUE(
+      is(run1(g, g.expand(col, Shape{2, 2, 3}), in), DType::F64, {2, 2, 3}, {0, 0, 0, 3, 3, 3, 0, 0, 0, 3, 3, 3}));
   EXPECT_TRUE(is(run1(g, g.expand(g.scalar(7, DType::F64), Shape{2}), in), DType::F64, {2}, {7, 7}));
 }
 
@@ -355,8 +363,8 @@ TEST_F(Movement, ConcatAndSplit) {
 }
 
 TEST_F(Movement, PadAndCrop) {
-  EXPECT_TRUE(is(run1(g, g.pad(x, {1, 0, 0, 1}, -1), in), DType::F64, {3, 4},
-                 {-1, -1, -1, -1, 0, 1, 2, -1, 3, 4, 5, -1}));
+  EXPECT_TRUE(
+      is(run1(g, g.pad(x, {1, 0, 0, 1}, -1), in), DType::F64, {3, 4}, {-1, -1, -1, -1, 0, 1, 2, -1, 3, 4, 5, -1}));
   // Negative pads crop: drop the first row and the last column, add one column in front.
   EXPECT_TRUE(is(run1(g, g.pad(x, {-1, 1, 0, -1}), in), DType::F64, {1, 3}, {0, 3, 4}));
 }
@@ -425,6 +433,15 @@ TEST(Reference, LinearSoftmaxLogSoftmax) {
                  {0, 0, 1, 1, 1, 0}));
 }
 
+TEST(Reference, RankZeroSoftmaxAndLayerNorm) {
+  Graph g;
+  auto s = g.input("s", Shape{}, DType::F64);
+  TensorMap in{{"s", tensor({}, {-3})}};
+  EXPECT_TRUE(is(run1(g, g.softmax(s, 0), in), DType::F64, {}, {1}));
+  EXPECT_TRUE(is(run1(g, g.log_softmax(s, 0), in), DType::F64, {}, {0}));
+  EXPECT_TRUE(is(run1(g, g.layer_norm(s, std::nullopt, std::nullopt, 1e-5, 0), in), DType::F64, {}, {0}));
+}
+
 TEST(Reference, LayerNormAndRmsNorm) {
   Graph g;
   auto x = g.input("x", Shape{2, 2}, DType::F64);
@@ -435,16 +452,16 @@ TEST(Reference, LayerNormAndRmsNorm) {
   double eps = 1e-3, i1 = 1 / std::sqrt(1 + eps), i2 = 1 / std::sqrt(4 + eps);
   EXPECT_TRUE(is(run1(g, g.layer_norm(x, std::nullopt, std::nullopt, eps), in), DType::F64, {2, 2},
                  {-i1, i1, -2 * i2, 2 * i2}));
-  EXPECT_TRUE(is(run1(g, g.layer_norm(x, gamma, beta, eps), in), DType::F64, {2, 2},
-                 {-2 * i1, 10 + i1, -4 * i2, 10 + 2 * i2}));
-  EXPECT_TRUE(is(run1(g, g.layer_norm(x, gamma, std::nullopt, eps), in), DType::F64, {2, 2},
-                 {-2 * i1, i1, -4 * i2, 2 * i2}));
+  EXPECT_TRUE(
+      is(run1(g, g.layer_norm(x, gamma, beta, eps), in), DType::F64, {2, 2}, {-2 * i1, 10 + i1, -4 * i2, 10 + 2 * i2}));
+  EXPECT_TRUE(
+      is(run1(g, g.layer_norm(x, gamma, std::nullopt, eps), in), DType::F64, {2, 2}, {-2 * i1, i1, -4 * i2, 2 * i2}));
   // Over both dims: mean 1, variance (0 + 4 + 9 + 1) / 4 = 3.5.
   auto g2 = g.input("g2", Shape{2, 2}, DType::F64);
   in.emplace("g2", tensor({2, 2}, {1, 1, 1, 2}));
   double i3 = 1 / std::sqrt(3.5 + eps);
-  EXPECT_TRUE(is(run1(g, g.layer_norm(x, g2, std::nullopt, eps, -2), in), DType::F64, {2, 2},
-                 {0, 2 * i3, -3 * i3, 2 * i3}));
+  EXPECT_TRUE(
+      is(run1(g, g.layer_norm(x, g2, std::nullopt, eps, -2), in), DType::F64, {2, 2}, {0, 2 * i3, -3 * i3, 2 * i3}));
   // rms: rows' mean squares 5 and 4.
   double r1 = 1 / std::sqrt(5 + eps), r2 = 1 / std::sqrt(4 + eps);
   EXPECT_TRUE(is(run1(g, g.rms_norm(x, gamma, eps), in), DType::F64, {2, 2}, {2 * r1, 3 * r1, -4 * r2, 2 * r2}));
@@ -479,7 +496,8 @@ Tensor naive_conv2d(const Tensor& x, const Tensor& w, const Tensor* b, Ints s, I
               for (std::int64_t kw = 0; kw < KW; ++kw) {
                 std::int64_t ih = oh * s[0] - p[0] + kh * d[0], iw = ow * s[1] - p[1] + kw * d[1];
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                acc += x.get(((n * C + group * Cg + ci) * H + ih) * W + iw) * w.get(((o * Cg + ci) * KH + kh) * KW + kw);
+                acc +=
+                    x.get(((n * C + group * Cg + ci) * H + ih) * W + iw) * w.get(((o * Cg + ci) * KH + kh) * KW + kw);
               }
           out.set(((n * O + o) * OH + oh) * OW + ow, acc);
         }
@@ -509,8 +527,8 @@ TEST(Reference, Conv2dMatchesNaiveLoop) {
     if (c.bias) bi = g.input("b", Shape{O}, DType::F64);
     TensorMap in{{"x", x}, {"w", w}, {"b", b}};
     Tensor got = run1(g, g.conv2d(xi, wi, bi, c.stride, c.padding, c.dilation, c.groups), in);
-    EXPECT_TRUE(testing::tensors_close(got, naive_conv2d(x, w, c.bias ? &b : nullptr, c.stride, c.padding, c.dilation,
-                                                         c.groups)))
+    EXPECT_TRUE(testing::tensors_close(
+        got, naive_conv2d(x, w, c.bias ? &b : nullptr, c.stride, c.padding, c.dilation, c.groups)))
         << "groups " << c.groups;
   }
 }
@@ -532,13 +550,12 @@ TEST(Reference, Pooling) {
   EXPECT_TRUE(is(run1(g, g.max_pool2d(x, {2, 2}, {1, 2}), in), DType::F64, {1, 1, 2, 2}, {6, 8, 6, 8}));
   EXPECT_TRUE(is(run1(g, g.avg_pool2d(x, {2, 2}, {1, 2}), in), DType::F64, {1, 1, 2, 2}, {3.5, 5.5, -2, -2}));
   // Padding 1, kernel 2, stride 2: max ignores the padding, avg divides by 4 regardless.
-  EXPECT_TRUE(is(run1(g, g.max_pool2d(x, {2, 2}, {2, 2}, {1, 1}), in), DType::F64, {1, 1, 2, 3},
-                 {1, 3, 4, 5, 7, 8}));
-  EXPECT_TRUE(is(run1(g, g.avg_pool2d(x, {2, 2}, {2, 2}, {1, 1}), in), DType::F64, {1, 1, 2, 3},
-                 {0.25, 1.25, 1, -1, -2, -1}));
+  EXPECT_TRUE(is(run1(g, g.max_pool2d(x, {2, 2}, {2, 2}, {1, 1}), in), DType::F64, {1, 1, 2, 3}, {1, 3, 4, 5, 7, 8}));
+  EXPECT_TRUE(
+      is(run1(g, g.avg_pool2d(x, {2, 2}, {2, 2}, {1, 1}), in), DType::F64, {1, 1, 2, 3}, {0.25, 1.25, 1, -1, -2, -1}));
   // All-negative window with padding: max is the real element, not a padded zero.
-  EXPECT_TRUE(is(run1(g, g.max_pool2d(g.slice(x, {2}, {2}, {3}), {1, 2}, {1, 2}, {0, 1}), in), DType::F64,
-                 {1, 1, 1, 3}, {-9, -10, -12}));
+  EXPECT_TRUE(is(run1(g, g.max_pool2d(g.slice(x, {2}, {2}, {3}), {1, 2}, {1, 2}, {0, 1}), in), DType::F64, {1, 1, 1, 3},
+                 {-9, -10, -12}));
 }
 
 TEST(Reference, Embedding) {
@@ -549,8 +566,11 @@ TEST(Reference, Embedding) {
   EXPECT_TRUE(is(run1(g, g.embedding(table, ids), {{"ids", tensor({2, 2}, {2, 0, 1, 1}, DType::I32)}}, ps), DType::F32,
                  {2, 2, 2}, {20, 21, 0, 1, 10, 11, 10, 11}));
   auto e = g.embedding(table, ids);
-  expect_error([&] { run1(g, e, {{"ids", tensor({2, 2}, {0, 3, 0, 0}, DType::I32)}}, ps); },
-               {"%" + std::to_string(e), "embedding", "index 3"});
+  expect_error(
+      [&] {
+        run1(g, e, {{"ids", tensor({2, 2}, {0, 3, 0, 0}, DType::I32)}}, ps);
+      },
+      {"%" + std::to_string(e), "embedding", "index 3"});
 }
 
 // softmax(q k^T * scale + mask) v by explicit loops.
@@ -644,9 +664,16 @@ TEST(Reference, MissingOrMismatchedFeedsNameThemselves) {
   expect_error([&] { reference::run(g, {}, {{"w", two}}); }, {"'x'", "input"});
   expect_error([&] { reference::run(g, {{"x", two}}, {}); }, {"'w'", "param"});
   expect_error([&] { reference::run(g, {{"w", two}}, {{"x", two}}); }, {"'x'"});
-  expect_error([&] { reference::run(g, {{"x", tensor({2}, {1, 2}, DType::F64)}}, {{"w", two}}); }, {"'x'", "f32", "f64"});
-  expect_error([&] { reference::run(g, {{"x", two}}, {{"w", tensor({3}, {1, 2, 3}, DType::F32)}}); },
-               {"'w'", "[2]", "[3]"});
+  expect_error(
+      [&] {
+        reference::run(g, {{"x", tensor({2}, {1, 2}, DType::F64)}}, {{"w", two}});
+      },
+      {"'x'", "f32", "f64"});
+  expect_error(
+      [&] {
+        reference::run(g, {{"x", two}}, {{"w", tensor({3}, {1, 2, 3}, DType::F32)}});
+      },
+      {"'w'", "[2]", "[3]"});
   expect_error([&] { reference::run(g, {{"x", tensor({2, 1}, {1, 2}, DType::F32)}}, {{"w", two}}); }, {"'x'"});
   auto r = reference::run(g, {{"x", two}}, {{"w", two}});
   ASSERT_EQ(r.size(), 1u);
@@ -671,8 +698,11 @@ TEST(Reference, SymbolicDimsBindFromTheFeeds) {
   ASSERT_EQ(r.size(), 2u);
   EXPECT_TRUE(is(r[0], DType::F64, {3}, {5, 7, 9}));
   EXPECT_TRUE(is(r[1], DType::F64, {3, 2}, {1, 2, 3, 4, 5, 6}));
-  expect_error([&] { reference::run(g, {{"x", tensor({3, 2}, {1, 2, 3, 4, 5, 6})}, {"y", tensor({2, 1}, {1, 0})}}); },
-               {"'y'", "[B,1]", "[2,1]"});
+  expect_error(
+      [&] {
+        reference::run(g, {{"x", tensor({3, 2}, {1, 2, 3, 4, 5, 6})}, {"y", tensor({2, 1}, {1, 0})}});
+      },
+      {"'y'", "[B,1]", "[2,1]"});
 }
 
 TEST(Reference, OutputsInOrderWithSharedAndRepeatedNodes) {

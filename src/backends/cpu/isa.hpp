@@ -1,0 +1,160 @@
+#pragma once
+// The boundary between the ISA-neutral CPU backend and its per-ISA hot loops
+// (isa/kernels_impl.inc, compiled once per ISA with that ISA's -m flags).
+// Only plain structs and raw pointers cross it: an inline function or
+// template instantiated in the AVX-512 translation unit could otherwise be
+// the copy the linker keeps for every caller, and crash a CPU without AVX-512.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rlx/ir/dtype.hpp"
+
+namespace rlx::backends::cpu {
+
+// Elements per elementwise block: the registers of a program stay in L1.
+inline constexpr std::int64_t kBlock = 512;
+inline constexpr int kMaxRank = 16;
+
+// Compute types: f32 for f32/f16/bf16, f64, i32 for i32/i8/u8/bool, i64.
+enum class CT : std::uint8_t { F32, F64, I32, I64 };
+
+enum class Op : std::uint8_t {
+  // unary (a -> dst)
+  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Recip, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Softplus, Erf, Sin, Cos,
+  Floor, Ceil, Round, Sign, Not,
+  // binary (a, b -> dst); comparisons write i32 0/1
+  Add, Sub, Mul, Div, Pow, Max, Min, Mod, Eq, Ne, Lt, Le, Gt, Ge, And, Or,
+  Where,   // dst = a (i32 cond) ? b : c, in ct
+  Clamp,   // dst = clamp(a, f0, f1) with NaN kept
+  Cast,    // dst (ct2) = a (ct) converted like a store to `dtype` (bool: a != 0)
+  Narrow,  // dst = a rounded to `dtype` (f16, bf16 within f32; i8, u8, bool within i32)
+  Fill,    // dst = constant (f0 for floats, i0 for ints)
+  Load,    // dst = loads[io] at the block's indices
+  Store,   // stores[io] at the block's indices = a
+};
+
+enum class LoadKind : std::uint8_t {
+  Contig,   // element f of the iteration is element f of the source
+  Scalar,   // one element broadcast
+  Row,      // element f is element f % period (broadcast along leading dims)
+  Strided,  // general: collapsed extents and element strides (0 = broadcast)
+};
+
+struct LoadSpec {
+  const std::byte* fixed = nullptr;  // constant data; otherwise resolved through `buffer`
+  std::int32_t buffer = 0;           // >= 0: ptrs[buffer]; < 0: aux[-1 - buffer]
+  ir::DType dtype = ir::DType::F32;  // storage dtype
+  LoadKind kind = LoadKind::Contig;
+  std::int32_t rank = 0;
+  std::int64_t period = 0;
+  std::int64_t ext[kMaxRank] = {};
+  std::int64_t stride[kMaxRank] = {};
+};
+
+struct StoreSpec {
+  std::int32_t buffer = 0;  // as LoadSpec::buffer
+  ir::DType dtype = ir::DType::F32;
+  bool stream = false;  // non-temporal stores: the output is larger than the caches
+};
+
+struct Instr {
+  Op op = Op::Fill;
+  CT ct = CT::F32;   // operand compute type
+  CT ct2 = CT::F32;  // Cast: result compute type
+  ir::DType dtype = ir::DType::F32;
+  std::int16_t dst = -1, a = -1, b = -1, c = -1;  // value slots
+  std::int32_t io = -1;                           // Load / Store index
+  double f0 = 0, f1 = 0;
+  std::int64_t i0 = 0;
+};
+
+// A compiled elementwise program. Slots [0, n_regs) are registers of kBlock
+// elements in per-thread scratch; slot n_regs + k reads loads[direct[k]] in
+// place (contiguous, no conversion). `init` runs once per task over a whole
+// block (constants, scalar loads, values that depend only on them).
+struct Program {
+  const Instr* init = nullptr;
+  std::int32_t n_init = 0;
+  const Instr* code = nullptr;
+  std::int32_t n_code = 0;
+  const LoadSpec* loads = nullptr;
+  const StoreSpec* stores = nullptr;
+  const std::int32_t* direct = nullptr;
+  std::int32_t n_direct = 0;
+  std::int32_t n_regs = 0;
+  std::int32_t result = -1;  // slot returned by ew_block (reduce prologues)
+  bool streams = false;
+};
+
+struct EwCtx {
+  std::byte* const* ptrs = nullptr;  // the executable's buffer pointer table
+  std::byte* const* aux = nullptr;   // kernel-local sources (a reduce's result, a matmul's tile)
+  std::byte* scratch = nullptr;      // this thread's scratch, program_scratch_bytes() large
+};
+
+// ---- reductions ------------------------------------------------------------
+enum class RedOp : std::uint8_t { Sum, Mean, Max, Min, Prod, ArgMax, ArgMin };
+
+// The reduce input is viewed as [outer, red, inner] (the prologue's
+// iteration order makes it so). Work is split into units:
+//   inner == 1: unit = (o, s); inner > 1: unit = ((o, chunk), s)
+// where s < splits cuts the reduced range; with splits > 1 each unit writes a
+// partial Acc and reduce_combine merges them.
+struct ReducePlan {
+  RedOp op = RedOp::Sum;
+  CT ct = CT::F32;     // compute type of the reduced values
+  CT out_ct = CT::F32; // compute type of the result (i64 for arg reductions)
+  std::int64_t outer = 1, red = 1, inner = 1;
+  std::int64_t splits = 1;
+  std::int64_t chunk = 1, chunks = 1;  // inner > 1: inner elements per unit
+  const Program* pro = nullptr;        // its `result` slot yields the values
+};
+
+struct Acc {
+  union {
+    double f;
+    std::int64_t i;
+  } v;
+  std::int64_t idx;
+};
+
+struct ReduceCtx {
+  EwCtx pro;                   // prologue context (its scratch is per thread)
+  std::byte* acc = nullptr;    // per thread: 16 * chunk bytes of row accumulators
+  Acc* partial = nullptr;      // splits > 1: [splits][outer * inner]
+  std::byte* out = nullptr;    // results, one out_ct value per output element
+};
+
+// ---- the per-ISA function table ----------------------------------------------
+struct KernelTable {
+  const char* name;
+  // Evaluates iteration indices [begin, end) block by block (stores included).
+  void (*ew_run)(const Program&, const EwCtx&, std::int64_t begin, std::int64_t end);
+  void (*reduce_units)(const ReducePlan&, const ReduceCtx&, std::int64_t u0, std::int64_t u1);
+  // Merges the partials of outputs [o0, o1) (splits > 1).
+  void (*reduce_combine)(const ReducePlan&, const ReduceCtx&, std::int64_t o0, std::int64_t o1);
+  // Softmax / log-softmax of `rows` contiguous rows of n.
+  void (*softmax_rows)(const float* x, float* y, std::int64_t rows, std::int64_t n, bool log);
+  // Softmax along the middle axis of one [n, inner] slice.
+  void (*softmax_cols)(const float* x, float* y, std::int64_t n, std::int64_t inner, bool log);
+  // Layer norm (or RMS norm) of `rows` rows of n; gamma/beta may be null.
+  void (*norm_rows)(const float* x, float* y, const float* gamma, const float* beta, std::int64_t rows,
+                    std::int64_t n, float eps, bool rms);
+};
+
+namespace generic { const KernelTable& table(); }
+namespace avx2 { const KernelTable& table(); }
+namespace avx512 { const KernelTable& table(); }
+
+// ISAs this CPU can run, best first.
+std::vector<std::string> supported_isas();
+// The table for `isa` ("generic", "avx2", "avx512"); throws rlx::Error when
+// unknown or not supported by this CPU.
+const KernelTable& kernel_table(std::string_view isa);
+// The table compile_lir uses: RLX_CPU_ISA when set, else the best supported.
+const KernelTable& select_kernels();
+
+}  // namespace rlx::backends::cpu
