@@ -2,7 +2,7 @@
 # Both bootstrap dependencies first (idempotent), then build with Ninja+ccache.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=Release
+CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(CURDIR)/.venv/bin/python
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
 .PHONY: all deps configure build demo test bench fmt lint install-git-hooks clean
@@ -23,6 +23,7 @@ demo: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 2
+	@BUILD=$(BUILD) bash scripts/test_python.sh
 
 bench: build
 	@bash bench/run.sh

@@ -11,7 +11,9 @@ APT_PACKAGES=(
   nlohmann-json3-dev libfmt-dev libcli11-dev
   clang-format clang-tidy graphviz
 )
-PIP_PACKAGES=(numpy onnx onnxruntime pytest)
+# pip package -> the module it provides (to check whether it is installed).
+PIP_PACKAGES=(numpy:numpy onnx:onnx onnxruntime:onnxruntime pytest:pytest nanobind:nanobind
+              scikit-build-core:scikit_build_core ml_dtypes:ml_dtypes matplotlib:matplotlib)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -32,13 +34,14 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[bootstrap] creating $VENV"
   "$PY" -m venv "$VENV"
 fi
-need_pip=0
-for p in "${PIP_PACKAGES[@]}"; do
-  "$VENV/bin/python" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('${p}') is None)" 2>/dev/null || need_pip=1
+need=()
+for entry in "${PIP_PACKAGES[@]}"; do
+  pkg=${entry%%:*} mod=${entry##*:}
+  "$VENV/bin/python" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('$mod') is None)" 2>/dev/null || need+=("$pkg")
 done
-if [ $need_pip = 1 ]; then
-  echo "[bootstrap] pip install ${PIP_PACKAGES[*]}"
+if [ ${#need[@]} -gt 0 ]; then
+  echo "[bootstrap] pip install ${need[*]}"
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$VENV/bin/python" -m pip install -q "${PIP_PACKAGES[@]}"
+  "$VENV/bin/python" -m pip install -q "${need[@]}"
 fi
 touch "$VENV/.bootstrapped"

@@ -4,6 +4,8 @@
 // joins the kernel(s) computing its consumers or becomes a buffer that some
 // kernel writes. Consumers-first makes reduce prologues and matmul/reduce
 // epilogues fall out of the same rule as elementwise chains.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cassert>
 #include <map>
@@ -11,8 +13,6 @@
 #include <queue>
 #include <set>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/compile/rewrite.hpp"
@@ -39,9 +39,18 @@ bool is_ew(OpKind k) { return ir::is_elementwise(k); }
 // Rough relative cost of recomputing an elementwise op (transcendentals ~4x).
 std::size_t op_cost(OpKind k) {
   switch (k) {
-    case OpKind::Exp: case OpKind::Log: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Gelu:
-    case OpKind::GeluTanh: case OpKind::Silu: case OpKind::Softplus: case OpKind::Erf: case OpKind::Sin:
-    case OpKind::Cos: case OpKind::Pow: return 4;
+    case OpKind::Exp:
+    case OpKind::Log:
+    case OpKind::Tanh:
+    case OpKind::Sigmoid:
+    case OpKind::Gelu:
+    case OpKind::GeluTanh:
+    case OpKind::Silu:
+    case OpKind::Softplus:
+    case OpKind::Erf:
+    case OpKind::Sin:
+    case OpKind::Cos:
+    case OpKind::Pow: return 4;
     default: return 1;
   }
 }
@@ -155,9 +164,12 @@ Sunk sink_reshapes(const Graph& g) {
     std::vector<NodeId> ins;
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       NodeId in = n.inputs[i];
-      if (!shapes[i]) ins.push_back(*flat_of(in));
-      else if (*shapes[i] == g.node(in).shape) ins.push_back(r.map(in));
-      else ins.push_back(out.reshape(r.map(in), *shapes[i]));
+      if (!shapes[i])
+        ins.push_back(*flat_of(in));
+      else if (*shapes[i] == g.node(in).shape)
+        ins.push_back(r.map(in));
+      else
+        ins.push_back(out.reshape(r.map(in), *shapes[i]));
     }
     NodeId y = out.add(n.op, std::move(ins), n.attrs);
     flat[n.id] = y;
@@ -166,8 +178,10 @@ Sunk sink_reshapes(const Graph& g) {
   for (const auto& n : g.nodes()) {
     std::optional<NodeId> rep;
     if (is_ew(n.op)) rep = sink(n);
-    if (rep) r.set_map(n.id, *rep);
-    else r.copy(n);
+    if (rep)
+      r.set_map(n.id, *rep);
+    else
+      r.copy(n);
     origin.resize(out.size(), n.id);
   }
   return {r.finish(), std::move(origin)};
@@ -199,7 +213,7 @@ class Lowering {
   void visit_anchor(const Node& n);
   std::optional<Role> absorb_role(int g, const Node& n, std::string& why) const;
   std::set<int> buffer_readers(const Node& n, const std::set<int>& inside) const;
-  int new_group(KernelKind kind, const Node& n, std::string why);
+  void new_group(KernelKind kind, const Node& n, std::string why);
   void add_edges(int from, const std::set<int>& to);
   bool reaches(int from, int to) const;
   std::size_t cone_cost(NodeId n) const;
@@ -213,10 +227,10 @@ class Lowering {
   const BackendTraits& bt_;
   std::vector<std::vector<NodeId>> users_;  // live users, deduplicated
   std::vector<bool> live_, is_output_;
-  std::vector<std::optional<i64>> view_;    // views: byte offset into their input
-  std::vector<std::vector<int>> owners_;    // kernels computing the node (several when duplicated)
-  std::vector<int> producer_;               // kernel writing the node's buffer
-  std::vector<std::set<int>> view_readers_; // views: kernels reading them (transitively)
+  std::vector<std::optional<i64>> view_;     // views: byte offset into their input
+  std::vector<std::vector<int>> owners_;     // kernels computing the node (several when duplicated)
+  std::vector<int> producer_;                // kernel writing the node's buffer
+  std::vector<std::set<int>> view_readers_;  // views: kernels reading them (transitively)
   std::vector<Group> groups_;
   std::vector<BufferId> buf_;
   LirModule m_;
@@ -288,7 +302,7 @@ void Lowering::add_edges(int from, const std::set<int>& to) {
     if (t != from) groups_[std::size_t(from)].succ.insert(t);
 }
 
-int Lowering::new_group(KernelKind kind, const Node& n, std::string why) {
+void Lowering::new_group(KernelKind kind, const Node& n, std::string why) {
   Group grp;
   grp.kind = kind;
   grp.nodes[n.id] = kind == KernelKind::Elementwise ? Role::Plain : Role::Anchor;
@@ -301,7 +315,6 @@ int Lowering::new_group(KernelKind kind, const Node& n, std::string why) {
   owners_[n.id] = {id};
   producer_[n.id] = id;
   add_edges(id, buffer_readers(n, {id}));
-  return id;
 }
 
 // Cost of the elementwise nodes upstream of `n` that duplicating it would
@@ -342,8 +355,8 @@ std::optional<Role> Lowering::absorb_role(int gid, const Node& n, std::string& w
         (it->second == Role::Epilogue ? epi : pro) = true;
       }
       if (pro && epi) return why = "used by both the prologue and the epilogue of a reduce", std::nullopt;
-      if (pro) return shape_ok(g_.node(g_.node(*grp.anchor).inputs[0]).shape) ? std::optional(Role::Prologue)
-                                                                                : std::nullopt;
+      if (pro)
+        return shape_ok(g_.node(g_.node(*grp.anchor).inputs[0]).shape) ? std::optional(Role::Prologue) : std::nullopt;
       return shape_ok(grp.iter) ? std::optional(Role::Epilogue) : std::nullopt;
     }
     case KernelKind::MatMul:
@@ -351,9 +364,7 @@ std::optional<Role> Lowering::absorb_role(int gid, const Node& n, std::string& w
       for (auto u : users_[n.id])
         if (u == *grp.anchor) return why = "matmul operands are buffers", std::nullopt;
       return shape_ok(grp.iter) ? std::optional(Role::Epilogue) : std::nullopt;
-    default:
-      why = fmt::format("consumer is a {} kernel", kernel_kind_name(grp.kind));
-      return std::nullopt;
+    default: why = fmt::format("consumer is a {} kernel", kernel_kind_name(grp.kind)); return std::nullopt;
   }
 }
 
@@ -364,14 +375,20 @@ void Lowering::visit_elementwise(const Node& n) {
   std::set<int> consumers;
   for (auto u : users_[n.id]) {
     if (view_[u]) {
-      if (why.empty()) why = fmt::format("consumer %{} is a view ({})", origin_[u], ir::op_name(g_.node(u).op));
+      if (!why.empty()) continue;
+      if (origin_[u] != origin_[n.id])
+        why = fmt::format("consumer %{} is a view ({})", origin_[u], ir::op_name(g_.node(u).op));
+      else
+        why = is_output_[u] ? "graph output" : "reshaped back for its consumers";  // see sink_reshapes
       continue;
     }
     for (int g : owners_[u]) {
       if (!consumers.insert(g).second) continue;
       std::string reason;
-      if (auto role = absorb_role(g, n, reason)) absorb[g] = *role;
-      else if (why.empty()) why = reason;
+      if (auto role = absorb_role(g, n, reason))
+        absorb[g] = *role;
+      else if (why.empty())
+        why = reason;
     }
   }
   auto join = [&](int g, Role role) {
@@ -408,8 +425,8 @@ void Lowering::visit_anchor(const Node& n) {
                     : cls == OpClass::Leaf     ? KernelKind::Leaf
                     : cls == OpClass::Movement ? KernelKind::Movement
                                                : KernelKind::Native;
-  bool fusable = (kind == KernelKind::Reduce && bt_.fuse_reduce) ||
-                 (kind == KernelKind::MatMul && bt_.fuse_matmul_epilogue);
+  bool fusable =
+      (kind == KernelKind::Reduce && bt_.fuse_reduce) || (kind == KernelKind::MatMul && bt_.fuse_matmul_epilogue);
   std::string why = kind == KernelKind::Reduce   ? "reduce fusion disabled"
                     : kind == KernelKind::MatMul ? "matmul epilogue fusion disabled"
                                                  : fmt::format("{} ops are not fused", kernel_kind_name(kind));
@@ -420,15 +437,21 @@ void Lowering::visit_anchor(const Node& n) {
     consumers.insert(owners_[u].begin(), owners_[u].end());
   }
   if (fusable) {
-    if (is_output_[n.id]) why = "graph output";
-    else if (view_user) why = "consumer is a view";
-    else if (consumers.size() != 1) why = fmt::format("producer has {} consumers", consumers.size());
+    if (is_output_[n.id])
+      why = "graph output";
+    else if (view_user)
+      why = "consumer is a view";
+    else if (consumers.size() != 1)
+      why = fmt::format("producer has {} consumers", consumers.size());
     else {
       int gid = *consumers.begin();
       Group& e = groups_[std::size_t(gid)];
-      if (e.kind != KernelKind::Elementwise) why = fmt::format("consumer is a {} kernel", kernel_kind_name(e.kind));
-      else if (e.outputs.size() != 1) why = "epilogue kernel has several outputs";
-      else if (e.iter != n.shape) why = fmt::format("shape change ({} into {})", n.shape.str(), e.iter.str());
+      if (e.kind != KernelKind::Elementwise)
+        why = fmt::format("consumer is a {} kernel", kernel_kind_name(e.kind));
+      else if (e.outputs.size() != 1)
+        why = "epilogue kernel has several outputs";
+      else if (e.iter != n.shape)
+        why = fmt::format("shape change ({} into {})", n.shape.str(), e.iter.str());
       else {
         // The elementwise consumer kernel becomes this op's epilogue.
         e.kind = kind;
@@ -449,7 +472,9 @@ std::vector<int> Lowering::kernel_order() const {
     for (int s : grp.succ) ++indeg[std::size_t(s)];
   // Among ready kernels the one whose output comes first in the graph runs
   // first, which keeps the source order (and its short live ranges).
-  auto key = [&](int g) { return *std::min_element(groups_[std::size_t(g)].outputs.begin(), groups_[std::size_t(g)].outputs.end()); };
+  auto key = [&](int g) {
+    return *std::min_element(groups_[std::size_t(g)].outputs.begin(), groups_[std::size_t(g)].outputs.end());
+  };
   auto later = [&](int a, int b) { return key(a) > key(b); };
   std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
   for (std::size_t g = 0; g < groups_.size(); ++g)
@@ -505,8 +530,8 @@ void Lowering::emit(int gid, std::size_t index, std::vector<FusionRecord>* fusio
   for (Role want : {Role::Prologue, Role::Anchor, Role::Plain, Role::Epilogue})
     for (auto [id, role] : grp.nodes)
       if (role == want) order.push_back(id);
-  bool inline_scalars = grp.kind == KernelKind::Elementwise || grp.kind == KernelKind::Reduce ||
-                        grp.kind == KernelKind::MatMul;
+  bool inline_scalars =
+      grp.kind == KernelKind::Elementwise || grp.kind == KernelKind::Reduce || grp.kind == KernelKind::MatMul;
   std::map<NodeId, NodeId> local;
   auto operand = [&](NodeId o, bool anchor_operand) -> NodeId {
     if (auto it = local.find(o); it != local.end()) return it->second;
@@ -562,9 +587,12 @@ LirModule Lowering::run(std::vector<FusionRecord>* fusion) {
   for (NodeId i = NodeId(g_.size()); i-- > 0;) {
     const Node& n = g_.node(i);
     if (!live_[i] || is_buffer_leaf(n.op)) continue;
-    if (view_[i]) visit_view(n);
-    else if (is_ew(n.op)) visit_elementwise(n);
-    else visit_anchor(n);
+    if (view_[i])
+      visit_view(n);
+    else if (is_ew(n.op))
+      visit_elementwise(n);
+    else
+      visit_anchor(n);
   }
   m_.name = g_.name();
   // Every graph input and param gets its buffer, used or not: callers bind them by position.

@@ -2,13 +2,13 @@
 // an optional stderr dump after every pass, plus the reports' text forms.
 #include "rlx/compile/pipeline.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <set>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "rlx/compile/passes_extra.hpp"
 #include "rlx/error.hpp"
@@ -80,9 +80,12 @@ std::string LirModule::to_text() const {
   std::string out = fmt::format("lir {} {{\n  buffers:\n", name);
   for (const auto& b : buffers) {
     out += fmt::format("    b{} {} \"{}\" {}", b.id, role_name(b.role), b.name, shape_str(b.dtype, b.shape));
-    if (b.root != b.id) out += fmt::format(" = view of b{} +{}", b.root, b.view_offset);
-    else if (b.role == BufferRole::Arena) out += fmt::format(" @{} ({})", b.arena_offset, bytes_str(b.nbytes()));
-    else out += fmt::format(" #{}", b.external_index);
+    if (b.root != b.id)
+      out += fmt::format(" = view of b{} +{}", b.root, b.view_offset);
+    else if (b.role == BufferRole::Arena)
+      out += fmt::format(" @{} ({})", b.arena_offset, bytes_str(b.nbytes()));
+    else
+      out += fmt::format(" #{}", b.external_index);
     out += '\n';
   }
   for (const auto& k : kernels) {
@@ -109,7 +112,7 @@ std::string DispatchReport::to_text() const {
     wop = std::max(wop, ir::op_name(e.op).size());
     wtier = std::max(wtier, dispatch_tier_name(e.tier).size());
   }
-  std::string out = fmt::format("dispatch on {}: {} composite ops\n", backend, entries.size());
+  std::string out = fmt::format("dispatch on {} ({} ops)\n", backend, entries.size());
   out += fmt::format("  {:<6} {:<{}} {:<{}} {}\n", "node", "op", wop, "tier", wtier, "reason");
   for (const auto& e : entries)
     out += fmt::format("  {:<6} {:<{}} {:<{}} {}\n", fmt::format("%{}", e.hir_node), ir::op_name(e.op), wop,
@@ -119,8 +122,7 @@ std::string DispatchReport::to_text() const {
 
 std::string CompileResult::summary() const {
   std::string out = fmt::format("compile '{}' for {}: {} HIR nodes -> {} MIR nodes -> {} kernels in {:.2f} ms\n",
-                                hir.name(), dispatch.backend, hir.size(), mir.size(), lir.kernels.size(),
-                                total_millis);
+                                hir.name(), dispatch.backend, hir.size(), mir.size(), lir.kernels.size(), total_millis);
   std::size_t per_kind[6] = {}, ops = 0, fused_kernels = 0;
   for (const auto& k : lir.kernels) {
     ++per_kind[std::size_t(k.kind)];
@@ -246,10 +248,10 @@ void require_static(const ir::Graph& g) {
   if (syms.empty()) return;
   std::string names;
   for (const auto& s : syms) names += (names.empty() ? "" : ", ") + s;
-  throw Error(fmt::format("graph '{}' has unbound symbolic dims {} (e.g. {} is {}{}); bind them with "
-                          "CompileOptions::bind",
-                          g.name(), names, ir::describe_node(g, *example), ir::dtype_name(example->dtype),
-                          example->shape.str()));
+  throw Error(fmt::format(
+      "graph '{}' has unbound symbolic dims {} (e.g. {} is {}{}); bind them with "
+      "CompileOptions::bind",
+      g.name(), names, ir::describe_node(g, *example), ir::dtype_name(example->dtype), example->shape.str()));
 }
 
 }  // namespace
@@ -265,7 +267,8 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   pm.dump("hir", ir::to_text(g));
 
   if (!options.param_bindings.empty())
-    pm.run("param_specialize", g, [&](const ir::Graph& x) { return passes::param_specialize(x, options.param_bindings); });
+    pm.run("param_specialize", g,
+           [&](const ir::Graph& x) { return passes::param_specialize(x, options.param_bindings); });
   std::set<ir::OpKind> keep;
   for (auto op : backend.native_ops)
     if (ir::op_info(op).cls == ir::OpClass::Composite) keep.insert(op);

@@ -149,6 +149,12 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
     DType t0 = in(0).dtype;
     auto rank = s0.rank();
     switch (op) {
+      case OpKind::Concat: case OpKind::Gather: case OpKind::ScatterAdd: case OpKind::Squeeze: case OpKind::Flip:
+        require(rank > 0, "needs an input of rank >= 1");
+        break;
+      default: break;
+    }
+    switch (op) {
       case OpKind::Reshape: {
         const TypeInfo& d = need_declared();
         require(d.dtype == t0, "cannot change the dtype");

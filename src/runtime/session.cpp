@@ -62,11 +62,12 @@ void CompiledGraph::set_param(std::string_view name, const ir::TensorView& value
               (known.empty() ? "it has none" : "params: " + known) + ")");
 }
 
-std::vector<const void*> CompiledGraph::bind_inputs(std::span<const NamedTensor> inputs) const {
+void CompiledGraph::bind_inputs(std::span<const NamedTensor> inputs) {
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (!(*params_set_)[i])
       throw Error("run: param '" + params_[i].name + "' has not been set (call set_param first)");
-  std::vector<const void*> ptrs(inputs_.size(), nullptr);
+  auto& ptrs = in_ptrs_;
+  ptrs.assign(inputs_.size(), nullptr);
   for (const auto& in : inputs) {
     std::size_t i = 0;
     while (i < inputs_.size() && inputs_[i].name != in.name) ++i;
@@ -81,19 +82,25 @@ std::vector<const void*> CompiledGraph::bind_inputs(std::span<const NamedTensor>
   }
   for (std::size_t i = 0; i < inputs_.size(); ++i)
     if (!ptrs[i]) throw Error("run: input '" + inputs_[i].name + "' is missing");
-  return ptrs;
 }
 
 void CompiledGraph::run_into(std::span<const NamedTensor> inputs, std::span<ir::Tensor> outputs) {
-  auto in_ptrs = bind_inputs(inputs);
+  bind_inputs(inputs);
   if (outputs.size() != outputs_.size())
     throw Error("run_into: expected " + std::to_string(outputs_.size()) + " outputs, got " + std::to_string(outputs.size()));
-  std::vector<void*> out_ptrs(outputs.size());
+  out_ptrs_.resize(outputs.size());
   for (std::size_t j = 0; j < outputs.size(); ++j) {
     check_value("output", outputs_[j], ir::view(outputs[j]));
-    out_ptrs[j] = outputs[j].data();
+    out_ptrs_[j] = outputs[j].data();
   }
-  exe_->run(in_ptrs, out_ptrs);
+  exe_->run(in_ptrs_, out_ptrs_);
+}
+
+void CompiledGraph::run_raw(std::span<const NamedTensor> inputs, std::span<void* const> outputs) {
+  bind_inputs(inputs);
+  if (outputs.size() != outputs_.size())
+    throw Error("run: expected " + std::to_string(outputs_.size()) + " outputs, got " + std::to_string(outputs.size()));
+  exe_->run(in_ptrs_, outputs);
 }
 
 std::vector<ir::Tensor> CompiledGraph::run(std::span<const NamedTensor> inputs) {

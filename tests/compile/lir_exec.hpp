@@ -92,7 +92,8 @@ inline ::testing::AssertionResult check_contract(const compile::LirModule& m) {
       case KernelKind::Reduce:
       case KernelKind::MatMul: {
         auto cls = k.kind == KernelKind::Reduce ? ir::OpClass::Reduce : ir::OpClass::MatMul;
-        auto it = std::find_if(ops.begin(), ops.end(), [&](auto id) { return ir::op_info(body.node(id).op).cls == cls; });
+        auto it =
+            std::find_if(ops.begin(), ops.end(), [&](auto id) { return ir::op_info(body.node(id).op).cls == cls; });
         if (it == ops.end()) return fail(k, "no anchor op");
         const auto& anchor = body.node(*it);
         if (k.outputs.size() != 1) return fail(k, "several outputs");
@@ -130,9 +131,12 @@ inline std::vector<ir::Tensor> run_lir(const compile::LirModule& m, const refere
   for (const auto& b : m.buffers) {
     if (b.root != b.id) continue;
     const ir::Tensor* src = nullptr;
-    if (b.role == BufferRole::Input) src = &inputs.at(b.name);
-    else if (b.role == BufferRole::Param) src = &params.at(b.name);
-    else if (b.role == BufferRole::Constant) src = &m.constant_values.at(std::size_t(b.external_index));
+    if (b.role == BufferRole::Input)
+      src = &inputs.at(b.name);
+    else if (b.role == BufferRole::Param)
+      src = &params.at(b.name);
+    else if (b.role == BufferRole::Constant)
+      src = &m.constant_values.at(std::size_t(b.external_index));
     if (src) {
       EXPECT_EQ(src->nbytes(), std::size_t(b.nbytes())) << b.name;
       owned.push_back(*src);
@@ -154,7 +158,8 @@ inline std::vector<ir::Tensor> run_lir(const compile::LirModule& m, const refere
     auto outs = reference::run(k.body, ins);
     for (std::size_t j = 0; j < k.outputs.size(); ++j) {
       EXPECT_EQ(outs[j].nbytes(), std::size_t(m.buffer(k.outputs[j]).nbytes())) << k.name;
-      std::memcpy(ptr(k.outputs[j]), outs[j].data(), std::min<std::size_t>(outs[j].nbytes(), m.buffer(k.outputs[j]).nbytes()));
+      std::memcpy(ptr(k.outputs[j]), outs[j].data(),
+                  std::min<std::size_t>(outs[j].nbytes(), m.buffer(k.outputs[j]).nbytes()));
     }
   }
   std::vector<ir::Tensor> result;
@@ -191,15 +196,18 @@ inline ir::Graph random_mir(std::mt19937_64& rng, int ops = 24) {
     const auto& sa = g.node(a).shape;
     try {
       switch (pick(10)) {
-        case 0: case 1: case 2: pool.push_back(g.unary(unary[pick(6)], a)); break;
-        case 3: case 4:
+        case 0:
+        case 1:
+        case 2: pool.push_back(g.unary(unary[pick(6)], a)); break;
+        case 3:
+        case 4:
           ir::broadcast_shapes(sa, g.node(b).shape);
           pool.push_back(g.binary(binary[pick(4)], a, b));
           break;
         case 5:
           if (sa.rank() == 0) continue;
-          pool.push_back(g.reduce(pick(2) ? OpKind::ReduceSum : OpKind::ReduceMax, a,
-                                  {std::int64_t(pick(sa.rank()))}, pick(2) == 0));
+          pool.push_back(g.reduce(pick(2) ? OpKind::ReduceSum : OpKind::ReduceMax, a, {std::int64_t(pick(sa.rank()))},
+                                  pick(2) == 0));
           break;
         case 6:
           if (sa.rank() != 2) continue;
@@ -214,8 +222,10 @@ inline ir::Graph random_mir(std::mt19937_64& rng, int ops = 24) {
           break;
         }
         default:
-          if (sa.rank() == 2) pool.push_back(g.transpose(a));
-          else pool.push_back(g.concat({a, a}, 0));
+          if (sa.rank() == 2)
+            pool.push_back(g.transpose(a));
+          else
+            pool.push_back(g.concat({a, a}, 0));
           break;
       }
     } catch (const Error&) {

@@ -180,7 +180,7 @@ TEST(Lower, NodeWithTwoConsumerKernelsIsMaterialized) {
   EXPECT_EQ(l.lir.kernels[1].inputs[0], l.lir.kernels[0].outputs[0]);
 }
 
-TEST(Lower, SharedProducerFeedingTwoReductionsIsMaterializedWhenUsedByAView) {
+TEST(Lower, ProducerReadThroughAViewIsMaterialized) {
   ir::Graph g;
   auto x = g.input("x", Shape{4, 8});
   auto a = g.exp(x);
@@ -235,9 +235,9 @@ TEST(Lower, ReshapeIsAView) {
 TEST(Lower, ContiguousSliceIsAViewStridedSliceIsMovement) {
   ir::Graph g;
   auto x = g.input("x", Shape{4, 6});
-  auto rows = g.slice(x, {0}, {1}, {3});             // rows 1..2: one byte range
+  auto rows = g.slice(x, {0}, {1}, {3});                  // rows 1..2: one byte range
   auto row = g.slice(g.relu(x), {0, 1}, {2, 0}, {3, 6});  // one whole row of a computed value
-  auto cols = g.slice(x, {1}, {1}, {3});             // strided in memory
+  auto cols = g.slice(x, {1}, {1}, {3});                  // strided in memory
   g.add_output(rows);
   g.add_output(row);
   g.add_output(cols);

@@ -50,7 +50,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> live_ranges(const LirModule& 
     naive += (b.nbytes() + m.memory.alignment - 1) / m.memory.alignment * m.memory.alignment;
     if (b.nbytes() > 0) roots.push_back(&b);
   }
-  if (naive != m.memory.naive_bytes) return ::testing::AssertionFailure() << "naive " << m.memory.naive_bytes << " != " << naive;
+  if (naive != m.memory.naive_bytes)
+    return ::testing::AssertionFailure() << "naive " << m.memory.naive_bytes << " != " << naive;
   if (m.memory.arena_bytes > m.memory.naive_bytes) return ::testing::AssertionFailure() << "arena larger than naive";
   for (auto* a : roots)
     for (auto* b : roots) {

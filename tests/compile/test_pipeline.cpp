@@ -148,7 +148,7 @@ TEST(Pipeline, DumpPrintsRequestedPassesAndLevels) {
 
 TEST(Pipeline, RegisteredUserPassRunsAndErrorsNameIt) {
   compile::register_ir_pass(std::make_shared<CountingPass>());
-  ASSERT_EQ(compile::registered_ir_passes().size(), 1u);
+  ASSERT_FALSE(compile::registered_ir_passes().empty());
   int before = user_pass_runs;
   auto r = compile::compile(mlp(), testing::all_primitives(), {});
   EXPECT_EQ(user_pass_runs, before + 1);

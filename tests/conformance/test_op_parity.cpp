@@ -21,10 +21,10 @@ using testing::Tolerance;
 constexpr DType kFloats[] = {DType::F32, DType::F16, DType::BF16, DType::F64};
 
 std::string str(const Ints& s) { return Shape(s).str(); }
+std::string dt(DType t) { return std::string(ir::dtype_name(t)); }
 
 // Some NaNs among ordinary values: max/min-like ops must propagate them, as the reference does.
 Gen with_nans() { return one_of({std::numeric_limits<double>::quiet_NaN(), -1.5, -0.0, 0.5, 2}); }
-std::string dt(DType t) { return std::string(ir::dtype_name(t)); }
 
 struct Variant {
   std::string label;

@@ -32,6 +32,9 @@ class CompiledGraph {
   // Allocation-free form: outputs are written into caller-owned tensors of
   // the right dtype and shape (see output_specs()).
   void run_into(std::span<const NamedTensor> inputs, std::span<ir::Tensor> outputs);
+  // Lowest level: outputs[j] points at caller memory holding output_specs()[j]'s
+  // bytes (used by language bindings that allocate their own arrays).
+  void run_raw(std::span<const NamedTensor> inputs, std::span<void* const> outputs);
 
   // A clone sharing the weights with its own arena, for concurrent runs.
   CompiledGraph clone() const;
@@ -48,11 +51,15 @@ class CompiledGraph {
   std::string ir(std::string_view level) const;  // "hir" | "mir" | "lir"
 
  private:
-  std::vector<const void*> bind_inputs(std::span<const NamedTensor> inputs) const;
+  // Checks inputs and fills in_ptrs_. A CompiledGraph runs one call at a time
+  // (clones run concurrently), so the scratch vectors make runs allocation-free.
+  void bind_inputs(std::span<const NamedTensor> inputs);
   std::shared_ptr<const compile::CompileResult> result_;
   std::unique_ptr<ExecutableGraph> exe_;
   std::vector<IoSpec> inputs_, params_, outputs_;
   std::shared_ptr<std::vector<bool>> params_set_;  // shared by clones, like the weights
+  std::vector<const void*> in_ptrs_;
+  std::vector<void*> out_ptrs_;
 };
 
 class Session {

@@ -1,0 +1,295 @@
+// The _pyrlx extension: a thin nanobind layer over the C++ API. The Python
+// DSL (pyrlx/__init__.py) builds on the generic `Graph.op(name, inputs, attrs)`
+// entry point, so this file does not mirror every builder by hand.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "rlx/error.hpp"
+#include "rlx/ir/text.hpp"
+#include "rlx/reference/interpreter.hpp"
+#include "rlx/runtime/session.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace ir = rlx::ir;
+
+namespace {
+
+using AnyArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
+
+// A Python value converted to an attribute by the op's schema, so that e.g.
+// a dtype given as "f16" or a float given as 1 come out typed.
+ir::AttrValue to_attr(ir::OpKind op, const std::string& key, nb::handle v) {
+  for (const auto& spec : ir::op_attr_schema(op)) {
+    if (spec.key != key) continue;
+    switch (spec.type) {
+      case ir::AttrType::Int: return nb::cast<std::int64_t>(v);
+      case ir::AttrType::Float: return nb::cast<double>(v);
+      case ir::AttrType::Bool: return nb::cast<bool>(v);
+      case ir::AttrType::String: return nb::cast<std::string>(v);
+      case ir::AttrType::Ints: return nb::cast<std::vector<std::int64_t>>(v);
+      case ir::AttrType::DType: return ir::parse_dtype(nb::cast<std::string>(v));
+    }
+  }
+  throw rlx::Error("op '" + std::string(ir::op_name(op)) + "' has no attribute '" + key + "'");
+}
+
+ir::OpKind parse_op_or_throw(const std::string& name) {
+  auto op = ir::parse_op(name);
+  if (!op) throw rlx::Error("unknown op '" + name + "'");
+  return *op;
+}
+
+ir::Shape to_shape(nb::handle h) {
+  std::vector<ir::Dim> dims;
+  for (auto d : h) {
+    if (nb::isinstance<nb::str>(d)) dims.push_back(ir::Dim::symbol(nb::cast<std::string>(d)));
+    else dims.emplace_back(nb::cast<std::int64_t>(d));
+  }
+  return ir::Shape(std::move(dims));
+}
+
+nb::tuple shape_tuple(const ir::Shape& s) {
+  nb::list l;
+  for (const auto& d : s.dims()) {
+    if (d.is_static()) l.append(d.size);
+    else l.append(d.sym);
+  }
+  return nb::tuple(l);
+}
+
+std::vector<std::int64_t> array_shape(const AnyArray& a) {
+  std::vector<std::int64_t> s(a.ndim());
+  for (std::size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<std::int64_t>(a.shape(i));
+  return s;
+}
+
+ir::TensorView array_view(const AnyArray& a, ir::DType dtype, std::vector<std::int64_t>& shape_storage) {
+  shape_storage = array_shape(a);
+  return {dtype, shape_storage, a.data(), a.nbytes()};
+}
+
+// Output arrays: numpy owns the memory; bf16 comes back as uint16 and the
+// Python layer views it as ml_dtypes.bfloat16 when that is installed.
+nb::dlpack::dtype dl_dtype(ir::DType t) {
+  switch (t) {
+    case ir::DType::F32: return nb::dtype<float>();
+    case ir::DType::F64: return nb::dtype<double>();
+    case ir::DType::F16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case ir::DType::BF16: return nb::dtype<std::uint16_t>();
+    case ir::DType::I8: return nb::dtype<std::int8_t>();
+    case ir::DType::U8: return nb::dtype<std::uint8_t>();
+    case ir::DType::I32: return nb::dtype<std::int32_t>();
+    case ir::DType::I64: return nb::dtype<std::int64_t>();
+    case ir::DType::Bool: return nb::dtype<bool>();
+  }
+  return nb::dtype<float>();
+}
+
+nb::object new_array(ir::DType dtype, const std::vector<std::int64_t>& shape, std::byte** data) {
+  std::size_t n = ir::dtype_size(dtype);
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  auto* buf = new std::byte[std::max<std::size_t>(n, 1)];
+  *data = buf;
+  nb::capsule owner(buf, [](void* p) noexcept { delete[] static_cast<std::byte*>(p); });
+  std::vector<std::size_t> ushape(shape.begin(), shape.end());
+  return nb::cast(nb::ndarray<nb::numpy>(buf, ushape.size(), ushape.data(), owner, nullptr, dl_dtype(dtype)));
+}
+
+nb::object tensor_to_array(const ir::Tensor& t) {
+  std::byte* data = nullptr;
+  auto arr = new_array(t.dtype(), t.shape(), &data);
+  if (t.nbytes()) std::memcpy(data, t.data(), t.nbytes());
+  return arr;
+}
+
+ir::Tensor array_to_tensor(const AnyArray& a, ir::DType dtype) {
+  return ir::Tensor(dtype, array_shape(a), std::span(static_cast<const std::byte*>(a.data()), a.nbytes()));
+}
+
+// The compiled graph as Python sees it: it keeps its own copy of everything
+// it needs, so deleting the Python Graph while it is alive is safe.
+struct PyCompiled {
+  rlx::CompiledGraph g;
+
+  void set_param(const std::string& name, const AnyArray& a, const std::string& dtype) {
+    std::vector<std::int64_t> shape;
+    g.set_param(name, array_view(a, ir::parse_dtype(dtype), shape));
+  }
+
+  nb::list run(const std::vector<std::tuple<std::string, AnyArray, std::string>>& inputs) {
+    std::vector<std::vector<std::int64_t>> shapes(inputs.size());
+    std::vector<rlx::runtime::NamedTensor> named;
+    named.reserve(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const auto& [name, arr, dtype] = inputs[i];
+      named.push_back({name, array_view(arr, ir::parse_dtype(dtype), shapes[i])});
+    }
+    // Outputs are numpy arrays allocated up front; the run writes straight into them.
+    const auto& specs = g.output_specs();
+    nb::list outs;
+    std::vector<ir::Tensor> tensors;
+    std::vector<void*> ptrs;
+    for (const auto& s : specs) {
+      std::byte* data = nullptr;
+      outs.append(new_array(s.dtype, s.shape, &data));
+      ptrs.push_back(data);
+    }
+    {
+      nb::gil_scoped_release release;
+      g.run_raw(named, ptrs);
+    }
+    return outs;
+  }
+};
+
+}  // namespace
+
+NB_MODULE(_pyrlx, m) {
+  m.doc() = "RLX: an ML graph compiler and runtime (C++ core)";
+  static nb::object error_type = nb::exception<rlx::Error>(m, "Error", PyExc_RuntimeError);
+  (void)error_type;
+
+  nb::class_<ir::Graph>(m, "_Graph")
+      .def(nb::init<std::string>(), "name"_a = "graph")
+      .def_prop_ro("name", &ir::Graph::name)
+      .def("__len__", &ir::Graph::size)
+      .def("input", [](ir::Graph& g, std::string name, nb::handle shape, const std::string& dtype) {
+             return g.input(std::move(name), to_shape(shape), ir::parse_dtype(dtype));
+           })
+      .def("param", [](ir::Graph& g, std::string name, nb::handle shape, const std::string& dtype) {
+             return g.param(std::move(name), to_shape(shape), ir::parse_dtype(dtype));
+           })
+      .def("constant", [](ir::Graph& g, const AnyArray& a, const std::string& dtype) {
+             return g.constant(array_to_tensor(a, ir::parse_dtype(dtype)));
+           })
+      .def("op",
+           [](ir::Graph& g, const std::string& name, const std::vector<ir::NodeId>& inputs, nb::dict attrs,
+              std::optional<std::string> dtype, nb::object shape) {
+             auto op = parse_op_or_throw(name);
+             ir::Attrs a;
+             for (auto [k, v] : attrs) {
+               auto key = nb::cast<std::string>(k);
+               a.set(key, to_attr(op, key, v));
+             }
+             if (dtype || !shape.is_none()) {
+               auto d = dtype ? ir::parse_dtype(*dtype) : g.node(inputs.at(0)).dtype;
+               return g.add_declared(op, inputs, std::move(a), d, to_shape(shape));
+             }
+             return g.add(op, inputs, std::move(a));
+           },
+           "op"_a, "inputs"_a, "attrs"_a = nb::dict(), "dtype"_a = nb::none(), "shape"_a = nb::none())
+      .def("slice", &ir::Graph::slice)
+      .def("reduce", [](ir::Graph& g, const std::string& op, ir::NodeId x, std::vector<std::int64_t> axes,
+                        bool keepdims) { return g.reduce(parse_op_or_throw(op), x, std::move(axes), keepdims); })
+      .def("reshape", [](ir::Graph& g, ir::NodeId x, std::vector<std::int64_t> shape) { return g.reshape(x, std::move(shape)); })
+      .def("shape", [](const ir::Graph& g, ir::NodeId id) { return shape_tuple(g.node(id).shape); })
+      .def("dtype", [](const ir::Graph& g, ir::NodeId id) { return std::string(ir::dtype_name(g.node(id).dtype)); })
+      .def("op_name", [](const ir::Graph& g, ir::NodeId id) { return std::string(ir::op_name(g.node(id).op)); })
+      .def("add_output", &ir::Graph::add_output, "node"_a, "name"_a = "")
+      .def("set_outputs", &ir::Graph::set_outputs)
+      .def("outputs", &ir::Graph::output_ids)
+      .def("input_names", [](const ir::Graph& g) {
+        std::vector<std::string> names;
+        for (auto id : g.input_ids()) names.push_back(g.node(id).attrs.get_str("name"));
+        return names;
+      })
+      .def("param_names", [](const ir::Graph& g) {
+        std::vector<std::string> names;
+        for (auto id : g.param_ids()) names.push_back(g.node(id).attrs.get_str("name"));
+        return names;
+      })
+      .def("verify", &ir::Graph::verify)
+      .def("to_text", [](const ir::Graph& g) { return ir::to_text(g); })
+      .def("to_dot", [](const ir::Graph& g) { return ir::to_dot(g); })
+      .def("write_svg", [](const ir::Graph& g, const std::string& path) { ir::write_svg(g, path); })
+      .def("copy", [](const ir::Graph& g) { return ir::Graph(g); });
+
+  m.def("parse", [](const std::string& text) { return ir::parse_text(text); }, "text"_a);
+
+  m.def("reference_run",
+        [](const ir::Graph& g, const std::vector<std::tuple<std::string, AnyArray, std::string>>& inputs,
+           const std::vector<std::tuple<std::string, AnyArray, std::string>>& params) {
+          rlx::reference::TensorMap in, pa;
+          for (const auto& [n, a, d] : inputs) in.emplace(n, array_to_tensor(a, ir::parse_dtype(d)));
+          for (const auto& [n, a, d] : params) pa.emplace(n, array_to_tensor(a, ir::parse_dtype(d)));
+          nb::list outs;
+          for (const auto& t : rlx::reference::run(g, in, pa)) outs.append(tensor_to_array(t));
+          return outs;
+        });
+
+  nb::class_<PyCompiled>(m, "_Compiled")
+      .def("set_param", &PyCompiled::set_param)
+      .def("run", &PyCompiled::run)
+      .def("clone", [](const PyCompiled& c) { return PyCompiled{c.g.clone()}; })
+      .def("ir", [](const PyCompiled& c, const std::string& level) { return c.g.ir(level); })
+      .def("summary", [](const PyCompiled& c) { return c.g.compile_result().summary(); })
+      .def("dispatch_report", [](const PyCompiled& c) {
+        nb::list rows;
+        for (const auto& e : c.g.compile_result().dispatch.entries)
+          rows.append(nb::make_tuple(e.hir_node, std::string(ir::op_name(e.op)),
+                                     std::string(rlx::compile::dispatch_tier_name(e.tier)), e.reason));
+        return rows;
+      })
+      .def("memory_plan", [](const PyCompiled& c) {
+        const auto& lir = c.g.compile_result().lir;
+        nb::list slots;
+        for (const auto& b : lir.buffers) {
+          if (b.role != rlx::compile::BufferRole::Arena || b.root != b.id) continue;
+          slots.append(nb::dict("buffer"_a = b.id, "name"_a = b.name, "offset"_a = b.arena_offset,
+                                "bytes"_a = b.nbytes(), "dtype"_a = std::string(ir::dtype_name(b.dtype))));
+        }
+        return nb::dict("arena_bytes"_a = lir.memory.arena_bytes, "naive_bytes"_a = lir.memory.naive_bytes,
+                        "views"_a = lir.memory.view_count, "slots"_a = slots);
+      })
+      .def("io", [](const PyCompiled& c) {
+        auto conv = [](const std::vector<rlx::CompiledGraph::IoSpec>& specs) {
+          nb::list l;
+          for (const auto& s : specs) l.append(nb::make_tuple(s.name, std::string(ir::dtype_name(s.dtype)), s.shape));
+          return l;
+        };
+        return nb::make_tuple(conv(c.g.input_specs()), conv(c.g.param_specs()), conv(c.g.output_specs()));
+      });
+
+  nb::class_<rlx::Session>(m, "_Session")
+      .def("__init__", [](rlx::Session* s, const std::string& device) {
+        new (s) rlx::Session(rlx::runtime::parse_device(device));
+      })
+      .def("compile",
+           [](const rlx::Session& s, const ir::Graph& g, bool optimize, bool fusion, int num_threads,
+              const std::string& dump) {
+             rlx::compile::CompileOptions o;
+             o.optimize = optimize;
+             o.fusion = fusion;
+             o.num_threads = num_threads;
+             o.dump = dump;
+             return PyCompiled{s.compile(g, o)};
+           },
+           "graph"_a, "optimize"_a = true, "fusion"_a = true, "num_threads"_a = 0, "dump"_a = "")
+      .def_prop_ro("device", [](const rlx::Session& s) { return std::string(rlx::runtime::device_label(s.device())); });
+
+  m.def("available_devices", [] {
+    std::vector<std::string> out;
+    for (auto d : {rlx::Device::Cpu, rlx::Device::Cuda, rlx::Device::Rocm, rlx::Device::Metal, rlx::Device::Mlx,
+                   rlx::Device::Gpu, rlx::Device::Vulkan, rlx::Device::CoreMl, rlx::Device::Tpu})
+      if (rlx::runtime::is_available(d)) out.emplace_back(rlx::runtime::device_label(d));
+    return out;
+  });
+  m.def("is_available", [](const std::string& name) { return rlx::runtime::is_available(rlx::runtime::parse_device(name)); });
+  m.def("parse_device", [](const std::string& name) {
+    return std::string(rlx::runtime::device_label(rlx::runtime::parse_device(name)));
+  });
+  m.def("op_names", [] {
+    std::vector<std::string> out;
+    for (auto k : ir::kAllOps) out.emplace_back(ir::op_name(k));
+    return out;
+  });
+}

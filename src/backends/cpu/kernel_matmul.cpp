@@ -1,0 +1,192 @@
+// MatMul kernels: GEMM per panel (OpenBLAS for floats), then the epilogue
+// program over the panel while it is still in cache.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "backends/cpu/kernels.hpp"
+#include "rlx/error.hpp"
+
+namespace rlx::backends::cpu {
+
+namespace {
+
+// OpenBLAS runs single-threaded inside our pool's tasks: one threading layer,
+// no oversubscription, and epilogues run on the panel each task just wrote.
+void single_threaded_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+template <class T>
+void gemm_int(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 lda, i64 ldb, i64 ldc, std::uint64_t* row) {
+  // Wrapping unsigned sums give the low bits of the exact sum, which is what the store keeps.
+  for (i64 i = 0; i < m; ++i) {
+    std::fill(row, row + n, 0);
+    for (i64 p = 0; p < k; ++p) {
+      auto av = std::uint64_t(std::int64_t(a[i * lda + p]));
+      const T* br = b + p * ldb;
+      for (i64 j = 0; j < n; ++j) row[j] += av * std::uint64_t(std::int64_t(br[j]));
+    }
+    for (i64 j = 0; j < n; ++j) c[i * ldc + j] = T(std::int64_t(row[j]));
+  }
+}
+
+class MatMulKernel final : public CpuKernel {
+ public:
+  ir::DType dtype = ir::DType::F32;
+  i64 M = 0, N = 0, K = 0;
+  std::vector<i64> a_off, b_off;  // element offsets of each batch's A and B
+  compile::BufferId a_buf = 0, b_buf = 0, out_buf = 0;
+  bool c_in_out = true;  // the GEMM writes the output buffer (else shared scratch)
+  std::unique_ptr<CompiledProgram> epi;
+  i64 pm = 1, pn = 1;  // panels per matrix along M and N
+  std::size_t row_bytes() const { return (std::size_t(N) * 8 + 63) / 64 * 64; }
+
+  void run(const RunCtx& c) const override {
+    const i64 batch = i64(a_off.size());
+    std::byte* cbase = c_in_out ? c.ptrs[out_buf] : c.shared;
+    std::byte* aux[1] = {cbase};
+    const std::size_t es = ir::dtype_size(dtype);
+    auto unit = [&](i64 u) {
+      i64 bi = u / (pm * pn), mi = u / pn % pm, ni = u % pn;
+      i64 m0 = M * mi / pm, m1 = M * (mi + 1) / pm;
+      i64 n0 = ni == 0 ? 0 : (N * ni / pn + 15) / 16 * 16, n1 = ni + 1 == pn ? N : (N * (ni + 1) / pn + 15) / 16 * 16;
+      if (m0 >= m1 || n0 >= n1) return;
+      const std::byte* A = c.ptrs[a_buf] + std::size_t(a_off[std::size_t(bi)] + m0 * K) * es;
+      const std::byte* B = c.ptrs[b_buf] + std::size_t(b_off[std::size_t(bi)] + n0) * es;
+      std::byte* C = cbase + std::size_t((bi * M + m0) * N + n0) * es;
+      const i64 rows = m1 - m0, cols = n1 - n0;
+      if (K == 0) {
+        for (i64 r = 0; r < rows; ++r) std::memset(C + std::size_t(r * N) * es, 0, std::size_t(cols) * es);
+      } else {
+        switch (dtype) {
+          case ir::DType::F32:
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(K), 1.0f,
+                        reinterpret_cast<const float*>(A), int(K), reinterpret_cast<const float*>(B), int(N), 0.0f,
+                        reinterpret_cast<float*>(C), int(N));
+            break;
+          case ir::DType::F64:
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(K), 1.0,
+                        reinterpret_cast<const double*>(A), int(K), reinterpret_cast<const double*>(B), int(N), 0.0,
+                        reinterpret_cast<double*>(C), int(N));
+            break;
+          default: {
+            auto* row = reinterpret_cast<std::uint64_t*>(c.thread_scratch());
+            auto go = [&](auto* t) {
+              using T = std::remove_pointer_t<decltype(t)>;
+              gemm_int(reinterpret_cast<const T*>(A), reinterpret_cast<const T*>(B), reinterpret_cast<T*>(C), rows,
+                       cols, K, K, N, N, row);
+            };
+            switch (dtype) {
+              case ir::DType::I8: go(static_cast<std::int8_t*>(nullptr)); break;
+              case ir::DType::U8: go(static_cast<std::uint8_t*>(nullptr)); break;
+              case ir::DType::I32: go(static_cast<std::int32_t*>(nullptr)); break;
+              default: go(static_cast<std::int64_t*>(nullptr)); break;
+            }
+          }
+        }
+      }
+      if (!epi) return;
+      EwCtx ec{c.ptrs, aux, c.thread_scratch() + row_bytes()};
+      const i64 base = (bi * M + m0) * N;
+      if (cols == N) {
+        c.isa->ew_run(epi->view, ec, base, base + rows * N);
+      } else {
+        for (i64 r = 0; r < rows; ++r) c.isa->ew_run(epi->view, ec, base + r * N + n0, base + r * N + n1);
+      }
+    };
+    parallel_for(
+        batch * pm * pn, 1,
+        [&](i64 u0, i64 u1) {
+          for (i64 u = u0; u < u1; ++u) unit(u);
+        },
+        c.max_threads);
+  }
+};
+
+// Element offsets of each output batch into an operand with batch dims `dims`
+// broadcast to `out` (both without the matrix dims).
+std::vector<i64> batch_offsets(const std::vector<i64>& dims, const std::vector<i64>& out, i64 matrix) {
+  std::vector<i64> offs(std::size_t(numel(out)), 0);
+  std::vector<i64> strides(out.size(), 0);
+  i64 s = matrix;
+  for (std::size_t i = dims.size(); i-- > 0;) {
+    std::size_t o = out.size() - dims.size() + i;
+    strides[o] = dims[i] == 1 ? 0 : s;
+    s *= dims[i];
+  }
+  std::vector<i64> idx(out.size(), 0);
+  for (auto& off : offs) {
+    for (std::size_t d = 0; d < out.size(); ++d) off += idx[d] * strides[d];
+    for (std::size_t d = out.size(); d-- > 0;) {
+      if (++idx[d] < out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return offs;
+}
+
+}  // namespace
+
+std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
+  single_threaded_blas();
+  const auto& body = b.kernel.body;
+  const ir::Node& mm = b.anchor();
+  if (mm.op != ir::OpKind::MatMul) b.fail("expected a matmul op");
+  const auto& A = b.in_of(mm.inputs.at(0));
+  const auto& B = b.in_of(mm.inputs.at(1));
+  if (A.shape.size() < 2 || B.shape.size() < 2) b.fail("matmul operands need rank >= 2");
+  auto k = std::make_unique<MatMulKernel>();
+  k->dtype = mm.dtype;
+  if (ir::is_float(mm.dtype) && mm.dtype != ir::DType::F32 && mm.dtype != ir::DType::F64)
+    b.fail("matmul in " + std::string(ir::dtype_name(mm.dtype)) + " must be legalized to f32 first");
+  k->M = A.shape[A.shape.size() - 2];
+  k->K = A.shape.back();
+  k->N = B.shape.back();
+  const auto out_ext = mm.shape.extents();
+  std::vector<i64> ob(out_ext.begin(), out_ext.end() - 2), ab(A.shape.begin(), A.shape.end() - 2),
+      bb(B.shape.begin(), B.shape.end() - 2);
+  k->a_off = batch_offsets(ab, ob, k->M * k->K);
+  k->b_off = batch_offsets(bb, ob, k->K * k->N);
+  // A shared B and a contiguous batch of A form one taller GEMM.
+  const bool b_shared = std::all_of(k->b_off.begin(), k->b_off.end(), [](i64 v) { return v == 0; });
+  bool a_contig = true;
+  for (std::size_t i = 0; i < k->a_off.size(); ++i) a_contig = a_contig && k->a_off[i] == i64(i) * k->M * k->K;
+  if (k->a_off.size() > 1 && b_shared && a_contig) {
+    k->M *= i64(k->a_off.size());
+    k->a_off = {0};
+    k->b_off = {0};
+  }
+  k->a_buf = A.id;
+  k->b_buf = B.id;
+
+  const auto outs = body.output_ids();
+  if (outs.size() != 1 || b.kernel.outputs.size() != 1) b.fail("a matmul kernel has exactly one output");
+  const auto& out = b.out(0);
+  k->out_buf = out.id;
+  k->c_in_out = out.dtype == mm.dtype;
+  if (outs[0] != mm.id) {
+    ProgramBuilder eb(body, out.shape);
+    b.bind_inputs(eb);
+    eb.bind(mm.id, Source{-1, mm.dtype, out_ext});
+    eb.store(outs[0], out.id, out.dtype, false);
+    k->epi = eb.build(b.where() + " epilogue");
+  } else if (!k->c_in_out) {
+    b.fail("matmul output buffer dtype differs from the matmul");
+  }
+  const i64 batch = i64(k->a_off.size());
+  const double flops = 2.0 * double(batch) * double(k->M) * double(k->N) * double(k->K);
+  if (flops >= 1 << 18 && b.threads > 1 && batch < b.threads) {
+    const i64 per = (b.threads + batch - 1) / batch;
+    k->pm = std::clamp<i64>(k->M / 16, 1, per);
+    k->pn = std::clamp<i64>(k->N / 64, 1, (per + k->pm - 1) / k->pm);
+  }
+  if (!k->c_in_out) k->shared_bytes = std::size_t(batch * k->M * k->N) * ir::dtype_size(mm.dtype);
+  k->thread_bytes = k->row_bytes() + (k->epi ? k->epi->scratch_bytes : 0);
+  return k;
+}
+
+}  // namespace rlx::backends::cpu

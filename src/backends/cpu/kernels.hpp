@@ -1,0 +1,72 @@
+#pragma once
+// Compiled CPU kernels: one object per LIR kernel, built at compile time with
+// every plan precomputed; run() only reads the pointer table and scratch.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/program.hpp"
+#include "backends/cpu/thread_pool.hpp"
+#include "rlx/compile/lir.hpp"
+
+namespace rlx::backends::cpu {
+
+using i64 = std::int64_t;
+
+// What a kernel sees at run time. Scratch is owned by the executable (so that
+// clones run concurrently) and shared by its kernels, which run one at a time.
+struct RunCtx {
+  std::byte* const* ptrs = nullptr;  // ptrs[buffer id]: resolved buffer addresses
+  std::byte* shared = nullptr;       // the kernel's shared scratch
+  std::byte* threads = nullptr;      // per-thread scratch, `stride` bytes per slot
+  std::size_t stride = 0;
+  int max_threads = 1;
+  const KernelTable* isa = nullptr;
+  std::byte* thread_scratch() const { return threads + std::size_t(ThreadPool::slot()) * stride; }
+};
+
+class CpuKernel {
+ public:
+  virtual ~CpuKernel() = default;
+  virtual void run(const RunCtx& ctx) const = 0;
+  std::size_t shared_bytes = 0;  // scratch needs, set by the builders
+  std::size_t thread_bytes = 0;
+};
+
+struct BuildCtx {
+  const compile::LirModule& lir;
+  const compile::Kernel& kernel;
+  int threads = 1;
+  std::int64_t stream_bytes = 0;  // outputs at least this large use non-temporal stores
+
+  const compile::Buffer& in(std::size_t i) const { return lir.buffer(kernel.inputs.at(i)); }
+  const compile::Buffer& out(std::size_t i = 0) const { return lir.buffer(kernel.outputs.at(i)); }
+  // "cpu kernel 'k3_reduce: ...'": the prefix of every error about this kernel.
+  std::string where() const { return "cpu kernel '" + kernel.name + "'"; }
+  [[noreturn]] void fail(const std::string& msg) const;
+  // Binds every body Input the program needs to its kernel input buffer.
+  void bind_inputs(ProgramBuilder& b) const;
+  // The kernel input buffer behind body node `id`, which must be a body Input.
+  const compile::Buffer& in_of(ir::NodeId id) const;
+  // The body's one non-elementwise node (reduce, matmul, movement, native, leaf op).
+  const ir::Node& anchor() const;
+};
+
+std::int64_t numel(const std::vector<std::int64_t>& shape);
+// Writes `v` into one element of dtype `t` the way a store rounds (ir::round_to_dtype).
+void write_scalar(std::byte* p, ir::DType t, double v);
+
+std::unique_ptr<CpuKernel> build_elementwise(const BuildCtx& b);
+std::unique_ptr<CpuKernel> build_reduce(const BuildCtx& b);
+std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b);
+std::unique_ptr<CpuKernel> build_movement(const BuildCtx& b);
+std::unique_ptr<CpuKernel> build_native(const BuildCtx& b);
+std::unique_ptr<CpuKernel> build_leaf(const BuildCtx& b);
+
+// Grain (in elements) that amortizes a parallel task's overhead.
+inline constexpr std::int64_t kGrain = 16 * kBlock;
+
+}  // namespace rlx::backends::cpu
