@@ -54,6 +54,7 @@ std::size_t op_cost(OpKind k) {
     default: return 1;
   }
 }
+
 bool is_buffer_leaf(OpKind k) { return k == OpKind::Input || k == OpKind::Param || k == OpKind::Constant; }
 
 // Elementwise fusion keeps one iteration space per kernel: a node joins when

@@ -1,0 +1,465 @@
+// Native kernels for the composites the CPU backend claims: softmax,
+// log_softmax, layer_norm, rms_norm, conv1d/conv2d (im2col + GEMM per tile),
+// max/avg pooling and attention (per query block: QK^T, mask, softmax, PV).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/kernels.hpp"
+#include "rlx/error.hpp"
+
+namespace rlx::backends::cpu {
+
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+template <class T>
+void gemm(bool tb, i64 m, i64 n, i64 k, T alpha, const T* a, i64 lda, const T* b, i64 ldb, T* c, i64 ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (i64 i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+    return;
+  }
+  const auto tr = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tr, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), 0.0f, c,
+                int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, tr, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), 0.0, c,
+                int(ldc));
+}
+
+// Softmax over n elements `stride` apart, exactly the reference's formula (f64).
+void softmax_strided(const double* x, double* y, i64 n, i64 stride, bool log) {
+  double m = -INFINITY, sum = 0;
+  for (i64 k = 0; k < n; ++k) m = std::fmax(m, x[k * stride]);
+  for (i64 k = 0; k < n; ++k) sum += std::exp(x[k * stride] - m);
+  for (i64 k = 0; k < n; ++k) y[k * stride] = log ? x[k * stride] - m - std::log(sum) : std::exp(x[k * stride] - m) / sum;
+}
+
+template <class T>
+const T* at(const RunCtx& c, compile::BufferId b) {
+  return reinterpret_cast<const T*>(c.ptrs[b]);
+}
+template <class T>
+T* at_mut(const RunCtx& c, compile::BufferId b) {
+  return reinterpret_cast<T*>(c.ptrs[b]);
+}
+
+class SoftmaxKernel final : public CpuKernel {
+ public:
+  compile::BufferId x = 0, y = 0;
+  DType dtype = DType::F32;
+  i64 outer = 1, n = 1, inner = 1;
+  bool log = false;
+
+  void run(const RunCtx& c) const override {
+    if (dtype == DType::F32) {
+      const float* xp = at<float>(c, x);
+      float* yp = at_mut<float>(c, y);
+      if (inner == 1) {
+        parallel_for(
+            outer, std::max<i64>(1, kGrain / std::max<i64>(n, 1)),
+            [&](i64 b, i64 e) { c.isa->softmax_rows(xp + b * n, yp + b * n, e - b, n, log); }, c.max_threads);
+      } else {
+        parallel_for(
+            outer, std::max<i64>(1, kGrain / std::max<i64>(n * inner, 1)),
+            [&](i64 b, i64 e) {
+              for (i64 o = b; o < e; ++o) c.isa->softmax_cols(xp + o * n * inner, yp + o * n * inner, n, inner, log);
+            },
+            c.max_threads);
+      }
+      return;
+    }
+    const double* xp = at<double>(c, x);
+    double* yp = at_mut<double>(c, y);
+    parallel_for(
+        outer * inner, std::max<i64>(1, kGrain / std::max<i64>(n, 1)),
+        [&](i64 b, i64 e) {
+          for (i64 u = b; u < e; ++u) {
+            i64 o = u / inner, i = u % inner;
+            softmax_strided(xp + o * n * inner + i, yp + o * n * inner + i, n, inner, log);
+          }
+        },
+        c.max_threads);
+  }
+};
+
+class NormKernel final : public CpuKernel {
+ public:
+  compile::BufferId x = 0, y = 0;
+  std::optional<compile::BufferId> gamma, beta;
+  DType dtype = DType::F32;
+  i64 rows = 1, n = 1;
+  double eps = 1e-5;
+  bool rms = false;
+
+  void run(const RunCtx& c) const override {
+    const i64 grain = std::max<i64>(1, kGrain / std::max<i64>(n, 1));
+    if (dtype == DType::F32) {
+      const float* xp = at<float>(c, x);
+      float* yp = at_mut<float>(c, y);
+      const float* g = gamma ? at<float>(c, *gamma) : nullptr;
+      const float* be = beta ? at<float>(c, *beta) : nullptr;
+      parallel_for(
+          rows, grain,
+          [&](i64 b, i64 e) { c.isa->norm_rows(xp + b * n, yp + b * n, g, be, e - b, n, float(eps), rms); },
+          c.max_threads);
+      return;
+    }
+    const double* xp = at<double>(c, x);
+    double* yp = at_mut<double>(c, y);
+    const double* g = gamma ? at<double>(c, *gamma) : nullptr;
+    const double* be = beta ? at<double>(c, *beta) : nullptr;
+    parallel_for(
+        rows, grain,
+        [&](i64 b, i64 e) {
+          for (i64 r = b; r < e; ++r) {
+            const double* p = xp + r * n;
+            double mean = 0, var = 0;
+            if (!rms) {
+              for (i64 j = 0; j < n; ++j) mean += p[j];
+              mean /= double(n);
+            }
+            for (i64 j = 0; j < n; ++j) var += (p[j] - mean) * (p[j] - mean);
+            double inv = 1 / std::sqrt(var / double(n) + eps);
+            for (i64 j = 0; j < n; ++j) {
+              double v = (p[j] - mean) * inv;
+              if (g) v *= g[j];
+              if (be) v += be[j];
+              yp[r * n + j] = v;
+            }
+          }
+        },
+        c.max_threads);
+  }
+};
+
+// conv1d runs as conv2d with H = 1.
+struct ConvShape {
+  i64 N = 1, C = 1, H = 1, W = 1, O = 1, KH = 1, KW = 1, OH = 1, OW = 1;
+  i64 sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, G = 1;
+  i64 Cg() const { return C / G; }
+  i64 Og() const { return O / G; }
+  i64 CK() const { return Cg() * KH * KW; }
+  i64 P() const { return OH * OW; }
+  bool pointwise() const { return KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+};
+
+template <class T>
+class ConvKernel final : public CpuKernel {
+ public:
+  compile::BufferId x = 0, w = 0, y = 0;
+  std::optional<compile::BufferId> bias;
+  ConvShape s;
+  i64 tile = 1, tiles = 1;  // output positions per work unit
+
+  void run(const RunCtx& c) const override {
+    const T* xp = at<T>(c, x);
+    const T* wp = at<T>(c, w);
+    T* yp = at_mut<T>(c, y);
+    const T* bp = bias ? at<T>(c, *bias) : nullptr;
+    const i64 P = s.P(), Cg = s.Cg(), Og = s.Og(), CK = s.CK();
+    parallel_for(
+        s.N * s.G * tiles, 1,
+        [&](i64 b, i64 e) {
+          T* col = reinterpret_cast<T*>(c.thread_scratch());
+          for (i64 u = b; u < e; ++u) {
+            const i64 n = u / (s.G * tiles), g = u / tiles % s.G, t = u % tiles;
+            const i64 p0 = t * tile, p1 = std::min(P, p0 + tile), cols = p1 - p0;
+            const T* xg = xp + (n * s.C + g * Cg) * s.H * s.W;
+            T* yg = yp + (n * s.O + g * Og) * P;
+            if (s.pointwise()) {
+              gemm<T>(false, Og, cols, Cg, T(1), wp + g * Og * CK, CK, xg + p0, s.H * s.W, yg + p0, P);
+            } else {
+              im2col(xg, col, p0, p1);
+              gemm<T>(false, Og, cols, CK, T(1), wp + g * Og * CK, CK, col, cols, yg + p0, P);
+            }
+            if (bp)
+              for (i64 o = 0; o < Og; ++o) {
+                T bv = bp[g * Og + o];
+                for (T* q = yg + o * P + p0; q < yg + o * P + p1; ++q) *q += bv;
+              }
+          }
+        },
+        c.max_threads);
+  }
+
+ private:
+  // col[(c, kh, kw), p - p0] = x[c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] (0 outside).
+  void im2col(const T* x, T* col, i64 p0, i64 p1) const {
+    const i64 cols = p1 - p0;
+    for (i64 ch = 0; ch < s.Cg(); ++ch)
+      for (i64 kh = 0; kh < s.KH; ++kh)
+        for (i64 kw = 0; kw < s.KW; ++kw) {
+          T* row = col + ((ch * s.KH + kh) * s.KW + kw) * cols;
+          const T* xc = x + ch * s.H * s.W;
+          for (i64 p = p0; p < p1;) {
+            const i64 oh = p / s.OW, ow0 = p % s.OW, run = std::min(p1 - p, s.OW - ow0);
+            const i64 ih = oh * s.sh - s.ph + kh * s.dh;
+            T* dst = row + (p - p0);
+            if (ih < 0 || ih >= s.H) {
+              std::fill(dst, dst + run, T(0));
+            } else {
+              const T* xr = xc + ih * s.W;
+              for (i64 j = 0; j < run; ++j) {
+                i64 iw = (ow0 + j) * s.sw - s.pw + kw * s.dw;
+                dst[j] = iw >= 0 && iw < s.W ? xr[iw] : T(0);
+              }
+            }
+            p += run;
+          }
+        }
+  }
+};
+
+template <class T>
+class PoolKernel final : public CpuKernel {
+ public:
+  compile::BufferId x = 0, y = 0;
+  bool is_max = true;
+  i64 planes = 1, H = 1, W = 1, OH = 1, OW = 1, kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0;
+
+  void run(const RunCtx& c) const override {
+    const T* xp = at<T>(c, x);
+    T* yp = at_mut<T>(c, y);
+    const double inv = 1.0 / double(kh * kw);
+    parallel_for(
+        planes * OH, std::max<i64>(1, kGrain / std::max<i64>(OW * kh * kw, 1)),
+        [&](i64 b, i64 e) {
+          for (i64 u = b; u < e; ++u) {
+            const i64 p = u / OH, oh = u % OH;
+            const T* xpl = xp + p * H * W;
+            T* out = yp + (p * OH + oh) * OW;
+            const i64 h0 = oh * sh - ph, hs = std::max<i64>(h0, 0), he = std::min(h0 + kh, H);
+            for (i64 ow = 0; ow < OW; ++ow) {
+              const i64 w0 = ow * sw - pw, ws = std::max<i64>(w0, 0), we = std::min(w0 + kw, W);
+              if (is_max) {
+                T acc = -std::numeric_limits<T>::infinity();
+                for (i64 h = hs; h < he; ++h)
+                  for (i64 w = ws; w < we; ++w) {
+                    T v = xpl[h * W + w];
+                    acc = std::isnan(v) || std::isnan(acc) ? std::numeric_limits<T>::quiet_NaN() : std::max(acc, v);
+                  }
+                out[ow] = acc;
+              } else {
+                double acc = 0;  // counts padding as zeros: divide by the full window
+                for (i64 h = hs; h < he; ++h)
+                  for (i64 w = ws; w < we; ++w) acc += double(xpl[h * W + w]);
+                out[ow] = T(acc * inv);
+              }
+            }
+          }
+        },
+        c.max_threads);
+  }
+};
+
+template <class T>
+class AttentionKernel final : public CpuKernel {
+ public:
+  compile::BufferId q = 0, k = 0, v = 0, y = 0;
+  std::optional<compile::BufferId> mask;
+  bool bool_mask = false, causal = false;
+  i64 B = 1, H = 1, Sq = 1, Sk = 1, D = 1, Dv = 1, qb = 1;
+  i64 ms[4] = {0, 0, 0, 0};  // mask element strides over [B, H, Sq, Sk]
+  double scale = 1;
+
+  void run(const RunCtx& c) const override {
+    const T *qp = at<T>(c, q), *kp = at<T>(c, k), *vp = at<T>(c, v);
+    T* yp = at_mut<T>(c, y);
+    const std::byte* mp = mask ? c.ptrs[*mask] : nullptr;
+    const i64 blocks = (Sq + qb - 1) / qb;
+    parallel_for(
+        B * H * blocks, 1,
+        [&](i64 b0, i64 e0) {
+          T* sc = reinterpret_cast<T*>(c.thread_scratch());
+          for (i64 u = b0; u < e0; ++u) {
+            const i64 bh = u / blocks, bi = bh / H, hi = bh % H, i0 = (u % blocks) * qb, i1 = std::min(Sq, i0 + qb);
+            const i64 rows = i1 - i0, cols = causal ? std::min(Sk, i1) : Sk;
+            const T* Q = qp + (bh * Sq + i0) * D;
+            const T* K = kp + bh * Sk * D;
+            const T* V = vp + bh * Sk * Dv;
+            T* O = yp + (bh * Sq + i0) * Dv;
+            gemm<T>(true, rows, cols, D, T(scale), Q, D, K, D, sc, cols);
+            for (i64 r = 0; r < rows; ++r) {
+              T* s = sc + r * cols;
+              const i64 i = i0 + r;
+              if (mp) {
+                const i64 base = bi * ms[0] + hi * ms[1] + i * ms[2];
+                if (bool_mask) {
+                  for (i64 j = 0; j < cols; ++j)
+                    if (mp[base + j * ms[3]] == std::byte{0}) s[j] = -std::numeric_limits<T>::infinity();
+                } else {
+                  const T* m = reinterpret_cast<const T*>(mp);
+                  for (i64 j = 0; j < cols; ++j) s[j] += m[base + j * ms[3]];
+                }
+              }
+              if (causal)
+                for (i64 j = i + 1; j < cols; ++j) s[j] = -std::numeric_limits<T>::infinity();
+              if constexpr (std::is_same_v<T, float>) c.isa->softmax_rows(s, s, 1, cols, false);
+              else softmax_strided(s, s, cols, 1, false);
+            }
+            gemm<T>(false, rows, Dv, cols, T(1), sc, cols, V, Dv, O, Dv);
+          }
+        },
+        c.max_threads);
+  }
+};
+
+// An Ints attribute of `count` entries (one entry is repeated).
+std::vector<i64> ints_n(const BuildCtx& b, const ir::Node& n, std::string_view key, std::size_t count) {
+  auto v = n.attrs.get_ints(key);
+  if (v.size() == 1) v.assign(count, v[0]);
+  if (v.size() != count) b.fail("attribute '" + std::string(key) + "' needs 1 or " + std::to_string(count) + " entries");
+  return v;
+}
+
+void require_float(const BuildCtx& b, const ir::Node& n) {
+  if (n.dtype != DType::F32 && n.dtype != DType::F64)
+    b.fail(std::string(ir::op_name(n.op)) + " runs in f32 or f64; " + std::string(ir::dtype_name(n.dtype)) +
+           " must be legalized to f32 first");
+}
+
+template <class T>
+std::unique_ptr<CpuKernel> make_conv(const BuildCtx& b, const ir::Node& n) {
+  const auto& xb = b.in_of(n.inputs.at(0));
+  const auto& wb = b.in_of(n.inputs.at(1));
+  const auto& yb = b.out(0);
+  const bool two = n.op == OpKind::Conv2d;
+  const std::size_t sp = two ? 2 : 1;
+  auto stride = ints_n(b, n, "stride", sp), pad = ints_n(b, n, "padding", sp), dil = ints_n(b, n, "dilation", sp);
+  auto k = std::make_unique<ConvKernel<T>>();
+  ConvShape& s = k->s;
+  s.N = xb.shape[0];
+  s.C = xb.shape[1];
+  s.O = wb.shape[0];
+  s.G = n.attrs.get_int("groups");
+  if (two) {
+    s.H = xb.shape[2], s.W = xb.shape[3], s.KH = wb.shape[2], s.KW = wb.shape[3];
+    s.OH = yb.shape[2], s.OW = yb.shape[3];
+    s.sh = stride[0], s.sw = stride[1], s.ph = pad[0], s.pw = pad[1], s.dh = dil[0], s.dw = dil[1];
+  } else {
+    s.W = xb.shape[2], s.KW = wb.shape[2], s.OW = yb.shape[2];
+    s.sw = stride[0], s.pw = pad[0], s.dw = dil[0];
+  }
+  if (s.G < 1 || s.C % s.G || s.O % s.G || wb.shape[1] * s.G != s.C) b.fail("conv channels do not match the groups");
+  k->x = xb.id;
+  k->w = wb.id;
+  k->y = yb.id;
+  if (n.inputs.size() > 2) k->bias = b.in_of(n.inputs[2]).id;
+  // Position tiles: the im2col tile (CK x tile) stays in L2 and there is enough parallel work.
+  const i64 P = std::max<i64>(s.P(), 1), CK = std::max<i64>(s.CK(), 1);
+  i64 tile = std::max<i64>(64, (i64(256 * 1024) / i64(sizeof(T))) / CK);
+  const i64 units = s.N * s.G;
+  if (units < 2 * b.threads) tile = std::min(tile, std::max<i64>(16, (P + 2 * b.threads / units - 1) / std::max<i64>(1, 2 * b.threads / units)));
+  tile = std::min(P, (tile + 15) / 16 * 16);
+  k->tile = tile;
+  k->tiles = (P + tile - 1) / tile;
+  k->thread_bytes = s.pointwise() ? 0 : std::size_t(CK * tile) * sizeof(T);
+  return k;
+}
+
+template <class T>
+std::unique_ptr<CpuKernel> make_pool(const BuildCtx& b, const ir::Node& n) {
+  const auto& xb = b.in_of(n.inputs.at(0));
+  const auto& yb = b.out(0);
+  if (xb.shape.size() < 2) b.fail("pooling needs rank >= 2");
+  auto kernel = ints_n(b, n, "kernel", 2), stride = ints_n(b, n, "stride", 2), pad = ints_n(b, n, "padding", 2);
+  auto k = std::make_unique<PoolKernel<T>>();
+  const std::size_t r = xb.shape.size();
+  k->x = xb.id;
+  k->y = yb.id;
+  k->is_max = n.op == OpKind::MaxPool2d;
+  k->H = xb.shape[r - 2], k->W = xb.shape[r - 1], k->OH = yb.shape[r - 2], k->OW = yb.shape[r - 1];
+  k->planes = numel(xb.shape) / std::max<i64>(k->H * k->W, 1);
+  if (k->H * k->W == 0) k->planes = numel(yb.shape) / std::max<i64>(k->OH * k->OW, 1);
+  k->kh = kernel[0], k->kw = kernel[1], k->sh = stride[0], k->sw = stride[1], k->ph = pad[0], k->pw = pad[1];
+  return k;
+}
+
+template <class T>
+std::unique_ptr<CpuKernel> make_attention(const BuildCtx& b, const ir::Node& n) {
+  const auto& qb = b.in_of(n.inputs.at(0));
+  const auto& kb = b.in_of(n.inputs.at(1));
+  const auto& vb = b.in_of(n.inputs.at(2));
+  if (qb.shape.size() != 4 || kb.shape.size() != 4 || vb.shape.size() != 4) b.fail("attention needs q, k, v [B, H, S, D]");
+  auto k = std::make_unique<AttentionKernel<T>>();
+  k->q = qb.id, k->k = kb.id, k->v = vb.id, k->y = b.out(0).id;
+  k->B = qb.shape[0], k->H = qb.shape[1], k->Sq = qb.shape[2], k->D = qb.shape[3];
+  k->Sk = kb.shape[2], k->Dv = vb.shape[3];
+  if (kb.shape[0] != k->B || vb.shape[0] != k->B || kb.shape[1] != k->H || vb.shape[1] != k->H)
+    b.fail("attention batch/head dims differ between q, k and v");
+  k->causal = n.attrs.bool_or("causal", false);
+  k->scale = n.attrs.float_or("scale", 0.0);
+  if (k->scale == 0) k->scale = 1 / std::sqrt(double(k->D));
+  if (n.inputs.size() > 3) {
+    const auto& mb = b.in_of(n.inputs[3]);
+    k->mask = mb.id;
+    k->bool_mask = mb.dtype == DType::Bool;
+    if (!k->bool_mask && mb.dtype != n.dtype) b.fail("attention mask must be bool or the query's dtype");
+    const std::vector<i64> full{k->B, k->H, k->Sq, k->Sk};
+    if (mb.shape.size() > 4) b.fail("attention mask has rank > 4");
+    auto cs = ir::contiguous_strides(mb.shape);
+    const std::size_t lead = 4 - mb.shape.size();
+    for (std::size_t d = 0; d < mb.shape.size(); ++d) {
+      if (mb.shape[d] == full[lead + d]) k->ms[lead + d] = mb.shape[d] == 1 ? 0 : cs[d];
+      else if (mb.shape[d] != 1) b.fail("attention mask does not broadcast to the scores");
+    }
+  }
+  // Query blocks keep the score tile (qb x Sk) in L2.
+  k->qb = std::clamp<i64>(i64(256 * 1024 / sizeof(T)) / std::max<i64>(k->Sk, 1), 8, 256);
+  k->qb = std::min(k->qb, std::max<i64>(k->Sq, 1));
+  k->thread_bytes = std::size_t(k->qb * std::max<i64>(k->Sk, 1)) * sizeof(T);
+  return k;
+}
+
+}  // namespace
+
+std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
+  const ir::Node& n = b.anchor();
+  require_float(b, n);
+  const bool f32 = n.dtype == DType::F32;
+  const auto& xb = b.in_of(n.inputs.at(0));
+  const auto& yb = b.out(0);
+  const std::size_t rank = xb.shape.size();
+  switch (n.op) {
+    case OpKind::Softmax: case OpKind::LogSoftmax: {
+      auto k = std::make_unique<SoftmaxKernel>();
+      k->x = xb.id, k->y = yb.id, k->dtype = n.dtype, k->log = n.op == OpKind::LogSoftmax;
+      if (rank > 0) {
+        auto axis = std::size_t(ir::normalize_axis(n.attrs.int_or("axis", -1), rank));
+        k->outer = 1, k->inner = 1;
+        for (std::size_t d = 0; d < axis; ++d) k->outer *= xb.shape[d];
+        for (std::size_t d = axis + 1; d < rank; ++d) k->inner *= xb.shape[d];
+        k->n = xb.shape[axis];
+      }
+      return k;
+    }
+    case OpKind::LayerNorm: case OpKind::RmsNorm: {
+      auto k = std::make_unique<NormKernel>();
+      k->x = xb.id, k->y = yb.id, k->dtype = n.dtype, k->rms = n.op == OpKind::RmsNorm;
+      k->eps = n.attrs.float_or("eps", k->rms ? 1e-6 : 1e-5);
+      std::size_t axis = rank ? rank - 1 : 0;
+      if (!k->rms && rank) axis = std::size_t(ir::normalize_axis(n.attrs.int_or("axis", -1), rank));
+      k->rows = 1, k->n = 1;
+      for (std::size_t d = 0; d < rank; ++d) (d < axis ? k->rows : k->n) *= xb.shape[d];
+      if (n.inputs.size() > 1) k->gamma = b.in_of(n.inputs[1]).id;
+      if (n.inputs.size() > 2) k->beta = b.in_of(n.inputs[2]).id;
+      return k;
+    }
+    case OpKind::Conv1d: case OpKind::Conv2d:
+      return f32 ? make_conv<float>(b, n) : make_conv<double>(b, n);
+    case OpKind::MaxPool2d: case OpKind::AvgPool2d:
+      return f32 ? make_pool<float>(b, n) : make_pool<double>(b, n);
+    case OpKind::Attention:
+      return f32 ? make_attention<float>(b, n) : make_attention<double>(b, n);
+    default: b.fail("op " + std::string(ir::op_name(n.op)) + " has no native CPU kernel");
+  }
+}
+
+}  // namespace rlx::backends::cpu
