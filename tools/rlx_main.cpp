@@ -93,6 +93,10 @@ int main(int argc, char** argv) {
   svg->add_option("file", file, "Graph in RLX IR text")->required();
   svg->add_option("-o,--output", svg_out, "Output path")->required();
 
+  bool markdown = false;
+  auto* ops = app.add_subcommand("ops", "List the ops and each backend's dispatch tier (docs/op-coverage.md)");
+  ops->add_flag("--markdown", markdown, "Print the generated markdown page");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo) {
@@ -107,6 +111,10 @@ int main(int argc, char** argv) {
       rlx::Session session(rlx::runtime::parse_device(device));
       auto compiled = session.compile(g, options);
       fmt::print("{}\n{}\n", compiled.compile_result().summary(), compiled.compile_result().dispatch.to_text());
+      return 0;
+    }
+    if (*ops) {
+      fmt::print("{}", rlx::runtime::op_coverage_markdown());
       return 0;
     }
     if (*svg) {

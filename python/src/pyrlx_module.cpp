@@ -136,7 +136,6 @@ struct PyCompiled {
     // Outputs are numpy arrays allocated up front; the run writes straight into them.
     const auto& specs = g.output_specs();
     nb::list outs;
-    std::vector<ir::Tensor> tensors;
     std::vector<void*> ptrs;
     for (const auto& s : specs) {
       std::byte* data = nullptr;
@@ -244,11 +243,20 @@ NB_MODULE(_pyrlx, m) {
         nb::list slots;
         for (const auto& b : lir.buffers) {
           if (b.role != rlx::compile::BufferRole::Arena || b.root != b.id) continue;
-          slots.append(nb::dict("buffer"_a = b.id, "name"_a = b.name, "offset"_a = b.arena_offset,
-                                "bytes"_a = b.nbytes(), "dtype"_a = std::string(ir::dtype_name(b.dtype))));
+          nb::dict slot;
+          slot["buffer"] = b.id;
+          slot["name"] = b.name;
+          slot["offset"] = b.arena_offset;
+          slot["bytes"] = b.nbytes();
+          slot["dtype"] = std::string(ir::dtype_name(b.dtype));
+          slots.append(slot);
         }
-        return nb::dict("arena_bytes"_a = lir.memory.arena_bytes, "naive_bytes"_a = lir.memory.naive_bytes,
-                        "views"_a = lir.memory.view_count, "slots"_a = slots);
+        nb::dict plan;
+        plan["arena_bytes"] = lir.memory.arena_bytes;
+        plan["naive_bytes"] = lir.memory.naive_bytes;
+        plan["views"] = lir.memory.view_count;
+        plan["slots"] = slots;
+        return plan;
       })
       .def("io", [](const PyCompiled& c) {
         auto conv = [](const std::vector<rlx::CompiledGraph::IoSpec>& specs) {

@@ -287,8 +287,11 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
     pm.run("dce", g, passes::dce);
   }
   if (options.promote_constants_over_bytes > 0)
-    pm.run("promote_params", g,
-           [&](const ir::Graph& x) { return passes::promote_params(x, options.promote_constants_over_bytes); });
+    pm.run("promote_params", g, [&](const ir::Graph& x) {
+      auto promoted = passes::promote_params_with_values(x, options.promote_constants_over_bytes);
+      res.promoted_params = std::move(promoted.values);
+      return std::move(promoted.graph);
+    });
   for (const auto& p : registered_ir_passes()) pm.run(p->name(), g, [&](const ir::Graph& x) { return p->run(x); });
   auto t0 = Clock::now();
   pm.guarded("verify", [&] { g.verify(); });

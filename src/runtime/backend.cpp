@@ -66,6 +66,15 @@ std::unique_ptr<Backend> make_backend(Device device) {
   return backend;
 }
 
+std::vector<Device> registered_devices() {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  std::vector<Device> out;
+  for (auto d : kAllDevices)
+    if (r.factories[static_cast<std::size_t>(d)]) out.push_back(d);
+  return out;
+}
+
 bool is_available(Device device) {
   try {
     make_backend(device);

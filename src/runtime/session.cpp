@@ -46,6 +46,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const compile::CompileResult> resul
                                                 ? lir.output_names[i]
                                                 : "output" + std::to_string(i)));
   params_set_ = std::make_shared<std::vector<bool>>(params_.size(), false);
+  for (const auto& [name, value] : result_->promoted_params) set_param(name, value);
 }
 
 void CompiledGraph::set_param(std::string_view name, const ir::TensorView& value) {

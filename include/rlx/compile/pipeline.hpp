@@ -103,6 +103,9 @@ struct CompileResult {
   std::vector<PassRecord> passes;
   DispatchReport dispatch;
   std::vector<FusionRecord> fusion;
+  // Params created by promote_params and the values they hold; the runtime
+  // sets them before the first run.
+  std::map<std::string, ir::Tensor, std::less<>> promoted_params;
   double total_millis = 0;
   std::string summary() const;  // what each level did: node counts, kernels, arena vs naive
 };

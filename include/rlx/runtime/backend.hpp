@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/ir/tensor.hpp"
@@ -50,5 +51,13 @@ void register_backend(Device device, BackendFactory factory);
 // The backend for `device`; throws rlx::Error saying why it is unavailable.
 std::unique_ptr<Backend> make_backend(Device device);
 bool is_available(Device device);
+// Devices with a registered backend (available or not).
+std::vector<Device> registered_devices();
+inline constexpr Device kAllDevices[] = {Device::Cpu, Device::Cuda,   Device::Rocm,   Device::Metal, Device::Mlx,
+                                         Device::Gpu, Device::Vulkan, Device::CoreMl, Device::Tpu};
+
+// docs/op-coverage.md, generated from the registered backends' traits: each
+// op's dispatch tier per backend. A test fails when the checked-in file drifts.
+std::string op_coverage_markdown();
 
 }  // namespace rlx::runtime

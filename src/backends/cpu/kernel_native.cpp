@@ -355,8 +355,9 @@ std::unique_ptr<CpuKernel> make_conv(const BuildCtx& b, const ir::Node& n) {
   // Position tiles: the im2col tile (CK x tile) stays in L2 and there is enough parallel work.
   const i64 P = std::max<i64>(s.P(), 1), CK = std::max<i64>(s.CK(), 1);
   i64 tile = std::max<i64>(64, (i64(256 * 1024) / i64(sizeof(T))) / CK);
-  const i64 units = s.N * s.G;
-  if (units < 2 * b.threads) tile = std::min(tile, std::max<i64>(16, (P + 2 * b.threads / units - 1) / std::max<i64>(1, 2 * b.threads / units)));
+  const i64 units = std::max<i64>(s.N * s.G, 1), want = 4 * b.threads;
+  if (units < want) tile = std::min(tile, (P * units + want - 1) / want);
+  tile = std::max<i64>(tile, 16);
   tile = std::min(P, (tile + 15) / 16 * 16);
   k->tile = tile;
   k->tiles = (P + tile - 1) / tile;
