@@ -65,7 +65,7 @@ def _to_device_array(value: Any, dtype: Optional[str] = None) -> tuple[np.ndarra
         raise Error(f"unsupported numpy dtype {arr.dtype}")
     if dtype is not None and arr.dtype != _RLX_TO_NP[dtype] and not (dtype == "bf16" and arr.dtype == np.uint16):
         raise Error(f"expected a {dtype} array, got {arr.dtype}")
-    arr = np.ascontiguousarray(arr)
+    arr = np.require(arr, requirements="C")  # ascontiguousarray would turn rank 0 into rank 1
     if name == "bf16" and arr.dtype != np.uint16:
         arr = arr.view(np.uint16)
     return arr, name

@@ -225,7 +225,12 @@ NodeId emit(const Ctx& c) {
   const auto& a = c.n.attrs;
   switch (c.n.op) {
     case OpKind::Linear: {
-      NodeId y = c.g.matmul(c.in[0], c.in[1]);
+      // matmul needs rank >= 2: a vector x is a row of one.
+      bool vec = c.g.node(c.in[0]).shape.rank() == 1;
+      const auto& xs = c.g.node(c.in[0]).shape;
+      NodeId x = vec ? c.g.reshape(c.in[0], ir::Shape(std::vector<ir::Dim>{ir::Dim(1), xs[0]})) : c.in[0];
+      NodeId y = c.g.matmul(x, c.in[1]);
+      if (vec) y = c.g.reshape(y, ir::Shape(std::vector<ir::Dim>{c.g.node(y).shape[1]}));
       if (auto bias = c.optional_arg(2)) y = c.g.add(y, *bias);
       return y;
     }

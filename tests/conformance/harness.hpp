@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +21,11 @@
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
 #include "support/testing.hpp"
+
+// Test names and logs show "cpu", not a byte dump.
+namespace rlx::runtime {
+inline void PrintTo(Device d, std::ostream* os) { *os << device_label(d); }
+}  // namespace rlx::runtime
 
 namespace rlx::conformance {
 
@@ -76,6 +82,14 @@ inline Gen one_of(std::vector<double> pool) {
     ir::Tensor x(t, s);
     std::uniform_int_distribution<std::size_t> u(0, pool.size() - 1);
     for (std::int64_t i = 0; i < x.numel(); ++i) x.set(i, pool[u(rng)]);
+    return x;
+  };
+}
+// The same values every run, in order (repeated): exact cases that must not depend on the seed.
+inline Gen cycle_of(std::vector<double> values) {
+  return [values](ir::DType t, const Ints& s, std::mt19937_64&) {
+    ir::Tensor x(t, s);
+    for (std::int64_t i = 0; i < x.numel(); ++i) x.set(i, values[std::size_t(i) % values.size()]);
     return x;
   };
 }

@@ -220,6 +220,10 @@ Variants binary_variants(OpKind op) {
   }
   if (op == OpKind::Max || op == OpKind::Min)
     for (DType t : kFloats) add(t, {{4, 8}, {8}}, {with_nans(), with_nans()});
+  // Exact multiples of every sign combination: the remainder is a zero with the divisor's sign, never +-b.
+  if (op == OpKind::Mod)
+    for (DType t : kFloats)
+      add(t, {{6, 1}, {1, 4}}, {cycle_of({-3.09375, 3.09375, -6, 6, 7.5, -7.5}), cycle_of({-1.03125, 1.03125, 1.5, -2.5})});
   std::vector<DType> ints = {DType::I32, DType::I64};
   if (op != OpKind::Pow) ints.insert(ints.end(), {DType::I8, DType::U8});
   for (DType t : ints)

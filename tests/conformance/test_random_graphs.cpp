@@ -58,7 +58,7 @@ class RandomGraph {
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
   double real(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng_); }
   Ints shape(const Val& v) const { return g_.node(v.id).shape.extents(); }
-  std::int64_t numel(const Ints& s) const { return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>()); }
+  static std::int64_t numel(const Ints& s) { return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>()); }
   const Val& any() { return pool_[std::size_t(pick(0, int(pool_.size()) - 1))]; }
   // Recent values are likelier operands, so graphs grow deep as well as wide.
   const Val& recent() { return chance(0.6) ? pool_.back() : any(); }
@@ -70,10 +70,7 @@ class RandomGraph {
     return s;
   }
 
-  Val push(NodeId id, double mag) {
-    pool_.push_back({id, mag});
-    return pool_.back();
-  }
+  void push(NodeId id, double mag) { pool_.push_back({id, mag}); }
   Val squash(Val v) {
     if (v.mag <= kMaxMagnitude) return v;
     return {chance(0.5) ? g_.unary(OpKind::Tanh, v.id) : g_.unary(OpKind::Sigmoid, v.id), 1};
@@ -127,7 +124,7 @@ class RandomGraph {
     b.erase(b.begin(), b.begin() + std::ptrdiff_t(drop));
     return b;
   }
-  bool broadcasts(const Ints& a, const Ints& b) const {
+  static bool broadcasts(const Ints& a, const Ints& b) {
     for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
       auto x = a[a.size() - 1 - i], y = b[b.size() - 1 - i];
       if (x != y && x != 1 && y != 1) return false;
@@ -360,6 +357,10 @@ struct Shard {
   Mode mode;
   int first, count;
 };
+void PrintTo(const Shard& s, std::ostream* os) {
+  *os << (s.mode == Mode::Default ? "default" : s.mode == Mode::NoFusion ? "nofusion" : "nooptimize") << " graphs ["
+      << s.first << ", " << s.first + s.count << ")";
+}
 
 class RandomGraphs : public ::testing::TestWithParam<std::tuple<Device, Shard>> {
  protected:

@@ -57,8 +57,8 @@ TEST(Session, PromotedConstantsAreFedAutomatically) {
   o.promote_constants_over_bytes = 1024;
   auto compiled = Session().compile(g, o);
   ASSERT_EQ(compiled.param_specs().size(), 1u);
-  std::mt19937_64 rng(testing::test_seed());
-  reference::TensorMap inputs{{"x", testing::random_tensor(ir::DType::F32, {4, 64}, rng)}};
+  std::mt19937_64 rng(rlx::testing::test_seed());
+  reference::TensorMap inputs{{"x", rlx::testing::random_tensor(ir::DType::F32, {4, 64}, rng)}};
   auto out = compiled.run(named(inputs));
   EXPECT_TRUE(tensors_close(out[0], reference::run(g, inputs)[0]));
 }
@@ -97,8 +97,8 @@ TEST(Session, SymbolsBoundAtCompileTime) {
   o.bind = {{"B", 3}};
   auto compiled = Session().compile(g, o);
   EXPECT_EQ(compiled.input_specs()[0].shape, (std::vector<std::int64_t>{3, 8}));
-  std::mt19937_64 rng(testing::test_seed());
-  reference::TensorMap inputs{{"x", testing::random_tensor(ir::DType::F32, {3, 8}, rng)}};
+  std::mt19937_64 rng(rlx::testing::test_seed());
+  reference::TensorMap inputs{{"x", rlx::testing::random_tensor(ir::DType::F32, {3, 8}, rng)}};
   auto out = compiled.run(named(inputs));
   EXPECT_TRUE(tensors_close(out[0], reference::run(ir::bind_symbols(g, o.bind), inputs)[0]));
 }

@@ -17,6 +17,10 @@ namespace rlx::backends::cpu {
 // Elements per elementwise block: the registers of a program stay in L1.
 inline constexpr std::int64_t kBlock = 512;
 inline constexpr int kMaxRank = 16;
+// Bytes between registers: a block of 8-byte values plus three cache lines,
+// so that registers do not sit a multiple of 4 KiB apart (4K aliasing makes
+// the loads of one instruction wait on the stores of the previous one).
+inline constexpr std::size_t kRegBytes = kBlock * 8 + 192;
 
 // Compute types: f32 for f32/f16/bf16, f64, i32 for i32/i8/u8/bool, i64.
 enum class CT : std::uint8_t { F32, F64, I32, I64 };

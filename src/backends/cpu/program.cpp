@@ -178,9 +178,11 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
   std::vector<int> refs;          // live nodes per register
   std::vector<bool> pinned;       // registers filled once per task
   std::vector<int> free_regs;
+  // Pinned registers are written once per task before any block runs, so
+  // they never reuse a register that block code writes.
   auto alloc = [&](bool pin) {
     int r;
-    if (!free_regs.empty()) {
+    if (!pin && !free_regs.empty()) {
       auto it = std::min_element(free_regs.begin(), free_regs.end());
       r = *it;
       free_regs.erase(it);
@@ -410,7 +412,7 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
   }
   p.streams = std::any_of(cp->stores.begin(), cp->stores.end(), [](const StoreSpec& s) { return s.stream; });
   cp->scratch_bytes = (std::size_t(p.n_regs + p.n_direct) * sizeof(void*) + 63) / 64 * 64 +
-                      std::size_t(p.n_regs + 1) * kBlock * 8;
+                      std::size_t(p.n_regs + 1) * kRegBytes;
   return cp;
 }
 
