@@ -1,12 +1,15 @@
 // Workloads whose peers live in Python (bench/peers.py: NumPy, ONNX Runtime).
-// run.sh alternates this process with the peer process in rounds, so each
-// invocation times every workload for --reps repetitions and exits.
 //
-//   bench_e2e [--reps N]         row norms, conv2d, MLP, encoder block, compile time
-//   bench_e2e --dump-params DIR  params, inputs and RLX outputs of the ORT-peered
-//                                graphs as raw f32 files + DIR/manifest.json
+//   bench_e2e --serve              row norms, conv2d, MLP, encoder block: timed runs
+//                                  on request, so peers.py can alternate RLX and its
+//                                  peer rep by rep (see serve())
+//   bench_e2e --compile-time REPS  encoder compile time, cold and cached
+//   bench_e2e --dump-params DIR    params, inputs and RLX outputs of the ORT-peered
+//                                  graphs as raw f32 files + DIR/manifest.json
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <memory>
 
 #include "common.hpp"
 #include "rlx/error.hpp"
@@ -36,36 +39,33 @@ double encoder_flops(const models::EncoderConfig& c) {
   return proj + ffn + attn;
 }
 
-// The ORT-peered graphs, with deterministic params and inputs.
+// Deterministic params and inputs from rlx::models, so every run and the dump agree.
+Model model(std::string workload, ir::Graph g, std::uint64_t seed, Work work, nlohmann::json config = {}) {
+  auto params = models::random_params(g, seed);
+  auto inputs = models::random_inputs(g, seed + 1);
+  return {std::move(workload), std::move(g), std::move(params), std::move(inputs), work, std::move(config)};
+}
+
+// The ORT-peered graphs.
 std::vector<Model> onnx_peered_models() {
   std::vector<Model> ms;
-  {
-    const std::int64_t N = 8, C = 256, H = 14, W = 14, O = 256, k = 3;
-    ir::Graph g("conv2d");
-    g.add_output(g.conv2d(g.input("x", {N, C, H, W}), g.param("w", {O, C, k, k}), std::nullopt, {1, 1}, {1, 1}), "y");
-    auto params = models::random_params(g, 11);
-    auto inputs = models::random_inputs(g, 12);
-    ms.push_back({"conv2d_8x256x14x14_k3", std::move(g), std::move(params), std::move(inputs),
-                  {2.0 * N * O * H * W * C * k * k, 0}, {{"padding", 1}}});
-  }
-  {
-    models::MlpConfig c;
-    auto g = models::mlp(c);
-    auto params = models::random_params(g, 21);
-    auto inputs = models::random_inputs(g, 22);
-    ms.push_back({"mlp_b64_w1024_l2", std::move(g), std::move(params), std::move(inputs),
-                  {2.0 * c.batch * c.width * c.width * c.layers, 0},
-                  {{"batch", c.batch}, {"width", c.width}, {"layers", c.layers}}});
-  }
-  {
-    models::EncoderConfig c;
-    auto g = models::encoder_block(c);
-    auto params = models::random_params(g, 31);
-    auto inputs = models::random_inputs(g, 32);
-    ms.push_back({"encoder_s128_d512_h8", std::move(g), std::move(params), std::move(inputs), {encoder_flops(c), 0},
-                  {{"batch", c.batch}, {"seq", c.seq}, {"d_model", c.d_model}, {"heads", c.heads}, {"d_ff", c.d_ff},
-                   {"eps", c.eps}}});
-  }
+  const std::int64_t N = 8, C = 256, H = 14, W = 14, O = 256, k = 3;
+  ir::Graph conv("conv2d");
+  conv.add_output(
+      conv.conv2d(conv.input("x", {N, C, H, W}), conv.param("w", {O, C, k, k}), std::nullopt, {1, 1}, {1, 1}), "y");
+  ms.push_back(
+      model("conv2d_8x256x14x14_k3", std::move(conv), 11, {2.0 * N * O * H * W * C * k * k, 0}, {{"padding", 1}}));
+  const models::MlpConfig m;
+  ms.push_back(model("mlp_b64_w1024_l2", models::mlp(m), 21, {2.0 * m.batch * m.width * m.width * m.layers, 0},
+                     {{"batch", m.batch}, {"width", m.width}, {"layers", m.layers}}));
+  const models::EncoderConfig e;
+  ms.push_back(model("encoder_s128_d512_h8", models::encoder_block(e), 31, {encoder_flops(e), 0},
+                     {{"batch", e.batch},
+                      {"seq", e.seq},
+                      {"d_model", e.d_model},
+                      {"heads", e.heads},
+                      {"d_ff", e.d_ff},
+                      {"eps", e.eps}}));
   return ms;
 }
 
@@ -91,7 +91,8 @@ std::vector<Model> norm_models() {
 
 void write_f32(const std::filesystem::path& dir, const std::string& file, const ir::Tensor& t, nlohmann::json& entry) {
   if (t.dtype() != ir::DType::F32) throw Error("dump: " + file + " is not f32");
-  std::ofstream(dir / file, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.nbytes()));
+  std::ofstream(dir / file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.nbytes()));
   entry = {{"file", file}, {"shape", t.shape()}};
 }
 
@@ -112,23 +113,46 @@ void dump(const Session& session, const std::filesystem::path& dir) {
   std::ofstream(dir / "manifest.json") << manifest.dump(2);
 }
 
-void time_models(const Session& session, std::vector<Model> models, int reps) {
-  for (auto& m : models) {
-    Runner run(session.compile(m.graph), m.params, m.inputs);
-    auto s = interleave({{"rlx", std::ref(run)}}, reps);
-    emit(m.workload, m.work, s);
-    progress(m.workload, s);
+// Serves timed runs to the peer driver (peers.py interleave), which alternates
+// them with its own peer's runs rep by rep. Commands on stdin, one per line:
+//   list               -> one JSON line per workload {"workload", "flops"?, "bytes"?}, then "end"
+//   run WORKLOAD ITERS -> seconds per call over ITERS back-to-back calls
+// Timing happens here, so the pipe round trip is not in the sample.
+void serve(const Session& session) {
+  std::vector<Model> models = norm_models();
+  for (auto& m : onnx_peered_models()) models.push_back(std::move(m));
+  std::map<std::string, std::unique_ptr<Runner>, std::less<>> runners;
+  for (auto& m : models) runners[m.workload] = std::make_unique<Runner>(session.compile(m.graph), m.params, m.inputs);
+  for (std::string cmd; std::cin >> cmd;) {
+    if (cmd == "list") {
+      for (const auto& m : models) emit_work(m.workload, m.work);
+      std::printf("end\n");
+    } else if (cmd == "run") {
+      std::string workload;
+      int iters = 1;
+      std::cin >> workload >> iters;
+      auto it = runners.find(workload);
+      if (it == runners.end()) throw Error("serve: unknown workload '" + workload + "'");
+      double t0 = now_s();
+      for (int i = 0; i < iters; ++i) (*it->second)();
+      std::printf("%.9g\n", (now_s() - t0) / iters);
+    } else {
+      throw Error("serve: unknown command '" + cmd + "' (list | run WORKLOAD ITERS)");
+    }
+    std::fflush(stdout);
   }
 }
 
 // Cold = the first compile in this process (run.sh starts a fresh process per
-// round); cached = later compiles of the same graph in the same process.
+// sample); cached = later compiles of the same graph in the same process.
 void compile_time(const Session& session, int reps) {
   auto g = models::encoder_block();
   double t0 = now_s();
   auto first = session.compile(g);
   std::vector<Samples> cold{{"rlx", {now_s() - t0}, 1}};
-  auto cached = interleave({{"rlx", [&] { auto again = session.compile(g); }}}, reps, 1, 0);
+  std::vector<CompiledGraph> kept;  // destroyed after timing: freeing is not compiling
+  auto cached = interleave({{"rlx", [&] { kept.push_back(session.compile(g)); }}},
+                           {.reps = reps, .min_sample_s = 0, .settle_s = 0});
   emit("compile_encoder_cold", {}, cold);
   emit("compile_encoder_cached", {}, cached);
   progress("compile_encoder_cold", cold);
@@ -141,12 +165,14 @@ int main(int argc, char** argv) try {
   Session session;
   if (auto dir = arg(argc, argv, "--dump-params"); !dir.empty()) {
     dump(session, dir);
-    return 0;
+  } else if (argc > 1 && std::string_view(argv[1]) == "--serve") {
+    serve(session);
+  } else if (auto reps = arg(argc, argv, "--compile-time"); !reps.empty()) {
+    compile_time(session, std::stoi(reps));
+  } else {
+    std::fprintf(stderr, "usage: bench_e2e --serve | --compile-time REPS | --dump-params DIR\n");
+    return 2;
   }
-  const int reps = std::stoi(arg(argc, argv, "--reps", "5"));
-  compile_time(session, reps);  // first, so "cold" sees nothing compiled yet
-  time_models(session, norm_models(), reps);
-  time_models(session, onnx_peered_models(), reps);
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_e2e: %s\n", e.what());
   return 1;

@@ -1,9 +1,8 @@
 // Machine limits measured on the spot: peak f32 FMA throughput (all cores)
 // and memory copy bandwidth (all cores). Every other figure is reported as a
 // percentage of one of these. Also prints the machine and OpenBLAS version.
-#include <immintrin.h>
-
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <fstream>
 
@@ -67,7 +66,7 @@ int main(int argc, char** argv) {
     }
     for (float p : partial) sink = sink + p;
   };
-  auto fma = interleave({{"fma_loop", fma_all_cores}}, reps);
+  auto fma = interleave({{"fma_loop", fma_all_cores}}, {.reps = reps});
   Work fma_work{flops_per_iter * double(kIters) * cores(), 0};
   emit("machine_peak_fma", fma_work, fma);
   progress("machine_peak_fma", fma);
@@ -75,11 +74,12 @@ int main(int argc, char** argv) {
   // 256 MiB per side: far past the last-level cache on any current CPU.
   const std::size_t n = std::size_t(256) << 20;
   std::vector<char> src(n, 1), dst(n, 0);
-  auto copy = interleave({{"memcpy", [&] { parallel_memcpy(dst.data(), src.data(), n); }}}, reps);
+  auto copy = interleave({{"memcpy", [&] { parallel_memcpy(dst.data(), src.data(), n); }}}, {.reps = reps});
   emit("machine_copy", {0, 2.0 * double(n)}, copy);
   progress("machine_copy", copy);
 
-  nlohmann::json info{{"machine", {{"cpu", cpu_model()}, {"cores", cores()}, {"isa", avx512 ? "avx512f+fma" : "avx2+fma"}}},
-                      {"versions", {{"rlx", RLX_VERSION}, {"openblas", openblas_get_config()}}}};
+  nlohmann::json info{
+      {"machine", {{"cpu", cpu_model()}, {"cores", cores()}, {"isa", avx512 ? "avx512f+fma" : "avx2+fma"}}},
+      {"versions", {{"rlx", RLX_VERSION}, {"openblas", openblas_get_config()}}}};
   std::printf("%s\n", info.dump().c_str());
 }

@@ -10,12 +10,11 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "rlx/ir/random.hpp"
 #include "rlx/ir/tensor.hpp"
@@ -38,29 +37,44 @@ struct Samples {
   int iters = 1;                // calls averaged into each sample
 };
 
+struct Timing {
+  int reps = 5;
+  int warmup = 1;              // untimed calls before calibrating
+  double min_sample_s = 0.05;  // short calls repeat until a sample spans this
+  // Peers' worker threads spin-wait after a call (ONNX Runtime's burn ~40 ms
+  // of CPU after a run; OpenBLAS's spin too), stealing cores from whatever runs
+  // next; a pause after every sample lets them park, so no impl is timed
+  // against another's spin.
+  double settle_s = 0.1;
+};
+
 // Warm-up, then `reps` rounds in which every impl runs once; the order
 // rotates each round so no impl always runs on caches the other left warm or
 // cold. Short calls are repeated `iters` times per sample (calibrated on the
-// warm-up) so one sample spans at least `min_sample_s` and timer noise stays small.
-inline std::vector<Samples> interleave(const std::vector<Impl>& impls, int reps, int warmup = 1,
-                                       double min_sample_s = 0.02) {
+// warm-up calls) so timer noise stays small; warm-up ends with one untimed
+// sample, so the first timed one sees the steady state, not first-call effects.
+inline std::vector<Samples> interleave(const std::vector<Impl>& impls, const Timing& timing) {
+  const auto settle = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(timing.settle_s)); };
   std::vector<Samples> out(impls.size());
   for (std::size_t i = 0; i < impls.size(); ++i) {
     double t = 0;
-    for (int w = 0; w < std::max(warmup, 1); ++w) {
+    for (int w = 0; w < std::max(timing.warmup, 1); ++w) {
       double t0 = now_s();
       impls[i].fn();
       t = now_s() - t0;
     }
     out[i].impl = impls[i].name;
-    out[i].iters = std::max(1, static_cast<int>(std::ceil(min_sample_s / std::max(t, 1e-9))));
+    out[i].iters = std::max(1, static_cast<int>(std::ceil(timing.min_sample_s / std::max(t, 1e-9))));
+    for (int it = 0; it < out[i].iters; ++it) impls[i].fn();
+    settle();
   }
-  for (int r = 0; r < reps; ++r) {
+  for (int r = 0; r < timing.reps; ++r) {
     for (std::size_t k = 0; k < impls.size(); ++k) {
       std::size_t i = (k + static_cast<std::size_t>(r)) % impls.size();
       double t0 = now_s();
       for (int it = 0; it < out[i].iters; ++it) impls[i].fn();
       out[i].seconds.push_back((now_s() - t0) / out[i].iters);
+      settle();
     }
   }
   return out;
@@ -72,12 +86,22 @@ struct Work {
   double bytes = 0;
 };
 
+inline nlohmann::json work_json(std::string_view workload, const Work& work) {
+  nlohmann::json j{{"workload", workload}};
+  if (work.flops > 0) j["flops"] = work.flops;
+  if (work.bytes > 0) j["bytes"] = work.bytes;
+  return j;
+}
+
+inline void emit_work(std::string_view workload, const Work& work) {
+  std::printf("%s\n", work_json(workload, work).dump().c_str());
+}
+
 // One JSON line per impl on stdout: {"workload", "impl", "samples_s", "iters", "flops"?, "bytes"?}.
 inline void emit(std::string_view workload, const Work& work, const std::vector<Samples>& samples) {
   for (const auto& s : samples) {
-    nlohmann::json j{{"workload", workload}, {"impl", s.impl}, {"samples_s", s.seconds}, {"iters", s.iters}};
-    if (work.flops > 0) j["flops"] = work.flops;
-    if (work.bytes > 0) j["bytes"] = work.bytes;
+    auto j = work_json(workload, work);
+    j.update({{"impl", s.impl}, {"samples_s", s.seconds}, {"iters", s.iters}});
     std::printf("%s\n", j.dump().c_str());
   }
   std::fflush(stdout);
@@ -98,7 +122,8 @@ inline void progress(std::string_view workload, const std::vector<Samples>& samp
 inline ir::Tensor random_f32(std::vector<std::int64_t> shape, std::uint64_t seed) {
   ir::Tensor t(ir::DType::F32, std::move(shape));
   float* p = t.data_as<float>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = 2.0f * ir::rng_uniform01(seed, static_cast<std::uint64_t>(i)) - 1.0f;
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    p[i] = 2.0f * ir::rng_uniform01(seed, static_cast<std::uint64_t>(i)) - 1.0f;
   return t;
 }
 

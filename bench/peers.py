@@ -1,43 +1,45 @@
 #!/usr/bin/env python3
 """Peers of bench_e2e: NumPy for the row norms, ONNX Runtime for conv2d, the MLP and the encoder block.
 
-Prints the same JSON-lines records as the C++ benchmarks ({"workload", "impl", "samples_s", "iters"}).
+Prints the same JSON-lines records as the C++ benchmarks ({"workload", "impl", "samples_s", "iters", ...}).
 
   peers.py versions
-  peers.py numpy  --reps N
-  peers.py ort    --dump DIR --reps N    DIR written by `bench_e2e --dump-params DIR`
-  peers.py verify --dump DIR             max |RLX - ORT| per graph, on the dumped inputs
+  peers.py interleave --exe BENCH_E2E --dump DIR --reps N   RLX (`bench_e2e --serve`) and its peer, rep by rep
+  peers.py compile --dump DIR --reps N                      ORT session creation for the encoder, cold and cached
+  peers.py verify --dump DIR                                max |RLX - ORT| per graph, on the dumped inputs
+
+DIR is written by `bench_e2e --dump-params DIR`: the params, inputs and RLX outputs of the ORT-peered graphs.
 """
 import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 
 import numpy as np
 
 ROWS = COLS = 4096
-MIN_SAMPLE_S = 0.02
+MIN_SAMPLE_S = 0.05
+SETTLE_S = 0.1  # pause after every sample: ORT's workers spin ~40 ms after a run (see common.hpp)
 
 
-def measure(fn, reps):
-    """Warm-up, then `reps` samples; short calls are repeated so a sample spans MIN_SAMPLE_S (as in common.hpp)."""
+def calibrate(seconds):
+    """Calls per sample so that a sample spans MIN_SAMPLE_S (the rule of bench/common.hpp)."""
+    return max(1, math.ceil(MIN_SAMPLE_S / max(seconds, 1e-9)))
+
+
+def timed(fn, iters):
     t0 = time.perf_counter()
-    fn()
-    iters = max(1, math.ceil(MIN_SAMPLE_S / max(time.perf_counter() - t0, 1e-9)))
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        samples.append((time.perf_counter() - t0) / iters)
-    return samples, iters
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters
 
 
-def emit(workload, impl, samples, iters):
-    print(json.dumps({"workload": workload, "impl": impl, "samples_s": samples, "iters": iters}), flush=True)
-    print(f"  {workload:<28}  {impl} {sorted(samples)[len(samples) // 2] * 1e3:.3f} ms", file=sys.stderr)
+def emit(workload, impl, samples, iters, work=None):
+    print(json.dumps({**(work or {}), "workload": workload, "impl": impl, "samples_s": samples, "iters": iters}),
+          flush=True)
 
 
 # ---- NumPy: the usual row-wise formulations, writing into a preallocated output ----
@@ -60,16 +62,15 @@ def np_rms_norm(x, g, out, eps=1e-6):
     out *= g
 
 
-def run_numpy(reps):
+def numpy_peers():
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (ROWS, COLS)).astype(np.float32)
     g = rng.uniform(0.9, 1.1, COLS).astype(np.float32)
     b = rng.uniform(-0.1, 0.1, COLS).astype(np.float32)
     out = np.empty_like(x)
-    for workload, fn in [("softmax_4096x4096", lambda: np_softmax(x, out)),
-                         ("layer_norm_4096x4096", lambda: np_layer_norm(x, g, b, out)),
-                         ("rms_norm_4096x4096", lambda: np_rms_norm(x, g, out))]:
-        emit(workload, "numpy", *measure(fn, reps))
+    return {"softmax_4096x4096": lambda: np_softmax(x, out),
+            "layer_norm_4096x4096": lambda: np_layer_norm(x, g, b, out),
+            "rms_norm_4096x4096": lambda: np_rms_norm(x, g, out)}
 
 
 # ---- ONNX: the same graphs as rlx::models (src/models/demo_models.cpp) ----
@@ -173,46 +174,98 @@ def ort_session(model_bytes):
     return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
 
 
-def bound_runner(sess, m):
-    """Inputs and the output bound once (like run_into), so a timed call is run_with_iobinding alone."""
-    import onnxruntime as ort
-    binding = sess.io_binding()
-    keep = []
-    for name, v in m["inputs"].items():
-        keep.append(ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)))
-        binding.bind_ortvalue_input(name, keep[-1])
-    (out,) = m["outputs"].values()
-    keep.append(ort.OrtValue.ortvalue_from_numpy(np.empty_like(out)))
-    binding.bind_ortvalue_output(sess.get_outputs()[0].name, keep[-1])
-    return lambda: sess.run_with_iobinding(binding), keep[-1]
+class BoundRun:
+    """Inputs and the output bound once (like run_into), so a timed call is run_with_iobinding alone.
+    Holds the OrtValues (and through them the NumPy buffers) the binding points at."""
+
+    def __init__(self, sess, m):
+        import onnxruntime as ort
+        self.sess, self.binding = sess, sess.io_binding()
+        self.inputs = {n: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for n, v in m["inputs"].items()}
+        for name, value in self.inputs.items():
+            self.binding.bind_ortvalue_input(name, value)
+        (out,) = m["outputs"].values()
+        self.output = ort.OrtValue.ortvalue_from_numpy(np.empty_like(out))
+        self.binding.bind_ortvalue_output(sess.get_outputs()[0].name, self.output)
+
+    def __call__(self):
+        self.sess.run_with_iobinding(self.binding)
 
 
-def run_ort(directory, reps):
-    models = load_dump(directory)
-    encoder = "encoder_s128_d512_h8"
-    model_bytes = {w: onnx_model(m, w) for w, m in models.items()}
-    # Session creation is ORT's compile step: cold is the first in this process (timed before any other).
+def compile_time(directory, reps):
+    """Session creation is ORT's compile step: cold is the first in this process (timed before any other)."""
+    workload = "encoder_s128_d512_h8"
+    model = onnx_model(load_dump(directory)[workload], workload)
     t0 = time.perf_counter()
-    ort_session(model_bytes[encoder])
+    ort_session(model)
     emit("compile_encoder_cold", "onnxruntime", [time.perf_counter() - t0], 1)
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        ort_session(model_bytes[encoder])
-        samples.append(time.perf_counter() - t0)
-    emit("compile_encoder_cached", "onnxruntime", samples, 1)
-    for w, m in models.items():
-        run, _ = bound_runner(ort_session(model_bytes[w]), m)
-        emit(w, "onnxruntime", *measure(run, reps))
+    emit("compile_encoder_cached", "onnxruntime", [timed(lambda: ort_session(model), 1) for _ in range(reps)], 1)
+
+
+class RlxServer:
+    """`bench_e2e --serve`: RLX runs timed inside that process, on request (protocol in bench_e2e.cpp)."""
+
+    def __init__(self, exe):
+        self.proc = subprocess.Popen([exe, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline()
+        if not reply:
+            raise SystemExit(f"peers.py: bench_e2e --serve exited ({self.proc.wait()}) on '{line}'")
+        return reply.strip()
+
+    def workloads(self):
+        self.proc.stdin.write("list\n")
+        self.proc.stdin.flush()
+        return [json.loads(line) for line in iter(self.proc.stdout.readline, "end\n")]
+
+    def run(self, workload, iters):
+        return float(self.ask(f"run {workload} {iters}"))
+
+    def close(self):
+        self.proc.stdin.close()
+        if self.proc.wait():
+            raise SystemExit(f"peers.py: bench_e2e --serve failed ({self.proc.returncode})")
+
+
+def interleave(exe, directory, reps):
+    """For each workload: warm up both, then `reps` rounds of one RLX sample and one peer sample, the order
+    flipping each round; RLX is blocked on its pipe while the peer runs, and the other way round."""
+    peers = {w: ("numpy", fn) for w, fn in numpy_peers().items()}
+    for w, m in load_dump(directory).items():
+        peers[w] = ("onnxruntime", BoundRun(ort_session(onnx_model(m, w)), m))
+    rlx = RlxServer(exe)
+    for work in rlx.workloads():
+        w = work.pop("workload")
+        impl, peer = peers[w]
+        rlx_iters = calibrate(rlx.run(w, 1))
+        rlx.run(w, rlx_iters)  # warm-up as in common.hpp: one call, then one untimed sample
+        time.sleep(SETTLE_S)
+        peer_iters = calibrate(timed(peer, 1))
+        timed(peer, peer_iters)
+        time.sleep(SETTLE_S)
+        samples = {"rlx": [], impl: []}
+        sample = {"rlx": lambda: rlx.run(w, rlx_iters), impl: lambda: timed(peer, peer_iters)}
+        for r in range(reps):
+            for name in (("rlx", impl) if r % 2 == 0 else (impl, "rlx")):
+                samples[name].append(sample[name]())
+                time.sleep(SETTLE_S)
+        emit(w, "rlx", samples["rlx"], rlx_iters, work)
+        emit(w, impl, samples[impl], peer_iters, work)
+        med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in samples.items()}
+        print(f"  {w:<28}  rlx {med['rlx']:.3f} ms  {impl} {med[impl]:.3f} ms", file=sys.stderr)
+    rlx.close()
 
 
 def verify(directory):
     checks = {}
     for w, m in load_dump(directory).items():
-        run, out = bound_runner(ort_session(onnx_model(m, w)), m)
+        run = BoundRun(ort_session(onnx_model(m, w)), m)
         run()
         (expected,) = m["outputs"].values()
-        checks[w] = float(np.max(np.abs(out.numpy() - expected)))
+        checks[w] = float(np.max(np.abs(run.output.numpy() - expected)))
         print(f"  check {w:<24} max |rlx - onnxruntime| = {checks[w]:.3g}", file=sys.stderr)
     print(json.dumps({"checks": checks}), flush=True)
 
@@ -224,14 +277,17 @@ def versions():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["versions", "numpy", "ort", "verify"])
+    p.add_argument("mode", choices=["versions", "interleave", "compile", "verify"])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--dump", help="directory written by bench_e2e --dump-params")
+    p.add_argument("--exe", help="the bench_e2e executable (interleave)")
     a = p.parse_args()
-    if a.mode in ("ort", "verify") and not a.dump:
+    if a.mode != "versions" and not a.dump:
         p.error(f"{a.mode} needs --dump DIR")
-    {"versions": versions, "numpy": lambda: run_numpy(a.reps), "ort": lambda: run_ort(a.dump, a.reps),
-     "verify": lambda: verify(a.dump)}[a.mode]()
+    if a.mode == "interleave" and not a.exe:
+        p.error("interleave needs --exe BENCH_E2E")
+    {"versions": versions, "interleave": lambda: interleave(a.exe, a.dump, a.reps),
+     "compile": lambda: compile_time(a.dump, a.reps), "verify": lambda: verify(a.dump)}[a.mode]()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         print("plot.py: matplotlib not installed; skipping the chart")
         return
@@ -26,6 +27,10 @@ def main():
     ax.bar(range(len(values)), values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    for i, v in enumerate(values):
+        ax.annotate(f"{v:.2f}", (i, v), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(values)), labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("speed ratio (peer time / RLX time; > 1 = RLX faster)")
     m = result["machine"]

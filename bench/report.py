@@ -52,7 +52,7 @@ def build(samples, work, meta):
     copy = work["machine_copy"]["bytes"] / min(samples[("machine_copy", "memcpy")]) / 1e9
     machine.update(peak_gflops=round(peak, 1), copy_gbps=round(copy, 1))
     records = []
-    for (workload, impl), s in sorted(samples.items(), key=lambda kv: (order(kv[0][0]), kv[0][0])):
+    for (workload, impl), s in sorted(samples.items(), key=lambda kv: (order(kv[0][0]), kv[0][0], kv[0][1] != "rlx")):
         med = statistics.median(s)
         r = {"workload": workload, "impl": impl, "median_s": sig(med), "min_s": sig(min(s)), "max_s": sig(max(s)),
              "reps": len(s)}
@@ -60,7 +60,7 @@ def build(samples, work, meta):
         if "flops" in w:
             r["gflops"] = round(w["flops"] / med / 1e9, 2)
             r["pct_of_limit"] = round(100 * r["gflops"] / peak, 1)
-        if "bytes" in w:
+        if "bytes" in w:  # a workload that reports bytes is memory bound: copy bandwidth is its limit
             r["gbps"] = round(w["bytes"] / med / 1e9, 2)
             r["pct_of_limit"] = round(100 * r["gbps"] / copy, 1)
         records.append(r)
@@ -85,10 +85,10 @@ def fmt_time(s):
 
 
 def throughput(r):
-    if "gflops" in r:
-        return f"{r['gflops']:.1f} GFLOP/s ({r['pct_of_limit']:.0f}% peak)"
     if "gbps" in r:
         return f"{r['gbps']:.1f} GB/s ({r['pct_of_limit']:.0f}% copy)"
+    if "gflops" in r:
+        return f"{r['gflops']:.1f} GFLOP/s ({r['pct_of_limit']:.0f}% peak)"
     return ""
 
 
@@ -96,7 +96,8 @@ def table(result):
     by = {(r["workload"], r["impl"]): r for r in result["records"]}
     m = result["machine"]
     lines = [f"{result['date']} | {m.get('cpu', '?')}, {m.get('cores', '?')} cores | "
-             f"peak {m['peak_gflops']} GFLOP/s f32 FMA, copy {m['copy_gbps']} GB/s (read+write)", "",
+             f"peak {m['peak_gflops']} GFLOP/s f32 FMA, copy {m['copy_gbps']} GB/s (read+write) | "
+             f"load average at start {m.get('load_avg_1m_at_start', '?')}", "",
              "speed = peer median / RLX median: > 1 means RLX is faster.", "",
              "| workload | peer | RLX median | peer median | speed | RLX throughput | peer throughput |",
              "|---|---|---|---|---|---|---|"]

@@ -2,17 +2,16 @@
 # `make bench`: every workload against its peer in this one run, then
 # bench/results/latest.json and the ratio table (docs/performance.md explains both).
 #
-# In-process peers (OpenBLAS, memcpy, the unfused chain) alternate with RLX rep
-# by rep inside bench_kernels. Python peers (NumPy, ONNX Runtime) alternate
-# with bench_e2e process by process: BENCH_ROUNDS rounds of BENCH_REPS reps,
-# the order flipping each round, samples pooled over the rounds.
+# RLX and its peer alternate sample by sample: in-process peers (OpenBLAS,
+# memcpy, the unfused chain) inside bench_kernels; Python peers (NumPy, ONNX
+# Runtime) through peers.py driving `bench_e2e --serve`. Cold compile time
+# needs fresh processes: COMPILE_ROUNDS rounds of one RLX and one ORT process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
-ROUNDS=${BENCH_ROUNDS:-5}
-REPS=${BENCH_REPS:-2}
-KERNEL_REPS=${BENCH_KERNEL_REPS:-7}
+REPS=${BENCH_REPS:-15}
+COMPILE_ROUNDS=${BENCH_COMPILE_ROUNDS:-5}
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 BIN=$BUILD/bench
@@ -24,29 +23,35 @@ RAW=$(mktemp -d)
 trap 'rm -rf "$RAW"' EXIT
 start=$SECONDS
 
+# Other processes distort every figure; the load average goes into the results so readers can tell.
+load=$(cut -d' ' -f1 /proc/loadavg)
+echo "{\"machine\": {\"load_avg_1m_at_start\": $load}}" >"$RAW/load.jsonl"
+if awk -v l="$load" -v c="$(nproc)" 'BEGIN { exit !(l > c / 2) }'; then
+  echo "[bench] warning: load average $load on $(nproc) cores; figures will be noisy" >&2
+fi
+
 echo "[bench] machine limits (peak f32 FMA, copy bandwidth), all cores"
-"$BIN/bench_machine" --reps 5 >"$RAW/machine_0.jsonl"
+"$BIN/bench_machine" --reps 15 >"$RAW/machine_0.jsonl"
 "$PY" bench/peers.py versions >"$RAW/versions.jsonl"
 
 echo "[bench] GEMM/GEMV vs OpenBLAS; 8-op elementwise chain vs memcpy and vs unfused"
-"$BIN/bench_kernels" --reps "$KERNEL_REPS" >"$RAW/kernels.jsonl"
+"$BIN/bench_kernels" --reps "$REPS" >"$RAW/kernels.jsonl"
 
 echo "[bench] same params for ONNX Runtime; checking RLX and ORT outputs agree"
 "$BIN/bench_e2e" --dump-params "$RAW/dump"
 "$PY" bench/peers.py verify --dump "$RAW/dump" >"$RAW/checks.jsonl"
 
-rlx_round() { "$BIN/bench_e2e" --reps "$REPS" >"$RAW/e2e_rlx_$1.jsonl"; }
-peer_round() {
-  { "$PY" bench/peers.py numpy --reps "$REPS"; "$PY" bench/peers.py ort --dump "$RAW/dump" --reps "$REPS"; } \
-    >"$RAW/e2e_peer_$1.jsonl"
-}
-for r in $(seq 1 "$ROUNDS"); do
-  echo "[bench] round $r/$ROUNDS: norms vs NumPy; conv2d, MLP, encoder, compile time vs ONNX Runtime"
-  if [ $((r % 2)) = 1 ]; then rlx_round "$r"; peer_round "$r"; else peer_round "$r"; rlx_round "$r"; fi
+echo "[bench] row norms vs NumPy; conv2d, MLP, encoder block vs ONNX Runtime"
+"$PY" bench/peers.py interleave --exe "$BIN/bench_e2e" --dump "$RAW/dump" --reps "$REPS" >"$RAW/e2e.jsonl"
+
+echo "[bench] encoder compile time vs ORT session creation, $COMPILE_ROUNDS fresh processes each"
+for r in $(seq 1 "$COMPILE_ROUNDS"); do
+  "$BIN/bench_e2e" --compile-time 3 >"$RAW/compile_rlx_$r.jsonl"
+  "$PY" bench/peers.py compile --dump "$RAW/dump" --reps 3 >"$RAW/compile_ort_$r.jsonl"
 done
 
 # Limits again at the end: the report keeps the best, so a busy moment at the start does not skew the percentages.
-"$BIN/bench_machine" --reps 5 >"$RAW/machine_1.jsonl"
+"$BIN/bench_machine" --reps 15 >"$RAW/machine_1.jsonl"
 
 mkdir -p bench/results
 echo
