@@ -24,8 +24,10 @@ class IsaEnv {
     ::setenv("RLX_CPU_ISA", value.c_str(), 1);
   }
   ~IsaEnv() {
-    if (old_) ::setenv("RLX_CPU_ISA", old_->c_str(), 1);
-    else ::unsetenv("RLX_CPU_ISA");
+    if (old_)
+      ::setenv("RLX_CPU_ISA", old_->c_str(), 1);
+    else
+      ::unsetenv("RLX_CPU_ISA");
   }
 
  private:

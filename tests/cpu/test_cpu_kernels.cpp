@@ -23,8 +23,8 @@ using ir::OpKind;
 using runtime::Device;
 using Ints = std::vector<std::int64_t>;
 
-::testing::AssertionResult parity(const Graph& g, conformance::Gens gens = {}, std::optional<testing::Tolerance> tol = {},
-                                  compile::CompileOptions opts = {}) {
+::testing::AssertionResult parity(const Graph& g, conformance::Gens gens = {},
+                                  std::optional<testing::Tolerance> tol = {}, compile::CompileOptions opts = {}) {
   Check c;
   c.gens = std::move(gens);
   c.tol = tol;
@@ -40,9 +40,9 @@ TEST(CpuElementwise, BroadcastLoadKinds) {
   for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
     Graph g = named("broadcast kinds");
     auto x = g.input("x", {3, 64, 33}, t);
-    auto row = g.input("row", {33}, t);       // Row
-    auto col = g.input("col", {64, 1}, t);    // Strided: inner stride 0
-    auto mid = g.input("mid", {3, 1, 33}, t); // Strided: a broadcast middle dim
+    auto row = g.input("row", {33}, t);                                // Row
+    auto col = g.input("col", {64, 1}, t);                             // Strided: inner stride 0
+    auto mid = g.input("mid", {3, 1, 33}, t);                          // Strided: a broadcast middle dim
     auto s = g.input("s", ir::Shape(std::vector<std::int64_t>{}), t);  // Scalar
     auto y = g.add(g.mul(g.add(x, row), col), g.sub(mid, s));
     g.add_output(g.relu(y));
@@ -62,10 +62,10 @@ TEST(CpuElementwise, ManyBlocksAndThreads) {
 }
 
 TEST(CpuElementwise, EveryFloatUnaryAcrossDtypes) {
-  const OpKind ops[] = {OpKind::Neg,   OpKind::Abs,   OpKind::Exp,  OpKind::Sqrt,     OpKind::Rsqrt,
-                        OpKind::Tanh,  OpKind::Sigmoid, OpKind::Relu, OpKind::Gelu,   OpKind::GeluTanh,
-                        OpKind::Silu,  OpKind::Softplus, OpKind::Erf, OpKind::Sin,    OpKind::Cos,
-                        OpKind::Floor, OpKind::Ceil,  OpKind::Round, OpKind::Sign, OpKind::Log, OpKind::Reciprocal};
+  const OpKind ops[] = {
+      OpKind::Neg,  OpKind::Abs,   OpKind::Exp,      OpKind::Sqrt,  OpKind::Rsqrt,    OpKind::Tanh, OpKind::Sigmoid,
+      OpKind::Relu, OpKind::Gelu,  OpKind::GeluTanh, OpKind::Silu,  OpKind::Softplus, OpKind::Erf,  OpKind::Sin,
+      OpKind::Cos,  OpKind::Floor, OpKind::Ceil,     OpKind::Round, OpKind::Sign,     OpKind::Log,  OpKind::Reciprocal};
   for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16})
     for (OpKind op : ops) {
       Graph g = named("unary");
@@ -131,6 +131,19 @@ TEST(CpuElementwise, NaNPropagation) {
   EXPECT_TRUE(parity(g, {{"x", nanny}, {"y", nanny}}));
 }
 
+TEST(CpuElementwise, FloatModTakesTheDivisorsSign) {
+  for (DType t : {DType::F32, DType::F64, DType::F16}) {
+    Graph g = named("fmod");
+    auto x = g.input("x", {200}, t);
+    auto y = g.input("y", {200}, t);
+    g.add_output(g.binary(OpKind::Mod, x, y));
+    g.add_output(g.binary(OpKind::Mod, x, g.scalar(-0.75, t)));  // a uniform divisor
+    EXPECT_TRUE(parity(g, {{"x", conformance::one_of({0.0, -0.0, 1.5, -3.0, 3.0, 2.25})},
+                           {"y", conformance::one_of({-1.5, 1.5, 0.75, -0.75})}}))
+        << ir::dtype_name(t);
+  }
+}
+
 TEST(CpuReduce, EveryAxisSubset) {
   const Ints shape{3, 4, 5};
   for (OpKind op : {OpKind::ReduceSum, OpKind::ReduceMax, OpKind::ReduceMean, OpKind::ReduceProd})
@@ -163,13 +176,13 @@ TEST(CpuReduce, LayoutsSplitsAndChunks) {
     Ints axes;
   };
   const Case cases[] = {
-      {{1 << 20}, {0}},          // one long row: split over threads
-      {{4096, 3}, {0}},          // column reduction with a tiny inner dim, split
-      {{2, 5000, 70}, {1}},      // inner > 1 in one chunk, several rows per block
-      {{3, 40, 3000}, {1}},      // inner > chunk
-      {{50, 7}, {1}},            // many short rows in one block
-      {{20, 30, 40}, {0, 2}},    // non-contiguous axes: permuted prologue
-      {{64, 1, 33}, {1}},        // reducing a unit dim
+      {{1 << 20}, {0}},        // one long row: split over threads
+      {{4096, 3}, {0}},        // column reduction with a tiny inner dim, split
+      {{2, 5000, 70}, {1}},    // inner > 1 in one chunk, several rows per block
+      {{3, 40, 3000}, {1}},    // inner > chunk
+      {{50, 7}, {1}},          // many short rows in one block
+      {{20, 30, 40}, {0, 2}},  // non-contiguous axes: permuted prologue
+      {{64, 1, 33}, {1}},      // reducing a unit dim
   };
   for (const auto& c : cases)
     for (DType t : {DType::F32, DType::F64, DType::I32}) {
@@ -217,6 +230,7 @@ TEST(CpuMatMul, BatchesPanelsAndEpilogues) {
       {{2, 3, 5, 7}, {2, 3, 7, 4}},  // equal batches
       {{6, 5, 7}, {7, 4}},           // shared B: one taller GEMM
       {{5, 7}, {3, 7, 4}},           // shared A
+      {{2, 1, 5, 7}, {3, 7, 4}},     // broadcast batch dims on both sides
       {{256, 300}, {300, 200}},      // panels over M
       {{1, 512}, {512, 1000}},       // GEMV: panels over N
       {{0, 4}, {4, 3}},              // empty
@@ -392,9 +406,9 @@ TEST(CpuExecutable, NumThreadsOptionAndOutputAliases) {
   auto x = g.input("x", {33, 65});
   auto y = g.exp(x);
   g.add_output(y);
-  g.add_output(y);                              // the same buffer twice
-  g.add_output(x);                              // an input passed through
-  g.add_output(g.reshape(y, Ints{65, 33}));     // a view of an output
+  g.add_output(y);                           // the same buffer twice
+  g.add_output(x);                           // an input passed through
+  g.add_output(g.reshape(y, Ints{65, 33}));  // a view of an output
   compile::CompileOptions opts;
   opts.num_threads = 1;
   EXPECT_TRUE(parity(g, {}, {}, opts));

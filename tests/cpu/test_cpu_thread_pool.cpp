@@ -46,7 +46,8 @@ TEST(CpuThreadPool, ParallelForCoversTheRangeInDisjointChunks) {
         ASSERT_LE(e, n);
         for (std::int64_t i = b; i < e; ++i) hits[std::size_t(i)].fetch_add(1);
       });
-      for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[std::size_t(i)].load(), 1) << n << "/" << grain << " at " << i;
+      for (std::int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[std::size_t(i)].load(), 1) << n << "/" << grain << " at " << i;
     }
   }
 }

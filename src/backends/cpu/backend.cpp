@@ -2,10 +2,12 @@
 // planned at compile time; run() fills the input/output entries of a
 // preallocated pointer table, runs the kernels and copies the outputs that
 // were not written in place.
+#include <cblas.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "backends/cpu/kernels.hpp"
@@ -63,7 +65,7 @@ struct Plan {
   std::size_t arena_bytes = 0;
   std::vector<AlignedBytes> constants;
   std::vector<std::size_t> param_bytes;
-  std::vector<Ref> refs;  // per buffer
+  std::vector<Ref> refs;                          // per buffer
   std::vector<std::pair<BufferId, Ref>> dynamic;  // entries bound per run (inputs, in-place outputs)
   std::vector<Output> outputs;
   std::size_t n_inputs = 0;
@@ -148,10 +150,21 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   std::vector<std::byte*> ptrs_;
 };
 
-// Outputs bigger than the last-level cache are written with non-temporal stores.
+// OpenBLAS runs single-threaded inside the pool's tasks (matmul panels, conv
+// tiles, attention blocks): one threading layer, no oversubscription, and
+// epilogues run on the panel a task just wrote. This sets a process-wide
+// OpenBLAS setting, once.
+void single_threaded_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+// Outputs bigger than the last-level cache are written with non-temporal
+// stores. Virtual machines often report the host's whole L3 (or nothing), so
+// the size is clamped to what one core can actually use.
 std::int64_t stream_threshold() {
   long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  return std::max<std::int64_t>(l3 > 0 ? l3 : 32 << 20, 8 << 20);
+  return std::clamp<std::int64_t>(l3 > 0 ? l3 : 32 << 20, 8 << 20, 32 << 20);
 }
 
 class CpuBackend final : public runtime::Backend {
@@ -176,6 +189,7 @@ class CpuBackend final : public runtime::Backend {
 
   std::unique_ptr<runtime::ExecutableGraph> compile_lir(const compile::LirModule& lir,
                                                         const compile::CompileOptions& options) override {
+    single_threaded_blas();
     auto plan = std::make_shared<Plan>();
     plan->isa = &select_kernels();
     const int pool = ThreadPool::instance().size();
@@ -246,9 +260,18 @@ class CpuBackend final : public runtime::Backend {
                           ") lies outside the planned arena of " + std::to_string(plan->arena_bytes) + " bytes");
           }
           break;
-        case BufferRole::Input: r.base = Base::Input; r.index = root.external_index; break;
-        case BufferRole::Param: r.base = Base::Param; r.index = root.external_index; break;
-        case BufferRole::Constant: r.base = Base::Constant; r.index = root.external_index; break;
+        case BufferRole::Input:
+          r.base = Base::Input;
+          r.index = root.external_index;
+          break;
+        case BufferRole::Param:
+          r.base = Base::Param;
+          r.index = root.external_index;
+          break;
+        case BufferRole::Constant:
+          r.base = Base::Constant;
+          r.index = root.external_index;
+          break;
       }
       plan->refs[std::size_t(b.id)] = r;
       if (r.base == Base::Input || r.base == Base::Output) plan->dynamic.emplace_back(b.id, r);

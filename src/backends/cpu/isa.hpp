@@ -15,16 +15,13 @@
 namespace rlx::backends::cpu {
 
 // Elements per elementwise block: the registers of a program stay in L1.
-inline constexpr std::int64_t kBlock = 512;
+inline constexpr std::int64_t kBlock = 1024;
 inline constexpr int kMaxRank = 16;
-// Bytes between registers: a block of 8-byte values plus three cache lines,
-// so that registers do not sit a multiple of 4 KiB apart (4K aliasing makes
-// the loads of one instruction wait on the stores of the previous one).
-inline constexpr std::size_t kRegBytes = kBlock * 8 + 192;
 
 // Compute types: f32 for f32/f16/bf16, f64, i32 for i32/i8/u8/bool, i64.
 enum class CT : std::uint8_t { F32, F64, I32, I64 };
 
+// clang-format off
 enum class Op : std::uint8_t {
   // unary (a -> dst)
   Neg, Abs, Exp, Log, Sqrt, Rsqrt, Recip, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Softplus, Erf, Sin, Cos,
@@ -39,6 +36,7 @@ enum class Op : std::uint8_t {
   Load,    // dst = loads[io] at the block's indices
   Store,   // stores[io] at the block's indices = a
 };
+// clang-format on
 
 enum class LoadKind : std::uint8_t {
   Contig,   // element f of the iteration is element f of the source
@@ -73,6 +71,9 @@ struct Instr {
   std::int32_t io = -1;                           // Load / Store index
   double f0 = 0, f1 = 0;
   std::int64_t i0 = 0;
+  // Bit k set: operand k (a, b, c) is uniform, one value broadcast over the
+  // block, so it is read once instead of streamed (only element 0 is used).
+  std::uint8_t uniform = 0;
 };
 
 // A compiled elementwise program. Slots [0, n_regs) are registers of kBlock
@@ -89,7 +90,8 @@ struct Program {
   const std::int32_t* direct = nullptr;
   std::int32_t n_direct = 0;
   std::int32_t n_regs = 0;
-  std::int32_t result = -1;  // slot returned by ew_block (reduce prologues)
+  std::int64_t reg_bytes = 0;  // distance between registers
+  std::int32_t result = -1;    // slot returned by ew_block (reduce prologues)
   bool streams = false;
 };
 
@@ -109,8 +111,8 @@ enum class RedOp : std::uint8_t { Sum, Mean, Max, Min, Prod, ArgMax, ArgMin };
 // partial Acc and reduce_combine merges them.
 struct ReducePlan {
   RedOp op = RedOp::Sum;
-  CT ct = CT::F32;     // compute type of the reduced values
-  CT out_ct = CT::F32; // compute type of the result (i64 for arg reductions)
+  CT ct = CT::F32;      // compute type of the reduced values
+  CT out_ct = CT::F32;  // compute type of the result (i64 for arg reductions)
   std::int64_t outer = 1, red = 1, inner = 1;
   std::int64_t splits = 1;
   std::int64_t chunk = 1, chunks = 1;  // inner > 1: inner elements per unit
@@ -126,10 +128,10 @@ struct Acc {
 };
 
 struct ReduceCtx {
-  EwCtx pro;                   // prologue context (its scratch is per thread)
-  std::byte* acc = nullptr;    // per thread: 16 * chunk bytes of row accumulators
-  Acc* partial = nullptr;      // splits > 1: [splits][outer * inner]
-  std::byte* out = nullptr;    // results, one out_ct value per output element
+  EwCtx pro;                 // prologue context (its scratch is per thread)
+  std::byte* acc = nullptr;  // per thread: 16 * chunk bytes of row accumulators
+  Acc* partial = nullptr;    // splits > 1: [splits][outer * inner]
+  std::byte* out = nullptr;  // results, one out_ct value per output element
 };
 
 // ---- the per-ISA function table ----------------------------------------------
@@ -142,16 +144,25 @@ struct KernelTable {
   void (*reduce_combine)(const ReducePlan&, const ReduceCtx&, std::int64_t o0, std::int64_t o1);
   // Softmax / log-softmax of `rows` contiguous rows of n.
   void (*softmax_rows)(const float* x, float* y, std::int64_t rows, std::int64_t n, bool log);
-  // Softmax along the middle axis of one [n, inner] slice.
-  void (*softmax_cols)(const float* x, float* y, std::int64_t n, std::int64_t inner, bool log);
+  // Softmax along the middle axis of columns [0, width) of one [n, inner] slice.
+  void (*softmax_cols)(const float* x, float* y, std::int64_t n, std::int64_t inner, std::int64_t width, bool log);
   // Layer norm (or RMS norm) of `rows` rows of n; gamma/beta may be null.
-  void (*norm_rows)(const float* x, float* y, const float* gamma, const float* beta, std::int64_t rows,
-                    std::int64_t n, float eps, bool rms);
+  void (*norm_rows)(const float* x, float* y, const float* gamma, const float* beta, std::int64_t rows, std::int64_t n,
+                    float eps, bool rms);
+  // dst[c * dst_stride + r] = src[r * src_stride + c] for 4-byte elements.
+  void (*transpose32)(const std::uint32_t* src, std::int64_t src_stride, std::uint32_t* dst, std::int64_t dst_stride,
+                      std::int64_t rows, std::int64_t cols);
 };
 
-namespace generic { const KernelTable& table(); }
-namespace avx2 { const KernelTable& table(); }
-namespace avx512 { const KernelTable& table(); }
+namespace generic {
+const KernelTable& table();
+}
+namespace avx2 {
+const KernelTable& table();
+}
+namespace avx512 {
+const KernelTable& table();
+}
 
 // ISAs this CPU can run, best first.
 std::vector<std::string> supported_isas();

@@ -15,14 +15,43 @@ std::int64_t numel(const std::vector<std::int64_t>& shape) {
 void write_scalar(std::byte* p, ir::DType t, double v) {
   double r = ir::round_to_dtype(v, t);
   switch (t) {
-    case ir::DType::F32: { float f = float(r); std::memcpy(p, &f, 4); break; }
+    case ir::DType::F32: {
+      float f = float(r);
+      std::memcpy(p, &f, 4);
+      break;
+    }
     case ir::DType::F64: std::memcpy(p, &r, 8); break;
-    case ir::DType::F16: { std::uint16_t h = ir::float_to_half(float(r)); std::memcpy(p, &h, 2); break; }
-    case ir::DType::BF16: { std::uint16_t h = ir::float_to_bf16(float(r)); std::memcpy(p, &h, 2); break; }
-    case ir::DType::I8: { auto x = std::int8_t(r); std::memcpy(p, &x, 1); break; }
-    case ir::DType::U8: case ir::DType::Bool: { auto x = std::uint8_t(r); std::memcpy(p, &x, 1); break; }
-    case ir::DType::I32: { auto x = std::int32_t(r); std::memcpy(p, &x, 4); break; }
-    case ir::DType::I64: { auto x = std::int64_t(r); std::memcpy(p, &x, 8); break; }
+    case ir::DType::F16: {
+      std::uint16_t h = ir::float_to_half(float(r));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case ir::DType::BF16: {
+      std::uint16_t h = ir::float_to_bf16(float(r));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case ir::DType::I8: {
+      auto x = std::int8_t(r);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case ir::DType::U8:
+    case ir::DType::Bool: {
+      auto x = std::uint8_t(r);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case ir::DType::I32: {
+      auto x = std::int32_t(r);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case ir::DType::I64: {
+      auto x = std::int64_t(r);
+      std::memcpy(p, &x, 8);
+      break;
+    }
   }
 }
 
@@ -51,7 +80,8 @@ const compile::Buffer& BuildCtx::in_of(ir::NodeId id) const {
     ordinal += m.op == ir::OpKind::Input;
   }
   int i = body_input_index(n, ordinal);
-  if (i < 0 || std::size_t(i) >= kernel.inputs.size()) fail("body input " + std::to_string(i) + " has no kernel input buffer");
+  if (i < 0 || std::size_t(i) >= kernel.inputs.size())
+    fail("body input " + std::to_string(i) + " has no kernel input buffer");
   return in(std::size_t(i));
 }
 
@@ -76,7 +106,9 @@ class ElementwiseKernel final : public CpuKernel {
   void run(const RunCtx& c) const override {
     parallel_for(
         n_, grain_,
-        [&](i64 b, i64 e) { c.isa->ew_run(prog_->view, EwCtx{c.ptrs, nullptr, c.thread_scratch()}, b, e); },
+        [&](i64 b, i64 e) {
+          c.isa->ew_run(prog_->view, EwCtx{c.ptrs, nullptr, c.thread_scratch()}, b, e);
+        },
         c.max_threads);
   }
 

@@ -26,7 +26,9 @@ class LeafKernel final : public CpuKernel {
             double v;
             switch (op) {
               case ir::OpKind::Iota: v = double(i / axis_inner % axis_extent); break;
-              case ir::OpKind::RandomUniform: v = a + (b - a) * double(ir::rng_uniform01(seed, std::uint64_t(i))); break;
+              case ir::OpKind::RandomUniform:
+                v = a + (b - a) * double(ir::rng_uniform01(seed, std::uint64_t(i)));
+                break;
               default: v = a + b * ir::rng_normal(seed, std::uint64_t(i)); break;
             }
             write_scalar(dst + std::size_t(i) * es, dtype, v);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 
 #include "backends/cpu/kernels.hpp"
 #include "rlx/error.hpp"
@@ -12,13 +11,6 @@
 namespace rlx::backends::cpu {
 
 namespace {
-
-// OpenBLAS runs single-threaded inside our pool's tasks: one threading layer,
-// no oversubscription, and epilogues run on the panel each task just wrote.
-void single_threaded_blas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
 
 template <class T>
 void gemm_int(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 lda, i64 ldb, i64 ldc, std::uint64_t* row) {
@@ -132,7 +124,6 @@ std::vector<i64> batch_offsets(const std::vector<i64>& dims, const std::vector<i
 }  // namespace
 
 std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
-  single_threaded_blas();
   const auto& body = b.kernel.body;
   const ir::Node& mm = b.anchor();
   if (mm.op != ir::OpKind::MatMul) b.fail("expected a matmul op");

@@ -115,7 +115,7 @@ class StridedCopy final : public CpuKernel {
   // Output dim tdim_ reads the input contiguously while the innermost one
   // strides: copy 32x32 tiles so that both sides stay in cache.
   void transpose(const RunCtx& c, const std::byte* src, std::byte* dst) const {
-    constexpr i64 kTile = 32;
+    constexpr i64 kTile = 64;
     const std::size_t r = ext_.size(), t = std::size_t(tdim_);
     i64 os[kMaxRank + 1];
     os[r - 1] = 1;
@@ -135,11 +135,16 @@ class StridedCopy final : public CpuKernel {
               out_off += id * os[d];
             }
             const i64 i0 = ti * kTile, i1 = std::min(ni, i0 + kTile);
+            if (es_ == 4) {  // SIMD 8x8 blocks: out rows i read input columns
+              c.isa->transpose32(reinterpret_cast<const std::uint32_t*>(src) + in_off + i0, sj,
+                                 reinterpret_cast<std::uint32_t*>(dst) + out_off + i0 * os[t], os[t], nj, i1 - i0);
+              continue;
+            }
             for (i64 j0 = 0; j0 < nj; j0 += kTile) {
               const i64 j1 = std::min(nj, j0 + kTile);
               for (i64 i = i0; i < i1; ++i)
-                copy_elems(dst + std::size_t(out_off + i * os[t] + j0) * es_,
-                           src + (in_off + i + j0 * sj) * i64(es_), j1 - j0, sj, es_);
+                copy_elems(dst + std::size_t(out_off + i * os[t] + j0) * es_, src + (in_off + i + j0 * sj) * i64(es_),
+                           j1 - j0, sj, es_);
             }
           }
         },
@@ -317,8 +322,10 @@ void add_into(std::byte* d, const std::byte* s) {
   T a, b;
   std::memcpy(&a, d, sizeof(T));
   std::memcpy(&b, s, sizeof(T));
-  if constexpr (std::is_integral_v<T>) a = T(std::make_unsigned_t<T>(a) + std::make_unsigned_t<T>(b));
-  else a += b;
+  if constexpr (std::is_integral_v<T>)
+    a = T(std::make_unsigned_t<T>(a) + std::make_unsigned_t<T>(b));
+  else
+    a += b;
   std::memcpy(d, &a, sizeof(T));
 }
 
@@ -338,12 +345,14 @@ class ScatterAddKernel final : public CpuKernel {
       case ir::DType::U8: add_into<std::uint8_t>(d, s); break;
       case ir::DType::I32: add_into<std::int32_t>(d, s); break;
       case ir::DType::I64: add_into<std::int64_t>(d, s); break;
-      case ir::DType::F16: case ir::DType::BF16: {
+      case ir::DType::F16:
+      case ir::DType::BF16: {
         std::uint16_t a, b;
         std::memcpy(&a, d, 2);
         std::memcpy(&b, s, 2);
         bool h = dtype == ir::DType::F16;
-        float sum = (h ? ir::half_to_float(a) : ir::bf16_to_float(a)) + (h ? ir::half_to_float(b) : ir::bf16_to_float(b));
+        float sum =
+            (h ? ir::half_to_float(a) : ir::bf16_to_float(a)) + (h ? ir::half_to_float(b) : ir::bf16_to_float(b));
         a = h ? ir::float_to_half(sum) : ir::float_to_bf16(sum);
         std::memcpy(d, &a, 2);
         break;
@@ -392,7 +401,9 @@ std::unique_ptr<CpuKernel> build_movement(const BuildCtx& b) {
     return std::make_unique<StridedCopy>(xb.id, ob.id, es, ob.shape, std::move(st), base);
   };
   switch (n.op) {
-    case OpKind::Reshape: case OpKind::Squeeze: case OpKind::Unsqueeze:
+    case OpKind::Reshape:
+    case OpKind::Squeeze:
+    case OpKind::Unsqueeze:
       return std::make_unique<StridedCopy>(xb.id, ob.id, es, std::vector<i64>{numel(ob.shape)}, std::vector<i64>{1}, 0);
     case OpKind::Permute: {
       const auto& perm = n.attrs.get_ints("perm");

@@ -38,7 +38,8 @@ void softmax_strided(const double* x, double* y, i64 n, i64 stride, bool log) {
   double m = -INFINITY, sum = 0;
   for (i64 k = 0; k < n; ++k) m = std::fmax(m, x[k * stride]);
   for (i64 k = 0; k < n; ++k) sum += std::exp(x[k * stride] - m);
-  for (i64 k = 0; k < n; ++k) y[k * stride] = log ? x[k * stride] - m - std::log(sum) : std::exp(x[k * stride] - m) / sum;
+  for (i64 k = 0; k < n; ++k)
+    y[k * stride] = log ? x[k * stride] - m - std::log(sum) : std::exp(x[k * stride] - m) / sum;
 }
 
 template <class T>
@@ -66,10 +67,18 @@ class SoftmaxKernel final : public CpuKernel {
             outer, std::max<i64>(1, kGrain / std::max<i64>(n, 1)),
             [&](i64 b, i64 e) { c.isa->softmax_rows(xp + b * n, yp + b * n, e - b, n, log); }, c.max_threads);
       } else {
+        // Units of up to 256 columns: 1 KiB per row keeps the strided row
+        // reads streaming from memory, and the units spread over the threads.
+        const i64 width = 256;
+        const i64 per = (inner + width - 1) / width;
         parallel_for(
-            outer, std::max<i64>(1, kGrain / std::max<i64>(n * inner, 1)),
+            outer * per, std::max<i64>(1, kGrain / std::max<i64>(n * width, 1)),
             [&](i64 b, i64 e) {
-              for (i64 o = b; o < e; ++o) c.isa->softmax_cols(xp + o * n * inner, yp + o * n * inner, n, inner, log);
+              for (i64 u = b; u < e; ++u) {
+                const i64 o = u / per, i0 = u % per * width;
+                c.isa->softmax_cols(xp + o * n * inner + i0, yp + o * n * inner + i0, n, inner,
+                                    std::min(width, inner - i0), log);
+              }
             },
             c.max_threads);
       }
@@ -301,8 +310,10 @@ class AttentionKernel final : public CpuKernel {
               }
               if (causal)
                 for (i64 j = i + 1; j < cols; ++j) s[j] = -std::numeric_limits<T>::infinity();
-              if constexpr (std::is_same_v<T, float>) c.isa->softmax_rows(s, s, 1, cols, false);
-              else softmax_strided(s, s, cols, 1, false);
+              if constexpr (std::is_same_v<T, float>)
+                c.isa->softmax_rows(s, s, 1, cols, false);
+              else
+                softmax_strided(s, s, cols, 1, false);
             }
             gemm<T>(false, rows, Dv, cols, T(1), sc, cols, V, Dv, O, Dv);
           }
@@ -315,7 +326,8 @@ class AttentionKernel final : public CpuKernel {
 std::vector<i64> ints_n(const BuildCtx& b, const ir::Node& n, std::string_view key, std::size_t count) {
   auto v = n.attrs.get_ints(key);
   if (v.size() == 1) v.assign(count, v[0]);
-  if (v.size() != count) b.fail("attribute '" + std::string(key) + "' needs 1 or " + std::to_string(count) + " entries");
+  if (v.size() != count)
+    b.fail("attribute '" + std::string(key) + "' needs 1 or " + std::to_string(count) + " entries");
   return v;
 }
 
@@ -388,7 +400,8 @@ std::unique_ptr<CpuKernel> make_attention(const BuildCtx& b, const ir::Node& n) 
   const auto& qb = b.in_of(n.inputs.at(0));
   const auto& kb = b.in_of(n.inputs.at(1));
   const auto& vb = b.in_of(n.inputs.at(2));
-  if (qb.shape.size() != 4 || kb.shape.size() != 4 || vb.shape.size() != 4) b.fail("attention needs q, k, v [B, H, S, D]");
+  if (qb.shape.size() != 4 || kb.shape.size() != 4 || vb.shape.size() != 4)
+    b.fail("attention needs q, k, v [B, H, S, D]");
   auto k = std::make_unique<AttentionKernel<T>>();
   k->q = qb.id, k->k = kb.id, k->v = vb.id, k->y = b.out(0).id;
   k->B = qb.shape[0], k->H = qb.shape[1], k->Sq = qb.shape[2], k->D = qb.shape[3];
@@ -408,8 +421,10 @@ std::unique_ptr<CpuKernel> make_attention(const BuildCtx& b, const ir::Node& n) 
     auto cs = ir::contiguous_strides(mb.shape);
     const std::size_t lead = 4 - mb.shape.size();
     for (std::size_t d = 0; d < mb.shape.size(); ++d) {
-      if (mb.shape[d] == full[lead + d]) k->ms[lead + d] = mb.shape[d] == 1 ? 0 : cs[d];
-      else if (mb.shape[d] != 1) b.fail("attention mask does not broadcast to the scores");
+      if (mb.shape[d] == full[lead + d])
+        k->ms[lead + d] = mb.shape[d] == 1 ? 0 : cs[d];
+      else if (mb.shape[d] != 1)
+        b.fail("attention mask does not broadcast to the scores");
     }
   }
   // Query blocks keep the score tile (qb x Sk) in L2.
@@ -429,7 +444,8 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
   const auto& yb = b.out(0);
   const std::size_t rank = xb.shape.size();
   switch (n.op) {
-    case OpKind::Softmax: case OpKind::LogSoftmax: {
+    case OpKind::Softmax:
+    case OpKind::LogSoftmax: {
       auto k = std::make_unique<SoftmaxKernel>();
       k->x = xb.id, k->y = yb.id, k->dtype = n.dtype, k->log = n.op == OpKind::LogSoftmax;
       if (rank > 0) {
@@ -441,7 +457,8 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
       }
       return k;
     }
-    case OpKind::LayerNorm: case OpKind::RmsNorm: {
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm: {
       auto k = std::make_unique<NormKernel>();
       k->x = xb.id, k->y = yb.id, k->dtype = n.dtype, k->rms = n.op == OpKind::RmsNorm;
       k->eps = n.attrs.float_or("eps", k->rms ? 1e-6 : 1e-5);
@@ -453,12 +470,11 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
       if (n.inputs.size() > 2) k->beta = b.in_of(n.inputs[2]).id;
       return k;
     }
-    case OpKind::Conv1d: case OpKind::Conv2d:
-      return f32 ? make_conv<float>(b, n) : make_conv<double>(b, n);
-    case OpKind::MaxPool2d: case OpKind::AvgPool2d:
-      return f32 ? make_pool<float>(b, n) : make_pool<double>(b, n);
-    case OpKind::Attention:
-      return f32 ? make_attention<float>(b, n) : make_attention<double>(b, n);
+    case OpKind::Conv1d:
+    case OpKind::Conv2d: return f32 ? make_conv<float>(b, n) : make_conv<double>(b, n);
+    case OpKind::MaxPool2d:
+    case OpKind::AvgPool2d: return f32 ? make_pool<float>(b, n) : make_pool<double>(b, n);
+    case OpKind::Attention: return f32 ? make_attention<float>(b, n) : make_attention<double>(b, n);
     default: b.fail("op " + std::string(ir::op_name(n.op)) + " has no native CPU kernel");
   }
 }

@@ -62,8 +62,7 @@ class ReduceKernel final : public CpuKernel {
       return;
     }
     parallel_for(
-        units, 1, [&](i64 u0, i64 u1) { c.isa->reduce_units(plan, ctx(c.thread_scratch()), u0, u1); },
-        c.max_threads);
+        units, 1, [&](i64 u0, i64 u1) { c.isa->reduce_units(plan, ctx(c.thread_scratch()), u0, u1); }, c.max_threads);
     parallel_for(
         plan.outer * plan.inner, kGrain,
         [&](i64 o0, i64 o1) {
@@ -92,7 +91,8 @@ RedOp red_op(ir::OpKind k) {
 std::unique_ptr<CpuKernel> build_reduce(const BuildCtx& b) {
   const auto& body = b.kernel.body;
   const ir::Node& rn = b.anchor();
-  if (ir::op_info(rn.op).cls != ir::OpClass::Reduce) b.fail("expected a reduce op, found " + std::string(ir::op_name(rn.op)));
+  if (ir::op_info(rn.op).cls != ir::OpClass::Reduce)
+    b.fail("expected a reduce op, found " + std::string(ir::op_name(rn.op)));
   const ir::Node& x = body.node(rn.inputs.at(0));
   const auto ext = x.shape.extents();
   const std::size_t rank = ext.size();
@@ -126,7 +126,8 @@ std::unique_ptr<CpuKernel> build_reduce(const BuildCtx& b) {
   std::vector<int> order;
   if (red > 1 && n_out > 0) {
     bool contiguous = true;
-    for (int d = first; d <= last; ++d) contiguous = contiguous && (reduced[std::size_t(d)] || ext[std::size_t(d)] == 1);
+    for (int d = first; d <= last; ++d)
+      contiguous = contiguous && (reduced[std::size_t(d)] || ext[std::size_t(d)] == 1);
     if (contiguous) {
       p.outer = 1;
       for (int d = 0; d < first; ++d) p.outer *= ext[std::size_t(d)];
@@ -140,7 +141,7 @@ std::unique_ptr<CpuKernel> build_reduce(const BuildCtx& b) {
     }
   }
   if (p.inner > 1) {
-    p.chunk = std::min<i64>(p.inner, 2048);
+    p.chunk = std::min<i64>(p.inner, 8192);  // whole rows when they fit in L2: one sequential stream
     p.chunks = (p.inner + p.chunk - 1) / p.chunk;
   }
   const i64 base_units = p.outer * p.chunks, T = b.threads;

@@ -15,7 +15,9 @@ using ir::OpKind;
 
 CT compute_type(DType t) {
   switch (t) {
-    case DType::F32: case DType::F16: case DType::BF16: return CT::F32;
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return CT::F32;
     case DType::F64: return CT::F64;
     case DType::I64: return CT::I64;
     default: return CT::I32;
@@ -50,9 +52,16 @@ bool is_narrow(DType t) { return t == DType::F16 || t == DType::BF16 || t == DTy
 // Ops whose result is representable in the input dtype whenever the inputs are.
 bool is_closed(OpKind op, DType t) {
   switch (op) {
-    case OpKind::Max: case OpKind::Min: case OpKind::Where: case OpKind::Relu: case OpKind::Sign:
-    case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: return true;
-    case OpKind::Neg: case OpKind::Abs: return ir::is_float(t);
+    case OpKind::Max:
+    case OpKind::Min:
+    case OpKind::Where:
+    case OpKind::Relu:
+    case OpKind::Sign:
+    case OpKind::Floor:
+    case OpKind::Ceil:
+    case OpKind::Round: return true;
+    case OpKind::Neg:
+    case OpKind::Abs: return ir::is_float(t);
     default: return false;
   }
 }
@@ -117,8 +126,10 @@ std::optional<std::vector<std::int64_t>> broadcast_strides(std::vector<std::int6
   auto cs = ir::contiguous_strides(shape);
   std::size_t lead = iter.size() - shape.size();
   for (std::size_t j = 0; j < shape.size(); ++j) {
-    if (shape[j] == iter[lead + j] && shape[j] != 1) st[lead + j] = cs[j];
-    else if (shape[j] != 1) return std::nullopt;
+    if (shape[j] == iter[lead + j] && shape[j] != 1)
+      st[lead + j] = cs[j];
+    else if (shape[j] != 1)
+      return std::nullopt;
   }
   return st;
 }
@@ -175,8 +186,8 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
   // Slots: registers are allocated lowest-free-first; direct slots are numbered after them.
   std::vector<int> slot_of(n_nodes, -1);
   std::vector<bool> direct_node(n_nodes, false), uniform(n_nodes, false);
-  std::vector<int> refs;          // live nodes per register
-  std::vector<bool> pinned;       // registers filled once per task
+  std::vector<int> refs;     // live nodes per register
+  std::vector<bool> pinned;  // registers filled once per task
   std::vector<int> free_regs;
   // Pinned registers are written once per task before any block runs, so
   // they never reuse a register that block code writes.
@@ -289,8 +300,10 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
       if (v.numel() == 1) {
         Instr in{Op::Fill, compute_type(n.dtype)};
         in.f0 = ir::round_to_dtype(v.get(0), n.dtype);
-        if (v.dtype() == DType::I64) std::memcpy(&in.i0, v.data(), 8);
-        else in.i0 = std::int64_t(in.f0);
+        if (v.dtype() == DType::I64)
+          std::memcpy(&in.i0, v.data(), 8);
+        else
+          in.i0 = std::int64_t(in.f0);
         int r = alloc(true);
         in.dst = std::int16_t(r);
         emit(true, in);
@@ -308,17 +321,24 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
     const CT ct = compute_type(n.op == OpKind::Where ? n.dtype : in_dtype);
     const CT out_ct = compute_type(n.dtype);
     auto operand = [&](std::size_t i) { return slot16(n.inputs[i]); };
+    // Block code reads uniform operands once (see Instr::uniform).
+    auto emit_op = [&](Instr in) {
+      if (!uni)
+        for (std::size_t i = 0; i < n.inputs.size() && i < 3; ++i)
+          if (uniform[n.inputs[i]]) in.uniform |= std::uint8_t(1u << i);
+      emit(uni, in);
+    };
     bool need_narrow = is_narrow(n.dtype) && !is_closed(n.op, n.dtype);
     int dst = -1;
     if (n.op == OpKind::Cast) {
       const DType to = n.dtype;
       if (to == DType::Bool) {
         dst = alloc(uni);
-        emit(uni, Instr{Op::Cast, ct, CT::I32, DType::Bool, std::int16_t(dst), operand(0)});
+        emit_op(Instr{Op::Cast, ct, CT::I32, DType::Bool, std::int16_t(dst), operand(0)});
       } else if (ct == out_ct) {
         if (is_narrow(to) && to != in_dtype && in_dtype != DType::Bool) {
           dst = alloc(uni);
-          emit(uni, Instr{Op::Narrow, ct, ct, to, std::int16_t(dst), operand(0)});
+          emit_op(Instr{Op::Narrow, ct, ct, to, std::int16_t(dst), operand(0)});
         } else {
           // Same values in the same compute type: the cast is free.
           NodeId src = n.inputs[0];
@@ -336,25 +356,25 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
         }
       } else {
         dst = alloc(uni);
-        emit(uni, Instr{Op::Cast, ct, out_ct, to, std::int16_t(dst), operand(0)});
+        emit_op(Instr{Op::Cast, ct, out_ct, to, std::int16_t(dst), operand(0)});
         if (is_narrow(to)) emit(uni, Instr{Op::Narrow, out_ct, out_ct, to, std::int16_t(dst), std::int16_t(dst)});
       }
       need_narrow = false;
     } else if (n.op == OpKind::Where) {
       dst = alloc(uni);
-      emit(uni, Instr{Op::Where, ct, ct, n.dtype, std::int16_t(dst), operand(0), operand(1), operand(2)});
+      emit_op(Instr{Op::Where, ct, ct, n.dtype, std::int16_t(dst), operand(0), operand(1), operand(2)});
     } else if (n.op == OpKind::Clamp) {
       dst = alloc(uni);
       Instr in{Op::Clamp, ct, ct, n.dtype, std::int16_t(dst), operand(0)};
       in.f0 = n.attrs.get_float("min");
       in.f1 = n.attrs.get_float("max");
-      emit(uni, in);
+      emit_op(in);
     } else if (auto u = unary_op(n.op)) {
       dst = alloc(uni);
-      emit(uni, Instr{*u, ct, out_ct, n.dtype, std::int16_t(dst), operand(0)});
+      emit_op(Instr{*u, ct, out_ct, n.dtype, std::int16_t(dst), operand(0)});
     } else if (auto b = binary_op(n.op)) {
       dst = alloc(uni);
-      emit(uni, Instr{*b, ct, out_ct, n.dtype, std::int16_t(dst), operand(0), operand(1)});
+      emit_op(Instr{*b, ct, out_ct, n.dtype, std::int16_t(dst), operand(0), operand(1)});
     } else {
       fail(n, "is not an elementwise op the CPU backend can fuse");
     }
@@ -378,8 +398,8 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
     const ir::Node& n = body_.node(s.node);
     if (compute_type(n.dtype) != compute_type(s.spec.dtype)) fail(n, "is stored to a buffer of another dtype");
     cp->stores.push_back(s.spec);
-    emit(false, Instr{Op::Store, compute_type(n.dtype), compute_type(n.dtype), s.spec.dtype, -1, slot16(s.node),
-                      -1, -1, int(cp->stores.size() - 1)});
+    emit(false, Instr{Op::Store, compute_type(n.dtype), compute_type(n.dtype), s.spec.dtype, -1, slot16(s.node), -1, -1,
+                      int(cp->stores.size() - 1)});
   }
 
   const int n_regs = int(refs.size());
@@ -405,14 +425,21 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
   p.direct = cp->direct.data();
   p.n_direct = int(cp->direct.size());
   p.n_regs = n_regs;
+  // Registers hold 4-byte values unless the program computes in f64/i64; a
+  // three-line pad keeps them from sitting a multiple of 4 KiB apart.
+  bool wide = false;
+  for (auto* list : {&cp->init, &cp->code})
+    for (const auto& in : *list)
+      wide = wide || in.ct == CT::F64 || in.ct == CT::I64 || in.ct2 == CT::F64 || in.ct2 == CT::I64;
+  p.reg_bytes = kBlock * (wide ? 8 : 4) + 192;
   if (result_ < n_nodes) {
     std::int16_t r = slot16(result_);
     patch(r);
     p.result = r;
   }
   p.streams = std::any_of(cp->stores.begin(), cp->stores.end(), [](const StoreSpec& s) { return s.stream; });
-  cp->scratch_bytes = (std::size_t(p.n_regs + p.n_direct) * sizeof(void*) + 63) / 64 * 64 +
-                      std::size_t(p.n_regs + 1) * kRegBytes;
+  cp->scratch_bytes =
+      (std::size_t(p.n_regs + p.n_direct) * sizeof(void*) + 63) / 64 * 64 + std::size_t((p.n_regs + 1) * p.reg_bytes);
   return cp;
 }
 

@@ -1,5 +1,7 @@
 #include "backends/cpu/thread_pool.hpp"
 
+#include <sched.h>
+
 #include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -39,10 +41,20 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+namespace {
+// CPUs this process may run on: in a container or under taskset that is
+// fewer than hardware_concurrency(), and a pool larger than it only contends.
+int usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+}  // namespace
+
 ThreadPool& ThreadPool::instance() {
   // Never destroyed: parked workers must not be joined during static
   // destruction, when a late run() from another destructor could still come.
-  static ThreadPool* pool = new ThreadPool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  static ThreadPool* pool = new ThreadPool(usable_cpus());
   return *pool;
 }
 
@@ -127,8 +139,10 @@ void ThreadPool::run(std::int64_t n, FunctionRef<void(std::int64_t)> task, int m
     execute(gen);
   }
   for (int spins = 0; done_.load(std::memory_order_acquire) < n; ++spins) {
-    if (spins < 4096) RLX_CPU_RELAX();
-    else std::this_thread::yield();  // a worker was descheduled mid-task
+    if (spins < 4096)
+      RLX_CPU_RELAX();
+    else
+      std::this_thread::yield();  // a worker was descheduled mid-task
   }
   if (failed_.load()) std::rethrow_exception(error_);
 }

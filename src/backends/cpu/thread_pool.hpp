@@ -27,8 +27,9 @@ class FunctionRef<R(A...)> {
  public:
   template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef>>>
   FunctionRef(F&& f)  // NOLINT(google-explicit-constructor): used like a function parameter
-      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
-        call_([](void* o, A... a) -> R { return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<A>(a)...); }) {}
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))), call_([](void* o, A... a) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<A>(a)...);
+        }) {}
   R operator()(A... a) const { return call_(obj_, std::forward<A>(a)...); }
 
  private:
@@ -44,7 +45,7 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  // The process-wide pool, sized to std::thread::hardware_concurrency().
+  // The process-wide pool, sized to the CPUs this process may run on.
   static ThreadPool& instance();
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
