@@ -4,6 +4,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(CURDIR)/.venv/bin/python
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
+# Relative paths in the cache key: a fresh clone elsewhere (CI) still hits the cache.
+export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: all deps configure build demo test bench fmt lint install-git-hooks clean
 

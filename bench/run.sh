@@ -15,7 +15,7 @@ COMPILE_ROUNDS=${BENCH_COMPILE_ROUNDS:-5}
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 BIN=$BUILD/bench
-for exe in bench_machine bench_kernels bench_e2e; do
+for exe in bench_machine bench_kernels bench_e2e bench_overhead; do
   [ -x "$BIN/$exe" ] || { echo "bench: $BIN/$exe not built (run 'make build' or set BUILD=<dir>)" >&2; exit 1; }
 done
 
@@ -49,6 +49,9 @@ for r in $(seq 1 "$COMPILE_ROUNDS"); do
   "$BIN/bench_e2e" --compile-time 3 >"$RAW/compile_rlx_$r.jsonl"
   "$PY" bench/peers.py compile --dump "$RAW/dump" --reps 3 >"$RAW/compile_ort_$r.jsonl"
 done
+
+echo "[bench] pyrlx: per-call overhead vs the C++ API; MLP vs ONNX Runtime's Python API"
+PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" bench/pyrlx_bench.py "$BIN/bench_overhead" "$REPS" >"$RAW/pyrlx.jsonl"
 
 # Limits again at the end: the report keeps the best, so a busy moment at the start does not skew the percentages.
 "$BIN/bench_machine" --reps 15 >"$RAW/machine_1.jsonl"
