@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/models/demo_models.hpp"
@@ -97,6 +98,9 @@ int main(int argc, char** argv) {
   auto* ops = app.add_subcommand("ops", "List the ops and each backend's dispatch tier (docs/op-coverage.md)");
   ops->add_flag("--markdown", markdown, "Print the generated markdown page");
 
+  auto* envc = app.add_subcommand("env", "List every RLX_* environment variable RLX reads (docs/env-vars.md)");
+  envc->add_flag("--markdown", markdown, "Print the generated markdown page");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo) {
@@ -111,6 +115,17 @@ int main(int argc, char** argv) {
       rlx::Session session(rlx::runtime::parse_device(device));
       auto compiled = session.compile(g, options);
       fmt::print("{}\n{}\n", compiled.compile_result().summary(), compiled.compile_result().dispatch.to_text());
+      return 0;
+    }
+    if (*envc) {
+      if (markdown) {
+        fmt::print("{}", rlx::env::catalog_markdown());
+      } else {
+        for (const auto& v : rlx::env::catalog()) {
+          auto value = rlx::env::get(v.name);
+          fmt::print("{:<16} {:<10} {}\n    {}\n", v.name, value ? "= " + *value : "(unset)", "", v.doc);
+        }
+      }
       return 0;
     }
     if (*ops) {

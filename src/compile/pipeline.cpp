@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "rlx/compile/passes_extra.hpp"
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/text.hpp"
 
@@ -181,13 +182,14 @@ double millis_since(Clock::time_point t0) {
 // What to print to stderr: CompileOptions::dump, else $RLX_DUMP (the only
 // place the environment is read).
 std::set<std::string, std::less<>> dump_names(const CompileOptions& o) {
-  std::string spec = o.dump;
-  if (spec.empty())
-    if (const char* env = std::getenv("RLX_DUMP")) spec = env;
+  if (o.dump.empty()) {
+    auto env = env::get_list("RLX_DUMP");
+    return {env.begin(), env.end()};
+  }
   std::set<std::string, std::less<>> names;
-  for (std::size_t pos = 0; pos <= spec.size();) {
-    auto comma = std::min(spec.find(',', pos), spec.size());
-    auto item = spec.substr(pos, comma - pos);
+  for (std::size_t pos = 0; pos <= o.dump.size();) {
+    auto comma = std::min(o.dump.find(',', pos), o.dump.size());
+    auto item = o.dump.substr(pos, comma - pos);
     item.erase(0, item.find_first_not_of(" \t"));
     item.erase(item.find_last_not_of(" \t") + 1);
     if (!item.empty()) names.insert(item);

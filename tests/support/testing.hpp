@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "rlx/env.hpp"
 #include "rlx/ir/tensor.hpp"
 
 namespace rlx::testing {
@@ -17,8 +18,8 @@ namespace rlx::testing {
 // so a failure can be replayed.
 inline std::uint64_t test_seed() {
   static const std::uint64_t seed = [] {
-    const char* env = std::getenv("RLX_TEST_SEED");
-    std::uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+    auto env = rlx::env::get_int("RLX_TEST_SEED");
+    std::uint64_t s = env ? static_cast<std::uint64_t>(*env) : std::random_device{}();
     ::testing::Test::RecordProperty("rlx_seed", std::to_string(s));
     std::fprintf(stderr, "[rlx] RLX_TEST_SEED=%llu\n", static_cast<unsigned long long>(s));
     return s;

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::backends::cpu {
@@ -16,9 +17,9 @@ bool cpu_has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_sup
 
 // The one place RLX_CPU_ISA is read; empty when unset.
 std::string isa_override() {
-  const char* env = std::getenv("RLX_CPU_ISA");
-  if (!env || !*env) return {};
-  std::string v(env);
+  auto value = env::get("RLX_CPU_ISA");
+  if (!value) return {};
+  const std::string& v = *value;
   if (v != "generic" && v != "avx2" && v != "avx512")
     throw Error("RLX_CPU_ISA='" + v + "' is not one of generic, avx2, avx512");
   return v;
