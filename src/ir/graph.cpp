@@ -78,39 +78,30 @@ static NodeId find_named(const Graph& g, OpKind kind, std::string_view name) {
 NodeId Graph::find_input(std::string_view name) const { return find_named(*this, OpKind::Input, name); }
 NodeId Graph::find_param(std::string_view name) const { return find_named(*this, OpKind::Param, name); }
 
-NodeId Graph::add(OpKind op, std::vector<NodeId> inputs, Attrs attrs) {
+// add() and add_declared() differ only in whether a declared type is checked.
+static Node typed_node(const Graph& g, OpKind op, std::vector<NodeId> inputs, Attrs attrs, const TypeInfo* declared) {
   Node n;
-  n.id = static_cast<NodeId>(nodes_.size());
+  n.id = static_cast<NodeId>(g.size());
   try {
-    TypeInfo t = infer_type(*this, op, inputs, attrs, nullptr);
+    TypeInfo t = infer_type(g, op, inputs, attrs, declared);
     n.dtype = t.dtype;
     n.shape = std::move(t.shape);
   } catch (const Error& e) {
-    throw Error("graph '" + name_ + "', node %" + std::to_string(n.id) + ": " + e.what());
+    throw Error("graph '" + g.name() + "', node %" + std::to_string(n.id) + ": " + e.what());
   }
   n.op = op;
   n.inputs = std::move(inputs);
   n.attrs = std::move(attrs);
-  nodes_.push_back(std::move(n));
-  return nodes_.back().id;
+  return n;
+}
+
+NodeId Graph::add(OpKind op, std::vector<NodeId> inputs, Attrs attrs) {
+  return add_raw(typed_node(*this, op, std::move(inputs), std::move(attrs), nullptr));
 }
 
 NodeId Graph::add_declared(OpKind op, std::vector<NodeId> inputs, Attrs attrs, DType dtype, Shape shape) {
-  Node n;
-  n.id = static_cast<NodeId>(nodes_.size());
   TypeInfo declared{dtype, std::move(shape)};
-  try {
-    TypeInfo t = infer_type(*this, op, inputs, attrs, &declared);
-    n.dtype = t.dtype;
-    n.shape = std::move(t.shape);
-  } catch (const Error& e) {
-    throw Error("graph '" + name_ + "', node %" + std::to_string(n.id) + ": " + e.what());
-  }
-  n.op = op;
-  n.inputs = std::move(inputs);
-  n.attrs = std::move(attrs);
-  nodes_.push_back(std::move(n));
-  return nodes_.back().id;
+  return add_raw(typed_node(*this, op, std::move(inputs), std::move(attrs), &declared));
 }
 
 NodeId Graph::add_raw(Node node) {
@@ -129,18 +120,20 @@ void Graph::set_outputs(std::vector<NodeId> ids) {
   for (auto id : ids) add_output(id);
 }
 
-NodeId Graph::input(std::string name, Shape shape, DType dtype) {
-  for (const auto& n : nodes_)
+// Inputs and params share one namespace: a run binds them by name.
+static NodeId add_named_leaf(Graph& g, OpKind op, std::string name, Shape shape, DType dtype) {
+  for (const auto& n : g.nodes())
     if ((n.op == OpKind::Input || n.op == OpKind::Param) && n.attrs.get_str("name") == name)
-      throw Error("graph '" + name_ + "': the name '" + name + "' is already used by node %" + std::to_string(n.id));
-  return add_declared(OpKind::Input, {}, {{"name", std::move(name)}}, dtype, std::move(shape));
+      throw Error("graph '" + g.name() + "': the name '" + name + "' is already used by node %" + std::to_string(n.id));
+  return g.add_declared(op, {}, {{"name", std::move(name)}}, dtype, std::move(shape));
+}
+
+NodeId Graph::input(std::string name, Shape shape, DType dtype) {
+  return add_named_leaf(*this, OpKind::Input, std::move(name), std::move(shape), dtype);
 }
 
 NodeId Graph::param(std::string name, Shape shape, DType dtype) {
-  for (const auto& n : nodes_)
-    if ((n.op == OpKind::Input || n.op == OpKind::Param) && n.attrs.get_str("name") == name)
-      throw Error("graph '" + name_ + "': the name '" + name + "' is already used by node %" + std::to_string(n.id));
-  return add_declared(OpKind::Param, {}, {{"name", std::move(name)}}, dtype, std::move(shape));
+  return add_named_leaf(*this, OpKind::Param, std::move(name), std::move(shape), dtype);
 }
 
 NodeId Graph::constant(Tensor value) {
