@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
   comp->add_option("file", file, "Graph in RLX IR text")->required();
   comp->add_option("--dump", dump, "Levels or passes to print: hir,mir,lir,all,<pass>");
   comp->add_option("--device", device, "Backend device");
+  std::vector<std::string> binds;
+  comp->add_option("--bind", binds, "Bind a symbolic dim, e.g. --bind B=64 (repeatable)");
 
   std::string svg_out;
   auto* svg = app.add_subcommand("svg", "Render an IR text file as SVG (needs graphviz)");
@@ -112,6 +114,15 @@ int main(int argc, char** argv) {
       auto g = rlx::ir::parse_text(read_file(file));
       rlx::compile::CompileOptions options;
       options.dump = dump;
+      for (const auto& b : binds) {
+        auto eq = b.find('=');
+        if (eq == std::string::npos || eq == 0) throw rlx::Error("--bind expects NAME=EXTENT, got '" + b + "'");
+        try {
+          options.bind.emplace_back(b.substr(0, eq), std::stoll(b.substr(eq + 1)));
+        } catch (const std::exception&) {
+          throw rlx::Error("--bind expects NAME=EXTENT, got '" + b + "'");
+        }
+      }
       rlx::Session session(rlx::runtime::parse_device(device));
       auto compiled = session.compile(g, options);
       fmt::print("{}\n{}\n", compiled.compile_result().summary(), compiled.compile_result().dispatch.to_text());

@@ -522,10 +522,11 @@ class Session:
         return self._s.device
 
     def compile(self, g: Graph, optimize: bool = True, fusion: bool = True, num_threads: int = 0,
-                dump: str = "") -> CompiledGraph:
+                dump: str = "", bind: Optional[dict] = None) -> CompiledGraph:
+        """Compiles for this session's device. `bind` gives symbolic dims their extents: {"B": 64}."""
         if not isinstance(g, Graph):
             raise Error(f"compile expects an rlx.Graph, got {type(g).__name__}")
-        return CompiledGraph(self._s.compile(g._g, optimize, fusion, num_threads, dump))
+        return CompiledGraph(self._s.compile(g._g, optimize, fusion, num_threads, dump, bind or {}))
 
 
 def available_devices() -> list: return _C.available_devices()

@@ -273,15 +273,17 @@ NB_MODULE(_pyrlx, m) {
       })
       .def("compile",
            [](const rlx::Session& s, const ir::Graph& g, bool optimize, bool fusion, int num_threads,
-              const std::string& dump) {
+              const std::string& dump, const std::map<std::string, std::int64_t>& bind) {
              rlx::compile::CompileOptions o;
+             o.bind.assign(bind.begin(), bind.end());
              o.optimize = optimize;
              o.fusion = fusion;
              o.num_threads = num_threads;
              o.dump = dump;
              return PyCompiled{s.compile(g, o)};
            },
-           "graph"_a, "optimize"_a = true, "fusion"_a = true, "num_threads"_a = 0, "dump"_a = "")
+           "graph"_a, "optimize"_a = true, "fusion"_a = true, "num_threads"_a = 0, "dump"_a = "",
+           "bind"_a = std::map<std::string, std::int64_t>{})
       .def_prop_ro("device", [](const rlx::Session& s) { return std::string(rlx::runtime::device_label(s.device())); });
 
   m.def("available_devices", [] {

@@ -141,3 +141,14 @@ def test_reference_run_matches(rng):
     c.set_param("w", w)
     c.set_param("b", b)
     np.testing.assert_allclose(c.run({"x": x})[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_dims_bound_at_compile(rng):
+    g = rlx.Graph()
+    x = g.input("x", ("B", 8))
+    g.output(x.relu().sum(axis=1))
+    with pytest.raises(rlx.Error, match="B"):
+        rlx.Session("cpu").compile(g)
+    c = rlx.Session("cpu").compile(g, bind={"B": 3})
+    a = rng.standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(c.run({"x": a})[0], np.maximum(a, 0).sum(1), rtol=1e-5, atol=1e-5)

@@ -10,9 +10,10 @@ namespace {
 // decides it: composites decompose unless claimed; primitives run natively,
 // fall back to the host, or are unsupported.
 compile::DispatchTier tier_of(ir::OpKind op, const compile::BackendTraits& t) {
+  // decompose always turns these into reshape, whatever the backend claims.
+  if (op == ir::OpKind::Squeeze || op == ir::OpKind::Unsqueeze) return compile::DispatchTier::Rewritten;
   if (t.native_ops.count(op)) return compile::DispatchTier::Native;
   if (ir::op_info(op).cls == ir::OpClass::Composite) return compile::DispatchTier::Decomposed;
-  if (op == ir::OpKind::Squeeze || op == ir::OpKind::Unsqueeze) return compile::DispatchTier::Rewritten;
   return t.host_fallback ? compile::DispatchTier::HostFallback : compile::DispatchTier::Unsupported;
 }
 }  // namespace

@@ -2,7 +2,7 @@
 // The compile pipeline: HIR -> MIR -> LIR, driven by a pass manager.
 //
 //   HIR  (what the user built)
-//    | inline, param_specialize, legalize (decompose composites the backend
+//    | param_specialize, legalize (decompose composites the backend
 //    | does not claim), broadcast legalization
 //   MIR  (primitives, plus composites the backend claims natively)
 //    | const_fold, algebraic_simplify, cse, dce, promote_params,
@@ -124,7 +124,6 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
 
 // ---- individual passes (each is also exposed for unit tests) ----
 namespace passes {
-ir::Graph inline_custom(const ir::Graph& g);
 ir::Graph param_specialize(const ir::Graph& g, const std::map<std::string, ir::Tensor, std::less<>>& bindings);
 // Decomposes composites not in `keep` into primitives, filling `report`.
 ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report = nullptr);

@@ -189,8 +189,8 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
 // a node carries.
 std::string describe_node(const Graph& g, const Node& n);
 
-// Substitutes symbolic dims by extents and re-infers; throws on a symbol left unbound
-// only when `require_static` is set.
+// Substitutes symbolic dims by extents and verifies the result; symbols not
+// in `bindings` stay symbolic.
 Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings);
 
 }  // namespace rlx::ir

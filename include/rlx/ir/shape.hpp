@@ -6,8 +6,9 @@
 
 namespace rlx::ir {
 
-// One dimension: a static extent, or a named symbol ("B", "seq") bound at
-// compile time (CompileOptions::bind) or run time. A symbol's extent is -1.
+// One dimension: a static extent, or a named symbol ("B", "seq"). Symbols are
+// bound at compile time (CompileOptions::bind); each binding is its own
+// compiled graph (run-time binding up to a bound is planned). A symbol's extent is -1.
 struct Dim {
   std::int64_t size = 0;
   std::string sym;  // empty for a static dim

@@ -1,0 +1,79 @@
+#pragma once
+// The C codegen target: turns an ir::Graph into a dependency-free C99 pair
+// (<name>.h, <name>.c) computing the graph with one plain function, for
+// places where no RLX runtime exists. It needs nothing from rlx::runtime; the
+// emitted code includes only <math.h>, <stdint.h> and <string.h> (link -lm).
+//
+// The function takes, in order: one `const T*` per graph input (creation
+// order), one `const T*` per param unless params are baked, one `T*` per
+// output, and `void* workspace` last when the workspace is caller-provided:
+//
+//   void mlp(const float* x, const float* w0, const float* b0, float* y);
+//
+// Buffers are row-major and must not overlap. Composites are decomposed
+// first (rlx::compile::passes::decompose), so every op the graph reaches
+// after decomposition is supported for the dtypes f32, f64, i8, u8, i32, i64
+// and bool (stored as one byte, 0 or 1); f16/bf16 and symbolic dims are an
+// rlx::Error naming the node. Indices out of range in gather, index_select
+// and scatter_add are clamped (the reference rejects them).
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rlx/ir/graph.hpp"
+
+namespace rlx::codegen::c {
+
+enum class ParamMode : std::uint8_t {
+  Pointers,  // each param is a `const T*` argument
+  Baked,     // params are static const arrays in the .c (Options::param_values)
+};
+
+enum class WorkspaceMode : std::uint8_t {
+  // One static array in the .c: no argument, but the function is not
+  // reentrant (two threads must not call it at once).
+  Static,
+  // A `void* workspace` last argument of at least <NAME>_WORKSPACE_BYTES
+  // bytes, 16-byte aligned (malloc's alignment suffices); reentrant.
+  Caller,
+};
+
+struct Options {
+  std::string function_name;  // empty: the graph name, made a C identifier
+  ParamMode params = ParamMode::Pointers;
+  std::map<std::string, ir::Tensor, std::less<>> param_values;  // every param, when Baked
+  WorkspaceMode workspace = WorkspaceMode::Static;
+};
+
+// One pointer argument of the generated function.
+struct Arg {
+  std::string name;    // the graph's input/param/output name
+  std::string c_name;  // the C parameter name
+  ir::DType dtype;
+  std::vector<std::int64_t> shape;
+};
+
+struct Source {
+  std::string function_name;
+  std::string header_file;  // "<function_name>.h"
+  std::string source_file;  // "<function_name>.c"; it includes header_file
+  std::string header;
+  std::string source;
+  std::vector<Arg> inputs, params, outputs;  // params is empty when baked
+  std::int64_t workspace_bytes = 0;
+  WorkspaceMode workspace = WorkspaceMode::Static;
+};
+
+// Emits C for `g`. Throws rlx::Error naming the node, op and dtype for what
+// the target cannot express, and naming the param for a bad baked value.
+Source emit(const ir::Graph& g, const Options& options = {});
+// Writes source.header_file and source.source_file into `dir` (created if missing).
+void write(const Source& source, const std::filesystem::path& dir);
+// The C type used for `dtype` ("float", "int64_t", "uint8_t" for bool, ...);
+// throws rlx::Error for f16/bf16.
+std::string_view c_type(ir::DType dtype);
+
+}  // namespace rlx::codegen::c
