@@ -1,0 +1,82 @@
+#pragma once
+// Internals shared by the sweeps (engine.cpp) and the per-op rules
+// (rules.cpp).
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rlx/ir/graph.hpp"
+
+namespace rlx::autodiff::detail {
+
+using ir::NodeId;
+// A (co)tangent; nullopt stands for zero and is never materialized.
+using Maybe = std::optional<NodeId>;
+
+// How a node depends on the differentiated leaves.
+enum class Flow : std::uint8_t {
+  Inactive,  // not at all (or through a stop_gradient node): a constant
+  Active,    // through float values: it has a derivative
+  Poisoned,  // only through a non-differentiable op (argmax, comparison, cast to an integer)
+};
+
+struct Analysis {
+  std::vector<Flow> flow;
+  std::vector<NodeId> origin;  // for a Poisoned node: the non-differentiable op it goes back to
+};
+
+// Propagates `flow` (set for leaves; other entries are overwritten) forward
+// through `g`. Selector operands (where's condition, gather/scatter indices,
+// a bool attention mask) carry no derivative and are skipped.
+Analysis analyze(const ir::Graph& g, std::vector<Flow> flow, const std::set<NodeId>& stop);
+
+// Sweeps over `src`, whose nodes exist in `g` as map[id]; new nodes go into g.
+// reverse: cotangents seeded in `ct` flow back to the leaves (entries of
+// non-leaf nodes are consumed). forward: tangents seeded on leaves in `t`
+// flow to every node in `needed`.
+void reverse(ir::Graph& g, const ir::Graph& src, std::span<const NodeId> map, const Analysis& a,
+             std::vector<Maybe>& ct);
+void forward(ir::Graph& g, const ir::Graph& src, std::span<const NodeId> map, const Analysis& a,
+             const std::vector<bool>& needed, std::vector<Maybe>& t);
+// Nodes that `roots` depend on through non-selector operands.
+std::vector<bool> needed_for(const ir::Graph& g, std::span<const NodeId> roots);
+
+// One differentiation site: node `n` of `src`, whose operands and result
+// already exist in `g` as `x` and `y`. Shapes are read from `src`, whose
+// storage does not move while `g` grows.
+struct Site {
+  ir::Graph& g;
+  const ir::Graph& src;
+  const ir::Node& n;
+  std::vector<NodeId> x;
+  NodeId y;
+
+  const ir::Node& in(std::size_t i) const { return src.node(n.inputs[i]); }
+  [[noreturn]] void fail(const std::string& why) const;
+};
+
+// Cotangents of n's operands given its result's cotangent; operands not in
+// `want` may get nullopt.
+std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& want);
+// The tangent of n's result given its operands' tangents.
+Maybe jvp_rule(const Site& s, std::span<const Maybe> t);
+
+// ---- helpers for the rules ----
+NodeId zeros(ir::Graph& g, ir::DType t, const ir::Shape& s);
+// Sums v over the dims that broadcasting added to reach v's shape from `to`.
+NodeId unbroadcast(ir::Graph& g, NodeId v, const ir::Shape& to);
+// Broadcasts v up to `to` (tangents of broadcast operands).
+NodeId fit(ir::Graph& g, NodeId v, const ir::Shape& to);
+// The node's op applied to other operands, with its attributes and result type.
+NodeId same_op(const Site& s, std::vector<NodeId> inputs);
+
+// The composite rule of last resort: the node's decomposition into
+// primitives (rlx::compile::passes::decompose) is inlined into g and
+// differentiated.
+std::vector<Maybe> vjp_decomposed(const Site& s, NodeId ct, const std::vector<bool>& want);
+Maybe jvp_decomposed(const Site& s, std::span<const Maybe> t);
+
+}  // namespace rlx::autodiff::detail
