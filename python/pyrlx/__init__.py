@@ -22,7 +22,7 @@ from . import _pyrlx as _C
 __all__ = [
     "Error", "Graph", "Node", "Session", "CompiledGraph", "graph", "parse", "available_devices", "is_available",
     "parse_device", "softmax", "log_softmax", "layer_norm", "rms_norm", "attention", "conv1d", "conv2d",
-    "max_pool2d", "avg_pool2d", "linear", "embedding", "where", "concat", "matmul",
+    "max_pool2d", "avg_pool2d", "linear", "embedding", "where", "concat", "matmul", "grad", "value_and_grad", "jvp",
 ]
 
 Error = _C.Error
@@ -527,6 +527,27 @@ class Session:
         if not isinstance(g, Graph):
             raise Error(f"compile expects an rlx.Graph, got {type(g).__name__}")
         return CompiledGraph(self._s.compile(g._g, optimize, fusion, num_threads, dump, bind or {}))
+
+
+# ---- autodiff: graph transforms; the result compiles like any other graph ----
+def _stop_ids(stop_gradient) -> list:
+    return [n.id for n in (stop_gradient or [])]
+
+
+def grad(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequence[Node]] = None) -> Graph:
+    """For a graph whose first output is a scalar loss: a graph whose outputs are the gradients
+    with respect to the named inputs or params, in the order given."""
+    return Graph(_native=_C._grad(g._g, list(wrt), _stop_ids(stop_gradient)))
+
+
+def value_and_grad(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequence[Node]] = None) -> Graph:
+    """Like grad, with the loss as the first output."""
+    return Graph(_native=_C._value_and_grad(g._g, list(wrt), _stop_ids(stop_gradient)))
+
+
+def jvp(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequence[Node]] = None) -> Graph:
+    """Forward mode: adds an input `tangent_<name>` per name; outputs the primal outputs, then their tangents."""
+    return Graph(_native=_C._jvp(g._g, list(wrt), _stop_ids(stop_gradient)))
 
 
 def available_devices() -> list: return _C.available_devices()

@@ -12,6 +12,7 @@
 
 #include <cstring>
 
+#include "rlx/autodiff/autodiff.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
@@ -213,6 +214,19 @@ NB_MODULE(_pyrlx, m) {
       .def("copy", [](const ir::Graph& g) { return ir::Graph(g); });
 
   m.def("parse", [](const std::string& text) { return ir::parse_text(text); }, "text"_a);
+
+  // Autodiff transforms: each returns a new graph with the same inputs and params.
+  auto transform = [&m](const char* name, ir::Graph (*fn)(const ir::Graph&, std::span<const std::string>,
+                                                        const rlx::autodiff::Options&)) {
+    m.def(name, [fn](const ir::Graph& g, const std::vector<std::string>& wrt, const std::vector<ir::NodeId>& stop) {
+      rlx::autodiff::Options o;
+      o.stop_gradient.insert(stop.begin(), stop.end());
+      return fn(g, wrt, o);
+    }, "graph"_a, "wrt"_a, "stop_gradient"_a = std::vector<ir::NodeId>{});
+  };
+  transform("_grad", &rlx::autodiff::grad);
+  transform("_value_and_grad", &rlx::autodiff::value_and_grad);
+  transform("_jvp", &rlx::autodiff::jvp);
 
   m.def("reference_run",
         [](const ir::Graph& g, const std::vector<std::tuple<std::string, AnyArray, std::string>>& inputs,
