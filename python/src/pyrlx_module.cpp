@@ -153,6 +153,9 @@ struct PyCompiled {
 
 }  // namespace
 
+// Defined in train_bindings.cpp: losses and optimisers.
+void bind_train(nb::module_& m);
+
 NB_MODULE(_pyrlx, m) {
   m.doc() = "RLX: an ML graph compiler and runtime (C++ core)";
   static nb::object error_type = nb::exception<rlx::Error>(m, "Error", PyExc_RuntimeError);
@@ -316,4 +319,5 @@ NB_MODULE(_pyrlx, m) {
     for (auto k : ir::kAllOps) out.emplace_back(ir::op_name(k));
     return out;
   });
+  bind_train(m);
 }
