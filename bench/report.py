@@ -22,7 +22,8 @@ SUBJECTS = ("rlx", "pyrlx")
 ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemv_1x4096x4096", "elementwise_chain8_16M",
          "softmax_4096x4096", "layer_norm_4096x4096", "rms_norm_4096x4096", "conv2d_8x256x14x14_k3",
          "mlp_b64_w1024_l2", "encoder_s128_d512_h8", "compile_encoder_cold", "compile_encoder_cached",
-         "run_overhead_tiny", "pyrlx_mlp_b64_w1024_l2"]
+         "run_overhead_tiny", "pyrlx_mlp_b64_w1024_l2", "train_sgd_mlp_b64_w1024_l2",
+         "train_momentum_mlp_b64_w1024_l2", "train_adam_mlp_b64_w1024_l2"]
 
 
 def order(workload):

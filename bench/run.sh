@@ -53,6 +53,9 @@ done
 echo "[bench] pyrlx: per-call overhead vs the C++ API; MLP vs ONNX Runtime's Python API"
 PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" bench/pyrlx_bench.py "$BIN/bench_overhead" "$REPS" >"$RAW/pyrlx.jsonl"
 
+echo "[bench] MLP training step (forward + backward + update) vs its forward pass"
+"$BIN/bench_train" --reps "$REPS" >"$RAW/train.jsonl"
+
 # Limits again at the end: the report keeps the best, so a busy moment at the start does not skew the percentages.
 "$BIN/bench_machine" --reps 15 >"$RAW/machine_1.jsonl"
 

@@ -13,7 +13,7 @@ APT_PACKAGES=(
 )
 # pip package -> the module it provides (to check whether it is installed).
 PIP_PACKAGES=(numpy:numpy onnx:onnx onnxruntime:onnxruntime pytest:pytest nanobind:nanobind
-              scikit-build-core:scikit_build_core ml_dtypes:ml_dtypes matplotlib:matplotlib)
+              scikit-build-core:scikit_build_core ml_dtypes:ml_dtypes matplotlib:matplotlib scikit-learn:sklearn tqdm:tqdm)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

@@ -15,6 +15,7 @@
 #include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
+#include "scaffold.hpp"
 
 namespace {
 
@@ -103,6 +104,16 @@ int main(int argc, char** argv) {
   auto* envc = app.add_subcommand("env", "List every RLX_* environment variable RLX reads (docs/env-vars.md)");
   envc->add_flag("--markdown", markdown, "Print the generated markdown page");
 
+  std::string scaffold_name, scaffold_dir = ".";
+  bool scaffold_stdout = false;
+  auto* new_op = app.add_subcommand("new-op", "Write a C++ template for a custom op (OpExtension + lowering + main)");
+  auto* new_model = app.add_subcommand("new-model", "Write a C++ template for a block (LayerStage + ModelFlow + main)");
+  for (auto* sub : {new_op, new_model}) {
+    sub->add_option("name", scaffold_name, "Name, e.g. GatedMlp (file: gated_mlp.cpp)")->required();
+    sub->add_option("--dir", scaffold_dir, "Directory to write into (default: the current one)");
+    sub->add_flag("--stdout", scaffold_stdout, "Print the template instead of writing a file");
+  }
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo) {
@@ -126,6 +137,14 @@ int main(int argc, char** argv) {
       rlx::Session session(rlx::runtime::parse_device(device));
       auto compiled = session.compile(g, options);
       fmt::print("{}\n{}\n", compiled.compile_result().summary(), compiled.compile_result().dispatch.to_text());
+      return 0;
+    }
+    if (*new_op || *new_model) {
+      auto file = *new_op ? rlx::tools::scaffold_op(scaffold_name) : rlx::tools::scaffold_model(scaffold_name);
+      if (scaffold_stdout)
+        fmt::print("{}", file.text);
+      else
+        fmt::print("wrote {}\n", rlx::tools::write_scaffold(file, scaffold_dir).string());
       return 0;
     }
     if (*envc) {

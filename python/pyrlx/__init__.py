@@ -23,6 +23,7 @@ __all__ = [
     "Error", "Graph", "Node", "Session", "CompiledGraph", "graph", "parse", "available_devices", "is_available",
     "parse_device", "softmax", "log_softmax", "layer_norm", "rms_norm", "attention", "conv1d", "conv2d",
     "max_pool2d", "avg_pool2d", "linear", "embedding", "where", "concat", "matmul", "grad", "value_and_grad", "jvp",
+    "register_op", "is_op_registered",
 ]
 
 Error = _C.Error
@@ -386,6 +387,10 @@ class Graph:
         return attention(q, k, v, mask, causal, scale)
 
     # ---- introspection ----
+    def custom_op(self, name: str, *inputs: Node, **attrs) -> Node:
+        """A node of an op added with rlx.register_op (or a C++ OpExtension)."""
+        return self._op("custom", list(inputs), {"op": name, **attrs})
+
     def to_text(self) -> str: return self._g.to_text()
     def to_dot(self) -> str: return self._g.to_dot()
     def to_svg(self, path: str) -> None: self._g.write_svg(str(path))
@@ -548,6 +553,49 @@ def value_and_grad(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequenc
 def jvp(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequence[Node]] = None) -> Graph:
     """Forward mode: adds an input `tangent_<name>` per name; outputs the primal outputs, then their tangents."""
     return Graph(_native=_C._jvp(g._g, list(wrt), _stop_ids(stop_gradient)))
+
+
+# ---- custom ops ----
+_ATTR_TYPES = {int: "int", float: "float", bool: "bool", str: "str", list: "ints", "dtype": "dtype"}
+
+
+def _wrap_lower(lower, native_graph, input_ids, attrs):
+    g = Graph(_native=native_graph)
+    out = lower(g, *[Node(g, i) for i in input_ids], **attrs)
+    if not isinstance(out, Node):
+        raise Error(f"lower must return a Node, got {type(out).__name__}")
+    return out.id
+
+
+def _call_kernel(kernel, inputs, out_shape, out_dtype, attrs):
+    arrays = [np.frombuffer(data, dtype=_RLX_TO_NP[dt] if dt != "bf16" else np.uint16).reshape(shape)
+              for data, dt, shape in inputs]
+    result = np.asarray(kernel(*arrays, **attrs))
+    if result.shape != tuple(out_shape):
+        raise Error(f"cpu_kernel returned shape {result.shape}, the op's infer_shape says {tuple(out_shape)}")
+    return np.ascontiguousarray(result.astype(_RLX_TO_NP[out_dtype], copy=False)).tobytes()
+
+
+def register_op(name: str, infer_shape, cpu_kernel=None, lower=None, num_inputs: int = -1,
+                attrs: Optional[dict] = None) -> None:
+    """Adds an op that graphs build with `g.custom_op(name, *inputs, **attrs)`.
+
+    infer_shape(shapes, dtypes, attrs) returns the output shape (dtype of the first input) or (shape, dtype).
+    cpu_kernel(*arrays, **attrs) returns a numpy array: the op then runs on the CPU (and is the reference).
+    lower(g, *nodes, **attrs) returns a Node built from existing ops: the op then runs and fuses everywhere.
+    attrs declares the op's attributes: {"alpha": float, "axes": list, "to": "dtype"}.
+    """
+    if cpu_kernel is None and lower is None:
+        raise Error(f"register_op('{name}'): give a cpu_kernel, a lower, or both")
+    schema = []
+    for key, typ in (attrs or {}).items():
+        if typ not in _ATTR_TYPES:
+            raise Error(f"register_op('{name}'): attribute '{key}' has unsupported type {typ!r}")
+        schema.append((key, _ATTR_TYPES[typ]))
+    _C._register_op(name, num_inputs, schema, infer_shape, lower, cpu_kernel, _wrap_lower, _call_kernel)
+
+
+def is_op_registered(name: str) -> bool: return _C.is_op_registered(name)
 
 
 def available_devices() -> list: return _C.available_devices()

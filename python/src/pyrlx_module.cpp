@@ -14,6 +14,7 @@
 
 #include "rlx/autodiff/autodiff.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/custom_op.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
@@ -28,8 +29,8 @@ using AnyArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
 
 // A Python value converted to an attribute by the op's schema, so that e.g.
 // a dtype given as "f16" or a float given as 1 come out typed.
-ir::AttrValue to_attr(ir::OpKind op, const std::string& key, nb::handle v) {
-  for (const auto& spec : ir::op_attr_schema(op)) {
+ir::AttrValue to_attr(ir::OpKind op, const std::vector<ir::AttrSpec>& schema, const std::string& key, nb::handle v) {
+  for (const auto& spec : schema) {
     if (spec.key != key) continue;
     switch (spec.type) {
       case ir::AttrType::Int: return nb::cast<std::int64_t>(v);
@@ -153,8 +154,9 @@ struct PyCompiled {
 
 }  // namespace
 
-// Defined in train_bindings.cpp: losses and optimisers.
+// Defined in train_bindings.cpp (losses, optimisers) and extend_bindings.cpp (register_op).
 void bind_train(nb::module_& m);
+void bind_extend(nb::module_& m);
 
 NB_MODULE(_pyrlx, m) {
   m.doc() = "RLX: an ML graph compiler and runtime (C++ core)";
@@ -179,9 +181,12 @@ NB_MODULE(_pyrlx, m) {
               std::optional<std::string> dtype, nb::object shape) {
              auto op = parse_op_or_throw(name);
              ir::Attrs a;
+             // A custom op's schema depends on which op it is: read "op" first.
+             if (attrs.contains("op")) a.set("op", nb::cast<std::string>(attrs["op"]));
+             auto schema = ir::attr_schema_of(op, a);
              for (auto [k, v] : attrs) {
                auto key = nb::cast<std::string>(k);
-               a.set(key, to_attr(op, key, v));
+               a.set(key, to_attr(op, schema, key, v));
              }
              if (dtype || !shape.is_none()) {
                auto d = dtype ? ir::parse_dtype(*dtype) : g.node(inputs.at(0)).dtype;
@@ -320,4 +325,5 @@ NB_MODULE(_pyrlx, m) {
     return out;
   });
   bind_train(m);
+  bind_extend(m);
 }

@@ -193,7 +193,8 @@ Inlined inline_decomposition(const Site& s) {
   one.add_output(one.add_declared(s.n.op, ins, s.n.attrs, s.n.dtype, s.n.shape));
   Inlined r;
   try {
-    r.sub = compile::passes::decompose(one, {});
+    // A custom op becomes its lowering first; composites in it then decompose.
+    r.sub = compile::passes::decompose(s.n.op == OpKind::Custom ? compile::passes::inline_custom(one, {}) : one, {});
   } catch (const Error& e) {
     s.fail(std::string("cannot differentiate it through its decomposition: ") + e.what());
   }

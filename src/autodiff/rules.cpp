@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "autodiff/engine.hpp"
+#include "rlx/ir/custom_op.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::autodiff::detail {
@@ -391,6 +392,14 @@ std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& w
       break;
     case OpKind::LayerNorm: case OpKind::RmsNorm: case OpKind::Conv1d: case OpKind::Conv2d:
     case OpKind::MaxPool2d: case OpKind::AvgPool2d: case OpKind::Attention: return vjp_decomposed(s, ct, want);
+    case OpKind::Custom: {  // the extension's own rule, else through its lowering
+      auto ext = ir::find_op_extension(n.attrs.get_str("op"));
+      if (auto rule = ext->vjp(g, s.x, s.y, ct, n.attrs)) {
+        if (rule->size() != n.inputs.size()) s.fail("its vjp rule returned the wrong number of cotangents");
+        return *rule;
+      }
+      return vjp_decomposed(s, ct, want);
+    }
     default: s.fail("no VJP rule for this op");
   }
   return d;
@@ -439,6 +448,11 @@ Maybe jvp_rule(const Site& s, std::span<const Maybe> t) {
       return sum_terms(g, terms, ys);
     case OpKind::LayerNorm: case OpKind::RmsNorm: case OpKind::MaxPool2d: case OpKind::Attention:
       return jvp_decomposed(s, t);
+    case OpKind::Custom: {
+      auto ext = ir::find_op_extension(n.attrs.get_str("op"));
+      if (auto rule = ext->jvp(g, s.x, t, s.y, n.attrs)) return rule;
+      return jvp_decomposed(s, t);
+    }
     default: break;
   }
   // The rest are linear in their one differentiable operand.

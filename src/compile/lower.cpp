@@ -555,6 +555,7 @@ void Lowering::emit(int gid, std::size_t index, std::vector<FusionRecord>* fusio
   };
   std::string ops;
   std::vector<OpKind> kinds;
+  std::vector<std::string> origins;
   for (auto nid : order) {
     const Node& n = g_.node(nid);
     std::vector<NodeId> ins;
@@ -566,6 +567,8 @@ void Lowering::emit(int gid, std::size_t index, std::vector<FusionRecord>* fusio
     ops += (ops.empty() ? "" : "+") + std::string(ir::op_name(n.op));
     kinds.push_back(n.op);
     k.source_nodes.push_back(origin_[nid]);
+    if (!n.origin.empty() && std::find(origins.begin(), origins.end(), n.origin) == origins.end())
+      origins.push_back(n.origin);
   }
   std::sort(k.source_nodes.begin(), k.source_nodes.end());
   k.source_nodes.erase(std::unique(k.source_nodes.begin(), k.source_nodes.end()), k.source_nodes.end());
@@ -577,7 +580,8 @@ void Lowering::emit(int gid, std::size_t index, std::vector<FusionRecord>* fusio
   }
   k.name = fmt::format("k{}_{}: {}", index, kernel_kind_name(grp.kind), ops);
   k.body.set_name(fmt::format("k{}", index));
-  if (fusion) fusion->push_back({k.name, k.kind, std::move(kinds), grp.why_not});
+  if (!origins.empty()) k.name += fmt::format(" [{}]", fmt::join(origins, ", "));
+  if (fusion) fusion->push_back({k.name, k.kind, std::move(kinds), grp.why_not, std::move(origins)});
   m_.kernels.push_back(std::move(k));
 }
 

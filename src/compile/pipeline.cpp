@@ -268,6 +268,9 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   require_static(g);
   pm.dump("hir", ir::to_text(g));
 
+  if (std::any_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node& n) { return n.op == ir::OpKind::Custom; }))
+    pm.run("inline", g,
+           [&](const ir::Graph& x) { return passes::inline_custom(x, backend.custom_kernels, &res.dispatch); });
   if (!options.param_bindings.empty())
     pm.run("param_specialize", g,
            [&](const ir::Graph& x) { return passes::param_specialize(x, options.param_bindings); });

@@ -40,6 +40,7 @@ std::string_view fill_color(OpKind op) {
     case OpClass::MatMul: return "#cfe2ff";
     case OpClass::Reduce: return "#fff3cd";
     case OpClass::Composite: return "#f8d7da";
+    case OpClass::Custom: return "#e2d9f3";
     default: return "white";
   }
 }

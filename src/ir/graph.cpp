@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/custom_op.hpp"
 
 namespace rlx::ir {
 
@@ -108,6 +109,11 @@ NodeId Graph::add_raw(Node node) {
   node.id = static_cast<NodeId>(nodes_.size());
   nodes_.push_back(std::move(node));
   return nodes_.back().id;
+}
+
+void Graph::tag_origin(NodeId first, const std::string& origin) {
+  for (auto id = first; id < nodes_.size(); ++id)
+    if (nodes_[id].origin.empty()) nodes_[id].origin = origin;
 }
 
 void Graph::add_output(NodeId id, std::string name) {
@@ -361,8 +367,13 @@ void Graph::verify() const {
       if (in >= n.id)
         throw Error(where() + "input %" + std::to_string(in) + " is not defined before its use (cycle or forward reference)");
     }
+    std::vector<AttrSpec> schema;
+    try {
+      schema = attr_schema_of(n.op, n.attrs);
+    } catch (const Error& e) {
+      throw Error(where() + e.what());
+    }
     for (const auto& [key, value] : n.attrs.items()) {
-      const auto& schema = op_attr_schema(n.op);
       auto it = std::find_if(schema.begin(), schema.end(), [&](const AttrSpec& s) { return s.key == key; });
       if (it == schema.end()) throw Error(where() + "unknown attribute '" + key + "'");
       bool ok = false;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/custom_op.hpp"
 #include "rlx/ir/graph.hpp"
 
 namespace rlx::ir {
@@ -53,6 +54,18 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
   try {
     for (const auto& spec : op_attr_schema(op))
       if (spec.required && !attrs.has(spec.key)) require(false, "missing attribute '" + std::string(spec.key) + "'");
+
+    if (info.cls == OpClass::Custom) {
+      auto ext = find_op_extension(attrs.get_str("op"));
+      for (const auto& spec : ext->attr_schema())
+        if (spec.required && !attrs.has(spec.key)) require(false, "missing attribute '" + std::string(spec.key) + "'");
+      if (ext->num_inputs() >= 0)
+        require(n_in == ext->num_inputs(), "custom op '" + std::string(ext->name()) + "' takes " +
+                                               std::to_string(ext->num_inputs()) + " inputs, got " + std::to_string(n_in));
+      std::vector<TypeInfo> ins;
+      for (int i = 0; i < n_in; ++i) ins.push_back({in(i).dtype, in(i).shape});
+      return ext->infer(ins, attrs);
+    }
 
     switch (info.cls) {
       case OpClass::Leaf: {
@@ -143,6 +156,7 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
       }
       case OpClass::Movement: break;
       case OpClass::Composite: break;
+      case OpClass::Custom: break;
     }
 
     const Shape& s0 = in(0).shape;

@@ -93,6 +93,8 @@ const std::vector<AttrSpec>& op_attr_schema(OpKind k) {
       {"stride", T::Ints, true}, {"padding", T::Ints, true}, {"dilation", T::Ints, true}, {"groups", T::Int, true}};
   static const std::vector<AttrSpec> pool{{"kernel", T::Ints, true}, {"stride", T::Ints, true}, {"padding", T::Ints, true}};
   static const std::vector<AttrSpec> attention{{"causal", T::Bool, true}, {"scale", T::Float, true}};
+  // A custom op's own attributes come from its extension's schema (attr_schema_of).
+  static const std::vector<AttrSpec> custom{{"op", T::String, true}};
   switch (k) {
     case OpKind::Input: case OpKind::Param: return name;
     case OpKind::Iota: return axis;
@@ -114,6 +116,7 @@ const std::vector<AttrSpec>& op_attr_schema(OpKind k) {
     case OpKind::Conv1d: case OpKind::Conv2d: return conv;
     case OpKind::MaxPool2d: case OpKind::AvgPool2d: return pool;
     case OpKind::Attention: return attention;
+    case OpKind::Custom: return custom;
     default: return none;
   }
 }

@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/custom_op.hpp"
 
 namespace rlx::ir {
 namespace {
@@ -401,6 +402,9 @@ class Parser {
   // Parses "{k=v, ...}" into n.attrs (the constant's value goes to `values`).
   void parse_attrs(Node& n, const Token& op_tok, std::vector<Literal>& values, const Token*& values_tok) {
     const auto& schema = op_attr_schema(n.op);
+    // A custom op's own attributes are typed by its extension, which is known
+    // only once "op" is read: note where they start and parse them afterwards.
+    std::vector<std::pair<const Token*, std::size_t>> deferred;
     if (accept("}")) return;
     do {
       const Token& key = next();
@@ -418,6 +422,15 @@ class Parser {
         continue;
       }
       auto spec = std::find_if(schema.begin(), schema.end(), [&](const AttrSpec& s) { return s.key == key.text; });
+      if (spec == schema.end() && n.op == OpKind::Custom) {
+        deferred.emplace_back(&key, pos_);
+        if (accept("[")) {
+          while (!accept("]")) next_or_fail(key);
+        } else {
+          next();
+        }
+        continue;
+      }
       if (spec == schema.end()) {
         std::vector<std::string_view> keys;
         for (const AttrSpec& s : schema) keys.push_back(s.key);
@@ -428,6 +441,28 @@ class Parser {
       n.attrs.set(key.text, attr_value(*spec, n.op));
     } while (accept(","));
     expect("}");
+    if (deferred.empty()) return;
+    std::vector<AttrSpec> ext_schema;
+    try {
+      if (!n.attrs.has("op")) fail(op_tok, "custom is missing its 'op' attribute");
+      ext_schema = find_op_extension(n.attrs.get_str("op"))->attr_schema();
+    } catch (const Error& e) {
+      fail(op_tok, e.what());
+    }
+    const std::size_t resume = pos_;
+    for (const auto& [key, at] : deferred) {
+      auto spec = std::find_if(ext_schema.begin(), ext_schema.end(), [&](const AttrSpec& s) { return s.key == key->text; });
+      if (spec == ext_schema.end()) fail(*key, fmt::format("unknown attribute '{}' for custom op '{}'", key->text, n.attrs.get_str("op")));
+      pos_ = at;
+      n.attrs.set(key->text, attr_value(*spec, n.op));
+    }
+    pos_ = resume;
+  }
+
+  // Skips one token inside a list; an unterminated list is an error at its key.
+  void next_or_fail(const Token& key) {
+    if (peek().kind == Tok::End) fail(key, "unterminated list");
+    next();
   }
 
   Shape shape() {

@@ -152,6 +152,7 @@ Value evaluate(const Ctx& c) {
     case ir::OpClass::Movement: r = eval_movement(c); break;
     case ir::OpClass::MatMul:
     case ir::OpClass::Composite: r = eval_nn(c); break;
+    case ir::OpClass::Custom: r = eval_custom(c); break;
   }
   // A mismatch here means shape inference and the op's semantics disagree:
   // the oracle refuses rather than hiding it.

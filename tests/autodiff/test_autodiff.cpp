@@ -14,6 +14,8 @@
 // stencil point crosses a kink.
 #include <gtest/gtest.h>
 
+#include "support/test_ops.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -479,7 +481,10 @@ std::vector<Case> movement_cases() {
 
 std::vector<Case> composite_cases() {
   auto ids = [](Ints shape, Vals v) { return tensor(std::move(shape), std::move(v), DType::I64); };
+  rlx::testing::register_test_ops();
   return {
+      {"custom_through_lowering",
+       [](Graph& g) { return g.custom_op("test_scaled_silu", {{"alpha", 1.5}}, {in(g, "x", {2, 3})}); }},
       {"linear_vector",
        [](Graph& g) {
          return g.linear(in(g, "x", {4}), in(g, "w", {4, 3}), in(g, "b", {3}));

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "conformance/harness.hpp"
+#include "support/test_ops.hpp"
 
 namespace rlx::conformance {
 namespace {
@@ -755,6 +756,23 @@ Gen attention_mask() {
   };
 }
 
+// Custom ops: one through its lowering (inlined, fused with its neighbours),
+// one through a host kernel.
+Variants custom_variants() {
+  rlx::testing::register_test_ops();
+  Variants r;
+  for (DType t : kFloats) {
+    V v("custom test_scaled_silu (lowered, fused) " + dt(t));
+    auto x = v.in("x", t, {5, 33}, uniform(-3, 3));
+    auto one = v.g().scalar(1.0, t);
+    r.push_back(v.out({v.g().mul(v.g().custom_op("test_scaled_silu", {{"alpha", 1.5}}, {v.g().add(x, one)}), x)}));
+  }
+  V v("custom test_host_cube (host kernel) f32");
+  auto x = v.in("x", DType::F32, {4, 7}, uniform(-2, 2));
+  r.push_back(v.out({v.g().relu(v.g().custom_op("test_host_cube", {}, {v.g().add(x, x)}))}));
+  return r;
+}
+
 Variants attention_variants() {
   Variants r;
   struct C {
@@ -835,6 +853,7 @@ const std::vector<OpCase>& parity_table() {
         {OpKind::AvgPool2d, [] { return pool_variants(OpKind::AvgPool2d); }},
         {OpKind::Embedding, embedding_variants},
         {OpKind::Attention, attention_variants},
+        {OpKind::Custom, custom_variants},
     };
     for (OpKind op : ir::kAllOps) {
       auto cls = ir::op_info(op).cls;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "support/test_ops.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -113,6 +115,8 @@ Graph all_ops_graph() {
   const NodeId emb = g.embedding(g.param("table", {10, 4}), g.input("ids", {2, 3}, DType::I64));
   const NodeId q = g.input("q", {1, 2, 3, 4});
   const NodeId att = g.attention(q, q, q, g.input("amask", {1, 2, 3, 3}, DType::Bool), true, 0.5);
+  rlx::testing::register_test_ops();
+  g.custom_op("test_scaled_silu", {{"alpha", 1.5}}, {x});
   g.add_output(emb, "emb");
   g.add_output(att);
   g.add_output(x, "x again");

@@ -37,6 +37,9 @@ struct BackendTraits {
   // (legalize_dtypes), and the casts fuse into neighbouring kernels.
   std::set<ir::OpKind> f32_compute_ops;
   bool host_fallback = false;  // may run unclaimed primitives on the host with staging
+  // Custom ops (by name) the backend runs with a kernel of its own; other
+  // custom ops are inlined through their lowering.
+  std::set<std::string, std::less<>> custom_kernels;
   bool fuse_elementwise = true;
   bool fuse_reduce = true;
   bool fuse_matmul_epilogue = true;
@@ -94,6 +97,7 @@ struct FusionRecord {
   KernelKind kind;
   std::vector<ir::OpKind> ops;        // ops fused into it
   std::string why_not;                // reason fusion stopped, when it did
+  std::vector<std::string> origins;   // e.g. "custom:my_op" when an inlined custom op fused in here
 };
 
 struct CompileResult {
@@ -124,6 +128,10 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
 
 // ---- individual passes (each is also exposed for unit tests) ----
 namespace passes {
+// Replaces custom ops by their lowering, except those the backend has a kernel
+// for (`native`); records each decision in `report`.
+ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::less<>>& native,
+                        DispatchReport* report = nullptr);
 ir::Graph param_specialize(const ir::Graph& g, const std::map<std::string, ir::Tensor, std::less<>>& bindings);
 // Decomposes composites not in `keep` into primitives, filling `report`.
 ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report = nullptr);

@@ -5,7 +5,7 @@
 // backend like hand-built graphs (see docs/extending.md).
 //
 //   struct GatedMlp : rlx::flow::LayerStage { ... emit_layer(ctx, x) ... };
-//   auto model = rlx::flow::ModelFlow::create("m").input("x", {4, 16}).layer_stage(GatedMlp{...}).build();
+//   auto model = rlx::flow::ModelFlow::create("m").input("x", {4, 16}).layer_stage(GatedMlp(...)).build();
 //   rlx::Session().compile(model.graph);
 //
 // Errors are rlx::Error; those raised while a stage emits name the stage.
@@ -74,8 +74,9 @@ class FlowCtx {
   void publish_side_output(std::string name, const FlowValue& value);
   const std::vector<ir::GraphOutput>& side_outputs() const { return side_outputs_; }
 
+  // The label errors carry; fail() throws rlx::Error prefixed with it, so a
+  // stage's own checks read like the built-in ones.
   const std::string& stage() const { return stage_; }
-  void set_stage(std::string stage) { stage_ = std::move(stage); }
   [[noreturn]] void fail(const std::string& what) const;
 
  private:

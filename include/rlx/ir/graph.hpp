@@ -27,6 +27,7 @@
 //           max_pool2d/avg_pool2d{kernel,stride,padding} (avg counts padding),
 //           embedding(table, ids), attention{causal,scale}(q,k,v [B,H,S,D], mask?) where a
 //           bool mask keeps True positions and a float mask is added to the scores.
+//   custom{op, ...}: an op from the extension registry (rlx/ir/custom_op.hpp).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -50,6 +51,9 @@ struct Node {
   DType dtype = DType::F32;
   Shape shape;
   std::shared_ptr<const Tensor> value;  // Constant only; shared, immutable
+  // Where the node came from when a pass made it on behalf of another op (e.g.
+  // "custom:my_op" for a custom op's inlined lowering), for reports; not printed.
+  std::string origin;
 };
 
 struct GraphOutput {
@@ -84,6 +88,10 @@ class Graph {
   // Appends a node exactly as given, without inference (text parser and
   // verifier tests). Call verify() afterwards.
   NodeId add_raw(Node node);
+
+  // Tags nodes [first, size()) without an origin with `origin` (passes use it
+  // to mark what a rewritten op became).
+  void tag_origin(NodeId first, const std::string& origin);
 
   void add_output(NodeId id, std::string name = {});
   void set_outputs(std::vector<NodeId> ids);
@@ -160,6 +168,14 @@ class Graph {
   NodeId embedding(NodeId table, NodeId ids);
   NodeId attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask = std::nullopt, bool causal = false,
                    double scale = 0.0);
+
+  // ---- builders: custom ops (rlx/ir/custom_op.hpp) ----
+  // Adds an op from the extension registry; throws rlx::Error for an
+  // unregistered name, a wrong input count or inputs the extension rejects.
+  NodeId custom_op(std::string_view name, Attrs attrs, std::vector<NodeId> inputs);
+  // The same, returning nullopt (and the message in *error) instead of throwing.
+  std::optional<NodeId> try_custom_op(std::string_view name, Attrs attrs, std::vector<NodeId> inputs,
+                                      std::string* error = nullptr);
 
   // Structural checks: ids in range, topological order (no cycles), arity,
   // attribute schema, and that every node's dtype/shape matches inference.

@@ -25,6 +25,7 @@ enum class OpClass : std::uint8_t {
   MatMul,
   Movement,   // reshape, permute, slice, ...
   Composite,  // HIR-only: decomposed to primitives unless a backend claims it
+  Custom,     // an op from the extension registry (rlx/ir/custom_op.hpp), by name
 };
 
 // X(Enum, "text name", OpClass, min_inputs, max_inputs)
@@ -106,7 +107,8 @@ enum class OpClass : std::uint8_t {
   X(MaxPool2d, "max_pool2d", Composite, 1, 1)        \
   X(AvgPool2d, "avg_pool2d", Composite, 1, 1)        \
   X(Embedding, "embedding", Composite, 2, 2)         \
-  X(Attention, "attention", Composite, 3, 4)
+  X(Attention, "attention", Composite, 3, 4)         \
+  X(Custom, "custom", Custom, 0, 64)
 
 enum class OpKind : std::uint8_t {
 #define RLX_OP_ENUM(e, s, c, lo, hi) e,

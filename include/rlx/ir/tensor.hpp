@@ -46,6 +46,14 @@ struct TensorView {
   std::size_t nbytes = 0;
 };
 
+// The same, writable: where a kernel puts its result.
+struct MutableTensorView {
+  DType dtype = DType::F32;
+  std::span<const std::int64_t> shape;
+  void* data = nullptr;
+  std::size_t nbytes = 0;
+};
+
 inline TensorView view(const Tensor& t) { return {t.dtype(), t.shape(), t.data(), t.nbytes()}; }
 
 }  // namespace rlx::ir

@@ -10,9 +10,11 @@
 #include <mutex>
 #include <new>
 
+#include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/kernels.hpp"
 #include "rlx/backends/cpu/cpu_backend.hpp"
 #include "rlx/error.hpp"
+#include "rlx/runtime/custom_kernels.hpp"
 
 namespace rlx::backends::cpu {
 
@@ -69,11 +71,27 @@ struct Plan {
   std::vector<std::pair<BufferId, Ref>> dynamic;  // entries bound per run (inputs, in-place outputs)
   std::vector<Output> outputs;
   std::size_t n_inputs = 0;
+  std::vector<PackedOperand> packs;  // pointer table entries after the buffers' (gemm_pack.hpp)
 };
 
 struct ParamStore {
   std::vector<AlignedBytes> data;
+  std::vector<AlignedBytes> packed;  // per Plan::packs
 };
+
+// (Re)packs plan.packs[i] from its source's current bytes.
+void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
+  const PackedOperand& op = plan.packs[i];
+  const Ref& r = plan.refs[std::size_t(op.buffer)];
+  const std::byte* base = r.base == Base::Param ? store.data[std::size_t(r.index)].data()
+                                                : plan.constants[std::size_t(r.index)].data();
+  const auto* b = reinterpret_cast<const float*>(base + r.offset);
+  auto* dst = reinterpret_cast<float*>(store.packed[i].data());
+  const KernelTable& isa = *plan.isa;
+  parallel_for(
+      (op.N + isa.gemm_nr - 1) / isa.gemm_nr, 1, [&](i64 p0, i64 p1) { isa.gemm_pack_b(b, op.N, op.K, op.N, dst, p0, p1); },
+      plan.threads);
+}
 
 std::size_t nbytes_of(const compile::Buffer& b) { return std::size_t(numel(b.shape)) * ir::dtype_size(b.dtype); }
 
@@ -86,7 +104,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
         shared_(plan_->shared_bytes),
         stride_(align_up(plan_->thread_bytes)),
         threads_(stride_ * std::size_t(ThreadPool::instance().size())),
-        ptrs_(plan_->refs.size(), nullptr) {
+        ptrs_(plan_->refs.size() + plan_->packs.size(), nullptr) {
     for (std::size_t i = 0; i < plan_->refs.size(); ++i) {
       const Ref& r = plan_->refs[i];
       std::byte* base = nullptr;
@@ -98,6 +116,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       }
       ptrs_[i] = base + r.offset;
     }
+    for (std::size_t i = 0; i < plan_->packs.size(); ++i) ptrs_[plan_->refs.size() + i] = params_->packed[i].data();
   }
 
   void set_param(std::size_t index, const void* data, std::size_t nbytes) override {
@@ -108,6 +127,10 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       throw Error("cpu: param " + std::to_string(index) + " expects " + std::to_string(plan_->param_bytes[index]) +
                   " bytes, got " + std::to_string(nbytes));
     if (nbytes) std::memcpy(params_->data[index].data(), data, nbytes);
+    for (std::size_t i = 0; i < plan_->packs.size(); ++i) {
+      const Ref& r = plan_->refs[std::size_t(plan_->packs[i].buffer)];
+      if (r.base == Base::Param && std::size_t(r.index) == index) pack_operand(*plan_, *params_, i);
+    }
   }
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs) override {
@@ -140,6 +163,8 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   std::unique_ptr<runtime::ExecutableGraph> clone() const override {
     return std::make_unique<CpuExecutable>(plan_, params_);
   }
+
+  std::size_t packed_operands() const { return plan_->packs.size(); }
 
  private:
   std::shared_ptr<const Plan> plan_;
@@ -183,6 +208,7 @@ class CpuBackend final : public runtime::Backend {
       t.f32_compute_ops.insert(op);
     }
     t.f32_compute_ops.insert(OpKind::MatMul);
+    for (auto& name : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(name));
     t.arena_alignment = std::int64_t(kAlign);
     return t;
   }
@@ -197,16 +223,19 @@ class CpuBackend final : public runtime::Backend {
     plan->arena_bytes = std::size_t(std::max<std::int64_t>(lir.memory.arena_bytes, 0));
     plan->n_inputs = lir.inputs.size();
     const std::int64_t stream = stream_threshold();
+    PackRegistry packs{plan->isa, lir.buffers.size(), {}};
 
     for (const auto& k : lir.kernels) {
-      BuildCtx b{lir, k, plan->threads, stream};
+      BuildCtx b{lir, k, plan->threads, stream, &packs};
       std::unique_ptr<CpuKernel> ck;
       switch (k.kind) {
         case compile::KernelKind::Elementwise: ck = build_elementwise(b); break;
         case compile::KernelKind::Reduce: ck = build_reduce(b); break;
         case compile::KernelKind::MatMul: ck = build_matmul(b); break;
         case compile::KernelKind::Movement: ck = build_movement(b); break;
-        case compile::KernelKind::Native: ck = build_native(b); break;
+        case compile::KernelKind::Native:
+          ck = b.anchor().op == ir::OpKind::Custom ? build_custom(b) : build_native(b);
+          break;
         case compile::KernelKind::Leaf: ck = build_leaf(b); break;
       }
       plan->shared_bytes = std::max(plan->shared_bytes, align_up(ck->shared_bytes));
@@ -276,6 +305,19 @@ class CpuBackend final : public runtime::Backend {
       plan->refs[std::size_t(b.id)] = r;
       if (r.base == Base::Input || r.base == Base::Output) plan->dynamic.emplace_back(b.id, r);
     }
+
+    // Params start zeroed, and so do their packed copies until set_param.
+    plan->packs = std::move(packs.operands);
+    for (std::size_t i = 0; i < plan->packs.size(); ++i) {
+      const PackedOperand& op = plan->packs[i];
+      const Base base = plan->refs[std::size_t(op.buffer)].base;
+      if (base != Base::Param && base != Base::Constant)
+        throw Error("cpu: packed GEMM operand " + std::to_string(op.buffer) + " is not a param or constant");
+      AlignedBytes bytes(packed_floats(*plan->isa, op.K, op.N) * sizeof(float));
+      std::memset(bytes.data(), 0, bytes.size());
+      params->packed.push_back(std::move(bytes));
+      if (base == Base::Constant) pack_operand(*plan, *params, i);
+    }
     return std::make_unique<CpuExecutable>(std::move(plan), std::move(params));
   }
 };
@@ -286,6 +328,12 @@ class CpuBackend final : public runtime::Backend {
 }  // namespace
 
 std::unique_ptr<runtime::Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+std::size_t packed_operand_count(const runtime::ExecutableGraph& exe) {
+  const auto* cpu = dynamic_cast<const CpuExecutable*>(&exe);
+  if (!cpu) throw Error("packed_operand_count: not an executable of the CPU backend");
+  return cpu->packed_operands();
+}
 
 std::vector<std::string> available_isas() { return supported_isas(); }
 

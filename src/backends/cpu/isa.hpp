@@ -35,8 +35,33 @@ enum class Op : std::uint8_t {
   Fill,    // dst = constant (f0 for floats, i0 for ints)
   Load,    // dst = loads[io] at the block's indices
   Store,   // stores[io] at the block's indices = a
+  Fused,   // micros[io, io + i0): a run of f32 instructions evaluated tile by tile (see Micro)
 };
 // clang-format on
+
+// A fused run keeps one running value, `acc`, in vector registers for a tile
+// of a few vectors and applies its steps to that tile before moving to the
+// next, so a value that only feeds the next step never goes through memory.
+// Each step is one Micro, dispatched once per tile on `code`:
+namespace micro {
+inline constexpr std::uint8_t kLoadStream = 0;   // acc = slot, at the tile's offset
+inline constexpr std::uint8_t kLoadUniform = 1;  // acc = element 0 of slot
+inline constexpr std::uint8_t kSave = 2;         // slot = acc
+inline constexpr std::uint8_t kStore = 3;        // stores[io] = acc (f32 storage)
+inline constexpr std::uint8_t kClamp = 4;        // acc = clamp(acc, f0, f1)
+inline constexpr std::uint8_t kUnary = 8;        // + op (Neg .. Sign): acc = op(acc)
+// + 5 * (op - Add) + form (Add .. Mod): acc = op(acc, y) for forms 0 (y = acc),
+// 1 (y = slot streamed), 2 (y = uniform slot), and op(y, acc) for forms 3
+// (streamed) and 4 (uniform).
+inline constexpr std::uint8_t kBinary = 32;
+}  // namespace micro
+
+struct Micro {
+  std::uint8_t code = 0;
+  std::int16_t slot = -1;
+  std::int32_t io = -1;
+  float f0 = 0, f1 = 0;
+};
 
 enum class LoadKind : std::uint8_t {
   Contig,   // element f of the iteration is element f of the source
@@ -88,6 +113,7 @@ struct Program {
   const LoadSpec* loads = nullptr;
   const StoreSpec* stores = nullptr;
   const std::int32_t* direct = nullptr;
+  const Micro* micros = nullptr;  // steps of the Fused instructions
   std::int32_t n_direct = 0;
   std::int32_t n_regs = 0;
   std::int64_t reg_bytes = 0;  // distance between registers
@@ -152,6 +178,17 @@ struct KernelTable {
   // dst[c * dst_stride + r] = src[r * src_stride + c] for 4-byte elements.
   void (*transpose32)(const std::uint32_t* src, std::int64_t src_stride, std::uint32_t* dst, std::int64_t dst_stride,
                       std::int64_t rows, std::int64_t cols);
+  // Packed-B f32 GEMM (isa/gemm_impl.inc). A constant B [K, N] is packed once
+  // into panels of gemm_nr columns: panel p holds B[k, p * gemm_nr + j] at
+  // (p * K + k) * gemm_nr + j, zero past N (ceil(N / gemm_nr) * gemm_nr * K floats).
+  std::int32_t gemm_nr;
+  // Packs panels [p0, p1) of b (rows ldb floats apart).
+  void (*gemm_pack_b)(const float* b, std::int64_t ldb, std::int64_t K, std::int64_t N, float* packed, std::int64_t p0,
+                      std::int64_t p1);
+  // c[m, n] = sum_k a[m, k] * B[k, n] for rows [m0, m1) and the columns of
+  // panels [p0, p1) below N; a and c are the matrices' origins.
+  void (*gemm_packed)(const float* a, std::int64_t lda, const float* packed, std::int64_t K, std::int64_t N, float* c,
+                      std::int64_t ldc, std::int64_t m0, std::int64_t m1, std::int64_t p0, std::int64_t p1);
 };
 
 namespace generic {

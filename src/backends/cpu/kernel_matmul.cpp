@@ -1,10 +1,15 @@
-// MatMul kernels: GEMM per panel (OpenBLAS for floats), then the epilogue
+// MatMul kernels: GEMM per panel (OpenBLAS for floats, or the packed-B GEMM
+// of isa/gemm_impl.inc when B is a constant f32 matrix), then the epilogue
 // program over the panel while it is still in cache.
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <tuple>
 
+#include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/kernels.hpp"
 #include "rlx/error.hpp"
 
@@ -35,9 +40,44 @@ class MatMulKernel final : public CpuKernel {
   bool c_in_out = true;  // the GEMM writes the output buffer (else shared scratch)
   std::unique_ptr<CompiledProgram> epi;
   i64 pm = 1, pn = 1;  // panels per matrix along M and N
+  // Packed-B GEMM: B's packed copy in the pointer table (gemm_pack.hpp), else -1;
+  // units split each matrix into pm row blocks x pn groups of gemm_nr-column panels.
+  std::int32_t packed = -1;
   std::size_t row_bytes() const { return (std::size_t(N) * 8 + 63) / 64 * 64; }
 
+  // The epilogue over rows [m0, m1) x columns [n0, n1) of matrix bi.
+  void epilogue(const RunCtx& c, std::byte* const* aux, i64 bi, i64 m0, i64 m1, i64 n0, i64 n1) const {
+    EwCtx ec{c.ptrs, aux, c.thread_scratch() + row_bytes()};
+    const i64 base = (bi * M + m0) * N;
+    if (n1 - n0 == N) {
+      c.isa->ew_run(epi->view, ec, base, base + (m1 - m0) * N);
+    } else {
+      for (i64 r = 0; r < m1 - m0; ++r) c.isa->ew_run(epi->view, ec, base + r * N + n0, base + r * N + n1);
+    }
+  }
+
+  void run_packed(const RunCtx& c) const {
+    auto* cbase = reinterpret_cast<float*>(c_in_out ? c.ptrs[out_buf] : c.shared);
+    std::byte* aux[1] = {reinterpret_cast<std::byte*>(cbase)};
+    const auto* a = reinterpret_cast<const float*>(c.ptrs[a_buf]);
+    const auto* bp = reinterpret_cast<const float*>(c.ptrs[packed]);
+    const i64 nr = c.isa->gemm_nr, panels = (N + nr - 1) / nr;
+    auto unit = [&](i64 u) {
+      const i64 bi = u / (pm * pn), mi = u / pn % pm, ni = u % pn;
+      const i64 m0 = M * mi / pm, m1 = M * (mi + 1) / pm, p0 = panels * ni / pn, p1 = panels * (ni + 1) / pn;
+      c.isa->gemm_packed(a + a_off[std::size_t(bi)], K, bp, K, N, cbase + bi * M * N, N, m0, m1, p0, p1);
+      if (epi) epilogue(c, aux, bi, m0, m1, p0 * nr, std::min(N, p1 * nr));
+    };
+    parallel_for(
+        i64(a_off.size()) * pm * pn, 1,
+        [&](i64 u0, i64 u1) {
+          for (i64 u = u0; u < u1; ++u) unit(u);
+        },
+        c.max_threads);
+  }
+
   void run(const RunCtx& c) const override {
+    if (packed >= 0) return run_packed(c);
     const i64 batch = i64(a_off.size());
     std::byte* cbase = c_in_out ? c.ptrs[out_buf] : c.shared;
     std::byte* aux[1] = {cbase};
@@ -81,14 +121,7 @@ class MatMulKernel final : public CpuKernel {
           }
         }
       }
-      if (!epi) return;
-      EwCtx ec{c.ptrs, aux, c.thread_scratch() + row_bytes()};
-      const i64 base = (bi * M + m0) * N;
-      if (cols == N) {
-        c.isa->ew_run(epi->view, ec, base, base + rows * N);
-      } else {
-        for (i64 r = 0; r < rows; ++r) c.isa->ew_run(epi->view, ec, base + r * N + n0, base + r * N + n1);
-      }
+      if (epi) epilogue(c, aux, bi, m0, m1, n0, n1);
     };
     parallel_for(
         batch * pm * pn, 1,
@@ -119,6 +152,39 @@ std::vector<i64> batch_offsets(const std::vector<i64>& dims, const std::vector<i
     }
   }
   return offs;
+}
+
+// RLX_CPU_GEMM=packed|blas forces the f32 GEMM for constant B (tests, benches); unset: by shape.
+enum class GemmChoice { Auto, Packed, Blas };
+GemmChoice gemm_override() {
+  const char* env = std::getenv("RLX_CPU_GEMM");
+  if (!env || !*env) return GemmChoice::Auto;
+  std::string v(env);
+  if (v == "packed") return GemmChoice::Packed;
+  if (v == "blas") return GemmChoice::Blas;
+  throw Error("RLX_CPU_GEMM='" + v + "' is not one of packed, blas");
+}
+
+// Whether the packed-B GEMM beats OpenBLAS for an M-row product with a constant B.
+// RULE-TABLE
+bool packed_wins(const KernelTable& isa, i64 M) {
+  const std::string_view name = isa.name;
+  return name == "avx512" || (name == "avx2" && M <= 512);
+}
+
+// Row blocks x panel groups per matrix for the packed GEMM. A block's rows
+// of A stay in L2 while its panels pass (<= 192 rows); about 4 units per
+// thread let the pool balance them when a core is busy elsewhere, a group
+// keeps >= 2 panels so the epilogue's row segments stay long, and the unit
+// count is a multiple of the threads so none idles at the end.
+std::pair<i64, i64> packed_units(i64 batch, i64 M, i64 panels, double flops, int threads) {
+  i64 pm = (M + 191) / 192, pn = 1;
+  if (flops < (1 << 18) || threads <= 1) return {pm, pn};
+  const i64 want = 4 * i64(threads);
+  pn = std::clamp<i64>((want + batch * pm - 1) / (batch * pm), 1, std::max<i64>(1, panels / 2));
+  if (batch * pm * pn < want) pm = std::max(pm, std::min((want + batch * pn - 1) / (batch * pn), M / 24));
+  while (batch * pm * pn % threads != 0 && M / (pm + 1) >= 6) ++pm;
+  return {pm, pn};
 }
 
 }  // namespace
@@ -170,7 +236,15 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   }
   const i64 batch = i64(k->a_off.size());
   const double flops = 2.0 * double(batch) * double(k->M) * double(k->N) * double(k->K);
-  if (flops >= 1 << 18 && b.threads > 1 && batch < b.threads) {
+  const auto& b_root = b.lir.buffer(B.root < 0 ? B.id : B.root);
+  const bool b_constant = b_root.role == compile::BufferRole::Param || b_root.role == compile::BufferRole::Constant;
+  const GemmChoice choice = gemm_override();
+  if (b.packs && mm.dtype == ir::DType::F32 && B.dtype == ir::DType::F32 && b_constant && b_shared && k->K > 0 &&
+      choice != GemmChoice::Blas && (choice == GemmChoice::Packed || packed_wins(*b.packs->isa, batch * k->M))) {
+    k->packed = b.packs->request(B.id, k->K, k->N);
+    const i64 panels = (k->N + b.packs->isa->gemm_nr - 1) / b.packs->isa->gemm_nr;
+    std::tie(k->pm, k->pn) = packed_units(batch, k->M, panels, flops, b.threads);
+  } else if (flops >= 1 << 18 && b.threads > 1 && batch < b.threads) {
     const i64 per = (b.threads + batch - 1) / batch;
     k->pm = std::clamp<i64>(k->M / 16, 1, per);
     k->pn = std::clamp<i64>(k->N / 64, 1, (per + k->pm - 1) / k->pm);

@@ -165,8 +165,11 @@ class ConvKernel final : public CpuKernel {
   compile::BufferId x = 0, w = 0, y = 0;
   std::optional<compile::BufferId> bias;
   ConvShape s;
-  i64 tile = 1, tiles = 1;  // output positions per work unit
+  i64 tile = 1, tiles = 1;   // output positions per work unit
+  i64 rows = 1, blocks = 1;  // output channels per work unit
 
+  // A unit is one GEMM, y[rows of a channel block, tile of positions] =
+  // w[block, CK] x col[CK, tile], after im2col of its tile.
   void run(const RunCtx& c) const override {
     const T* xp = at<T>(c, x);
     const T* wp = at<T>(c, w);
@@ -174,24 +177,26 @@ class ConvKernel final : public CpuKernel {
     const T* bp = bias ? at<T>(c, *bias) : nullptr;
     const i64 P = s.P(), Cg = s.Cg(), Og = s.Og(), CK = s.CK();
     parallel_for(
-        s.N * s.G * tiles, 1,
+        s.N * s.G * tiles * blocks, 1,
         [&](i64 b, i64 e) {
           T* col = reinterpret_cast<T*>(c.thread_scratch());
           for (i64 u = b; u < e; ++u) {
-            const i64 n = u / (s.G * tiles), g = u / tiles % s.G, t = u % tiles;
+            const i64 ng = u / (tiles * blocks), n = ng / s.G, g = ng % s.G;
+            const i64 t = u / blocks % tiles, o0 = u % blocks * rows, o1 = std::min(Og, o0 + rows);
             const i64 p0 = t * tile, p1 = std::min(P, p0 + tile), cols = p1 - p0;
             const T* xg = xp + (n * s.C + g * Cg) * s.H * s.W;
-            T* yg = yp + (n * s.O + g * Og) * P;
+            const T* wg = wp + (g * Og + o0) * CK;
+            T* yg = yp + (n * s.O + g * Og + o0) * P;
             if (s.pointwise()) {
-              gemm<T>(false, Og, cols, Cg, T(1), wp + g * Og * CK, CK, xg + p0, s.H * s.W, yg + p0, P);
+              gemm<T>(false, o1 - o0, cols, Cg, T(1), wg, CK, xg + p0, s.H * s.W, yg + p0, P);
             } else {
               im2col(xg, col, p0, p1);
-              gemm<T>(false, Og, cols, CK, T(1), wp + g * Og * CK, CK, col, cols, yg + p0, P);
+              gemm<T>(false, o1 - o0, cols, CK, T(1), wg, CK, col, cols, yg + p0, P);
             }
             if (bp)
-              for (i64 o = 0; o < Og; ++o) {
+              for (i64 o = o0; o < o1; ++o) {
                 T bv = bp[g * Og + o];
-                for (T* q = yg + o * P + p0; q < yg + o * P + p1; ++q) *q += bv;
+                for (T* q = yg + (o - o0) * P + p0; q < yg + (o - o0) * P + p1; ++q) *q += bv;
               }
           }
         },
@@ -200,27 +205,51 @@ class ConvKernel final : public CpuKernel {
 
  private:
   // col[(c, kh, kw), p - p0] = x[c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] (0 outside).
+  // Per output row, the columns that read inside the image are one strided
+  // run between two runs of zeros. When output rows are input rows shifted
+  // (stride 1, OW == W: "same" padding), the runs of all rows are one copy,
+  // after which the columns outside the image are zeroed.
   void im2col(const T* x, T* col, i64 p0, i64 p1) const {
     const i64 cols = p1 - p0;
+    const bool shifted = s.sh == 1 && s.sw == 1 && s.OW == s.W;
+    auto ceil_div = [](i64 a, i64 b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); };
     for (i64 ch = 0; ch < s.Cg(); ++ch)
       for (i64 kh = 0; kh < s.KH; ++kh)
         for (i64 kw = 0; kw < s.KW; ++kw) {
           T* row = col + ((ch * s.KH + kh) * s.KW + kw) * cols;
           const T* xc = x + ch * s.H * s.W;
+          const i64 off = kw * s.dw - s.pw;  // input column of output column ow: ow * sw + off
+          const i64 lo = std::clamp<i64>(ceil_div(-off, s.sw), 0, s.OW);
+          const i64 hi = std::clamp<i64>(ceil_div(s.W - off, s.sw), lo, s.OW);
+          if (shifted) {
+            // Positions [q0, q1) read input rows inside the image, from x[p + shift].
+            const i64 dh = kh * s.dh - s.ph, shift = dh * s.W + off;
+            const i64 q0 = std::clamp(-dh * s.OW, p0, p1), q1 = std::clamp((s.H - dh) * s.OW, q0, p1);
+            const i64 c0 = std::clamp(-shift, q0, q1), c1 = std::clamp(s.H * s.W - shift, c0, q1);
+            std::fill(row, row + (c0 - p0), T(0));
+            std::copy(xc + (c0 + shift), xc + (c1 + shift), row + (c0 - p0));
+            std::fill(row + (c1 - p0), row + cols, T(0));
+            for (i64 r = q0 / s.OW * s.OW; r < q1; r += s.OW)
+              for (auto [z0, z1] : {std::pair{r, r + lo}, std::pair{r + hi, r + s.OW}})
+                for (i64 p = std::max(z0, q0); p < std::min(z1, q1); ++p) row[p - p0] = T(0);
+            continue;
+          }
           for (i64 p = p0; p < p1;) {
-            const i64 oh = p / s.OW, ow0 = p % s.OW, run = std::min(p1 - p, s.OW - ow0);
+            const i64 oh = p / s.OW, ow0 = p % s.OW, ow1 = std::min(s.OW, ow0 + (p1 - p));
             const i64 ih = oh * s.sh - s.ph + kh * s.dh;
-            T* dst = row + (p - p0);
-            if (ih < 0 || ih >= s.H) {
-              std::fill(dst, dst + run, T(0));
-            } else {
+            T* out = row + (p - p0);  // output column ow goes to out[ow - ow0]
+            const bool inside = ih >= 0 && ih < s.H;
+            const i64 a = inside ? std::clamp(lo, ow0, ow1) : ow1, b = std::clamp(hi, a, ow1);
+            std::fill(out, out + (a - ow0), T(0));
+            if (a < b) {
               const T* xr = xc + ih * s.W;
-              for (i64 j = 0; j < run; ++j) {
-                i64 iw = (ow0 + j) * s.sw - s.pw + kw * s.dw;
-                dst[j] = iw >= 0 && iw < s.W ? xr[iw] : T(0);
-              }
+              if (s.sw == 1)
+                std::copy(xr + (a + off), xr + (b + off), out + (a - ow0));
+              else
+                for (i64 ow = a; ow < b; ++ow) out[ow - ow0] = xr[ow * s.sw + off];
             }
-            p += run;
+            std::fill(out + (b - ow0), out + (ow1 - ow0), T(0));
+            p += ow1 - ow0;
           }
         }
   }
@@ -364,15 +393,27 @@ std::unique_ptr<CpuKernel> make_conv(const BuildCtx& b, const ir::Node& n) {
   k->w = wb.id;
   k->y = yb.id;
   if (n.inputs.size() > 2) k->bias = b.in_of(n.inputs[2]).id;
-  // Position tiles: the im2col tile (CK x tile) stays in L2 and there is enough parallel work.
-  const i64 P = std::max<i64>(s.P(), 1), CK = std::max<i64>(s.CK(), 1);
-  i64 tile = std::max<i64>(64, (i64(256 * 1024) / i64(sizeof(T))) / CK);
-  const i64 units = std::max<i64>(s.N * s.G, 1), want = 4 * b.threads;
-  if (units < want) tile = std::min(tile, (P * units + want - 1) / want);
-  tile = std::max<i64>(tile, 16);
-  tile = std::min(P, (tile + 15) / 16 * 16);
+  // Each GEMM call repacks its share of the weights, so units are as large as
+  // possible: a whole image's positions (the im2col tile capped at 4 MiB)
+  // and all output channels. With fewer units than threads, the smaller
+  // operand is split: output channels when the weights (Og x CK) outweigh
+  // the im2col tile (CK x tile), which each such unit rebuilds; else positions.
+  const i64 P = std::max<i64>(s.P(), 1), CK = std::max<i64>(s.CK(), 1), Og = std::max<i64>(s.Og(), 1);
+  auto round16 = [&](i64 v) { return std::min(P, (v + 15) / 16 * 16); };
+  i64 tile = round16(std::max<i64>(16, i64(4 << 20) / i64(sizeof(T)) / CK));
+  i64 rows = Og;
+  const i64 units = std::max<i64>(s.N * s.G, 1) * ((P + tile - 1) / tile);
+  if (units < b.threads) {
+    const i64 split = (b.threads + units - 1) / units;
+    if (Og >= tile)
+      rows = std::max<i64>(16, ((Og + split - 1) / split + 15) / 16 * 16);
+    else
+      tile = round16(std::max<i64>(16, (tile + split - 1) / split));
+  }
   k->tile = tile;
   k->tiles = (P + tile - 1) / tile;
+  k->rows = std::min(rows, Og);
+  k->blocks = (Og + k->rows - 1) / k->rows;
   k->thread_bytes = s.pointwise() ? 0 : std::size_t(CK * tile) * sizeof(T);
   return k;
 }

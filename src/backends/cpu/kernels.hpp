@@ -36,11 +36,14 @@ class CpuKernel {
   std::size_t thread_bytes = 0;
 };
 
+struct PackRegistry;
+
 struct BuildCtx {
   const compile::LirModule& lir;
   const compile::Kernel& kernel;
   int threads = 1;
   std::int64_t stream_bytes = 0;  // outputs at least this large use non-temporal stores
+  PackRegistry* packs = nullptr;  // constant operands to pack (gemm_pack.hpp); null: none
 
   const compile::Buffer& in(std::size_t i) const { return lir.buffer(kernel.inputs.at(i)); }
   const compile::Buffer& out(std::size_t i = 0) const { return lir.buffer(kernel.outputs.at(i)); }
@@ -65,6 +68,7 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_movement(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_native(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_leaf(const BuildCtx& b);
+std::unique_ptr<CpuKernel> build_custom(const BuildCtx& b);  // custom ops with a host kernel
 
 // Grain (in elements) that amortizes a parallel task's overhead.
 inline constexpr std::int64_t kGrain = 16 * kBlock;

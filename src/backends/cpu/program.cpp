@@ -134,6 +134,95 @@ std::optional<std::vector<std::int64_t>> broadcast_strides(std::vector<std::int6
   return st;
 }
 
+bool is_f32_unary(Op op) { return op <= Op::Sign; }
+bool is_f32_binary(Op op) { return op >= Op::Add && op <= Op::Mod; }
+
+// Instructions a fused run can evaluate: f32 arithmetic and f32 stores.
+bool fusable(const Instr& in, const std::vector<StoreSpec>& stores) {
+  if (in.ct != CT::F32) return false;
+  if (in.op == Op::Store) return stores[std::size_t(in.io)].dtype == DType::F32;
+  return in.ct2 == CT::F32 && (is_f32_unary(in.op) || is_f32_binary(in.op) || in.op == Op::Clamp);
+}
+
+bool reads(const Instr& in, int s) { return in.a == s || in.b == s || in.c == s; }
+
+// Rewrites every maximal run of fusable block instructions into one Op::Fused
+// instruction. A value stays in `acc` between consecutive steps and is saved to
+// its slot only when something else reads it: a later step once acc has moved
+// on, an unfused instruction, or the caller (the result slot).
+void fuse(CompiledProgram& cp, int result) {
+  const auto& code = cp.code;
+  std::vector<Instr> out;
+  for (std::size_t s = 0; s < code.size();) {
+    if (!fusable(code[s], cp.stores)) {
+      out.push_back(code[s++]);
+      continue;
+    }
+    std::size_t e = s;
+    while (e < code.size() && fusable(code[e], cp.stores)) ++e;
+    Instr fused{Op::Fused};
+    fused.io = int(cp.micros.size());
+    auto emit = [&](int code, int slot = -1) {
+      Micro m;
+      m.code = std::uint8_t(code);
+      m.slot = std::int16_t(slot);
+      cp.micros.push_back(m);
+      return &cp.micros.back();
+    };
+    // A read at k sees acc when only stores of d itself (which leave acc
+    // alone) lie between i and k.
+    auto needs_save = [&](std::size_t i, int d) {
+      bool acc_live = true;
+      for (std::size_t k = i + 1; k < code.size(); ++k) {
+        if (reads(code[k], d) && !(acc_live && k < e)) return true;
+        if (code[k].op != Op::Store || code[k].a != d) {
+          acc_live = false;
+          if (code[k].dst == d) return false;
+        }
+      }
+      return d == result;
+    };
+    int acc = -1;
+    for (std::size_t i = s; i < e; ++i) {
+      const Instr& in = code[i];
+      const bool uni_a = in.uniform & 1, uni_b = in.uniform & 2;
+      auto load = [&](int slot, bool uniform) {
+        emit(uniform ? micro::kLoadUniform : micro::kLoadStream, slot);
+        acc = slot;
+      };
+      if (in.op == Op::Store) {
+        if (in.a != acc) load(in.a, false);
+        emit(micro::kStore)->io = in.io;
+        continue;
+      }
+      if (is_f32_binary(in.op)) {
+        const int op = micro::kBinary + 5 * (int(in.op) - int(Op::Add));
+        if (in.a != acc && in.b == acc) {
+          emit(op + (uni_a ? 4 : 3), in.a);
+        } else {
+          if (in.a != acc) load(in.a, uni_a);
+          emit(op + (in.b == acc ? 0 : uni_b ? 2 : 1), in.b);
+        }
+      } else {
+        if (in.a != acc) load(in.a, uni_a);
+        if (in.op == Op::Clamp) {
+          Micro* m = emit(micro::kClamp);
+          m->f0 = float(in.f0);
+          m->f1 = float(in.f1);
+        } else {
+          emit(micro::kUnary + int(in.op));
+        }
+      }
+      acc = in.dst;
+      if (needs_save(i, in.dst)) emit(micro::kSave, in.dst);
+    }
+    fused.i0 = std::int64_t(cp.micros.size()) - fused.io;
+    out.push_back(fused);
+    s = e;
+  }
+  cp.code = std::move(out);
+}
+
 }  // namespace
 
 ProgramBuilder::ProgramBuilder(const ir::Graph& body, std::vector<std::int64_t> iter, std::vector<int> order)
@@ -414,6 +503,12 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
       patch(in.c);
     }
   for (const auto& ds : direct_slots) cp->direct.push_back(ds.second);
+  std::int16_t result_slot = -1;
+  if (result_ < n_nodes) {
+    result_slot = slot16(result_);
+    patch(result_slot);
+  }
+  fuse(*cp, result_slot);
 
   Program& p = cp->view;
   p.init = cp->init.data();
@@ -424,6 +519,7 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
   p.stores = cp->stores.data();
   p.direct = cp->direct.data();
   p.n_direct = int(cp->direct.size());
+  p.micros = cp->micros.data();
   p.n_regs = n_regs;
   // Registers hold 4-byte values unless the program computes in f64/i64; a
   // three-line pad keeps them from sitting a multiple of 4 KiB apart.
@@ -432,11 +528,7 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
     for (const auto& in : *list)
       wide = wide || in.ct == CT::F64 || in.ct == CT::I64 || in.ct2 == CT::F64 || in.ct2 == CT::I64;
   p.reg_bytes = kBlock * (wide ? 8 : 4) + 192;
-  if (result_ < n_nodes) {
-    std::int16_t r = slot16(result_);
-    patch(r);
-    p.result = r;
-  }
+  p.result = result_slot;
   p.streams = std::any_of(cp->stores.begin(), cp->stores.end(), [](const StoreSpec& s) { return s.stream; });
   cp->scratch_bytes =
       (std::size_t(p.n_regs + p.n_direct) * sizeof(void*) + 63) / 64 * 64 + std::size_t((p.n_regs + 1) * p.reg_bytes);

@@ -24,10 +24,12 @@ struct CompiledProgram {
   std::vector<LoadSpec> loads;
   std::vector<StoreSpec> stores;
   std::vector<std::int32_t> direct;
+  std::vector<Micro> micros;
   std::vector<std::shared_ptr<const ir::Tensor>> constants;  // keeps `fixed` data alive
   Program view;
   std::size_t scratch_bytes = 0;  // per thread
-  std::size_t instructions() const { return init.size() + code.size(); }
+  // A cost estimate: a fused run counts its steps.
+  std::size_t instructions() const { return init.size() + code.size() + micros.size(); }
 };
 
 // Where a node's value is read from when it is not computed.

@@ -1,0 +1,101 @@
+// The packed-B GEMM (B a param, packed once at set_param) against the
+// OpenBLAS paths it replaces, interleaved rep by rep on the same buffers:
+//   packed     RLX with RLX_CPU_GEMM=packed
+//   rlx_blas   RLX with RLX_CPU_GEMM=blas: one-threaded cblas_sgemm per panel in RLX's pool
+//   openblas   cblas_sgemm on all cores (OpenBLAS's own threads)
+// The shapes are the MLP's and the encoder block's layers, square GEMMs and a
+// GEMV; the medians' ratios justify packed_wins() in kernel_matmul.cpp.
+//   bench_gemm_packed [--reps N] [--epilogue 1] [--only MxNxK]
+#include <cblas.h>
+
+#include <cstdlib>
+
+#include "common.hpp"
+#include "rlx/ir/graph.hpp"
+
+namespace {
+
+using namespace rlx;
+using namespace rlx::bench;
+
+struct Shape {
+  std::int64_t M, N, K;
+  std::string name() const { return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K); }
+};
+
+// Compiles with RLX_CPU_GEMM set to `choice` (read at compile time only).
+runtime::CompiledGraph compile_with(const Session& s, const ir::Graph& g, const char* choice) {
+  ::setenv("RLX_CPU_GEMM", choice, 1);
+  auto c = s.compile(g);
+  ::unsetenv("RLX_CPU_GEMM");
+  return c;
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+struct Row {
+  std::string shape;
+  double packed, rlx_blas, openblas;  // GFLOP/s of the medians
+};
+
+Row run_shape(const Session& session, const Shape& sh, bool epilogue, int reps) {
+  const auto [M, N, K] = sh;
+  ir::Graph g("gemm");
+  auto y = g.matmul(g.input("a", {M, K}), g.param("b", {K, N}));
+  if (epilogue) y = g.relu(g.add(y, g.param("bias", {N})));
+  g.add_output(y, "c");
+  std::map<std::string, ir::Tensor, std::less<>> params{{"b", random_f32({K, N}, 2)}};
+  if (epilogue) params.emplace("bias", random_f32({N}, 3));
+  const std::map<std::string, ir::Tensor, std::less<>> inputs{{"a", random_f32({M, K}, 1)}};
+  Runner packed(compile_with(session, g, "packed"), params, inputs);
+  Runner blas_rlx(compile_with(session, g, "blas"), params, inputs);
+  ir::Tensor c(ir::DType::F32, {M, N});
+  const float* a = packed.input("a").data_as<float>();
+  const float* b = params.at("b").data_as<float>();
+  auto blas = [&] {
+    const int rlx_threads = openblas_get_num_threads();
+    openblas_set_num_threads(int(cores()));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.0f, a, int(K), b, int(N), 0.0f,
+                c.data_as<float>(), int(N));
+    openblas_set_num_threads(rlx_threads);
+  };
+  std::vector<Impl> impls{{"packed", std::ref(packed)}, {"rlx_blas", std::ref(blas_rlx)}};
+  if (!epilogue) impls.push_back({"openblas", blas});
+  auto s = interleave(impls, {.reps = reps, .min_sample_s = 0.02});
+  const std::string name = "gemm_" + sh.name() + (epilogue ? "_bias_relu" : "");
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  emit(name, {flops, 0}, s);
+  progress(name, s);
+  float diff = 0;
+  const ir::Tensor& want = epilogue ? blas_rlx.outputs()[0] : c;
+  for (std::int64_t i = 0; i < want.numel(); ++i)
+    diff = std::max(diff, std::abs(packed.outputs()[0].data_as<float>()[i] - want.data_as<float>()[i]));
+  std::fprintf(stderr, "    check: max |packed - openblas| = %g\n", diff);
+  auto gf = [&](std::size_t i) { return i < s.size() ? flops / median(s[i].seconds) * 1e-9 : 0.0; };
+  return {name, gf(0), gf(1), gf(2)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const int reps = std::stoi(arg(argc, argv, "--reps", "21"));
+  const bool epilogue = arg(argc, argv, "--epilogue", "0") == "1";
+  const std::string only = arg(argc, argv, "--only");
+  const std::vector<Shape> shapes{{64, 1024, 1024}, {128, 512, 512},    {128, 2048, 512},  {128, 512, 2048},
+                                  {512, 512, 512},  {1024, 1024, 1024}, {2048, 2048, 2048}, {1, 4096, 4096}};
+  Session session;
+  std::vector<Row> rows;
+  for (const auto& sh : shapes)
+    if (only.empty() || only == sh.name()) rows.push_back(run_shape(session, sh, epilogue, reps));
+  std::fprintf(stderr, "\n%-28s %9s %9s %9s  %s\n", "GFLOP/s (medians)", "packed", "rlx_blas", "openblas",
+               "packed / best blas");
+  for (const auto& r : rows)
+    std::fprintf(stderr, "%-28s %9.1f %9.1f %9.1f  %.2f\n", r.shape.c_str(), r.packed, r.rlx_blas, r.openblas,
+                 r.packed / std::max(r.rlx_blas, r.openblas));
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_gemm_packed: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,149 @@
+#pragma once
+// Training as graphs: losses are graph builders, and an optimiser step is one
+// graph (forward, backward by rlx::autodiff, and the update) that compiles,
+// fuses and plans like any other. Trainer runs that graph in a loop and keeps
+// params and optimiser state on the host. docs/training.md describes it.
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "rlx/autodiff/autodiff.hpp"
+#include "rlx/ir/graph.hpp"
+#include "rlx/runtime/session.hpp"
+
+namespace rlx::train {
+
+// ---- losses: each appends nodes to `g` and returns a float scalar ----
+
+// Mean over every position of -log softmax(logits)[label]: logits [..., C]
+// (float), labels [...] (any integer dtype) with the leading dims of logits.
+// Computed as log_softmax + gather, so it is stable for large logits.
+ir::NodeId cross_entropy(ir::Graph& g, ir::NodeId logits, ir::NodeId labels);
+// Mean of (pred - target)^2; pred and target must have the same dtype and shape.
+ir::NodeId mse(ir::Graph& g, ir::NodeId pred, ir::NodeId target);
+
+// ---- optimisers (torch.optim's update rules) ----
+
+// buf = momentum * buf + grad (no dampening, no nesterov); p -= lr * buf.
+// weight_decay adds weight_decay * p to the gradient (L2).
+struct Sgd {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+};
+// Adam with bias correction; weight_decay is L2 added to the gradient.
+struct Adam {
+  double lr = 1e-3;
+  double b1 = 0.9;
+  double b2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+// Adam with decoupled weight decay: p *= 1 - lr * weight_decay before the Adam step.
+struct AdamW {
+  double lr = 1e-3;
+  double b1 = 0.9;
+  double b2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+using Optimizer = std::variant<Sgd, Adam, AdamW>;
+double learning_rate(const Optimizer& opt);
+
+// An optimiser state input of the step graph; every state starts at zero.
+struct StateSpec {
+  std::string name;
+  ir::DType dtype;
+  ir::Shape shape;
+};
+
+// One training step as a graph. Inputs: the model's inputs, then `lr_input`
+// (a scalar), then the state in `state` order. Params: the model's params.
+// Outputs: the loss (its name kept), "new_<p>" for each trained param in
+// `params` order, then "new_<state name>" for each state input.
+struct TrainStep {
+  ir::Graph graph;
+  std::vector<std::string> params;
+  std::vector<StateSpec> state;  // "opt_step" (Adam/AdamW), "opt_momentum_<p>", "opt_m_<p>", "opt_v_<p>"
+  std::string lr_input = "opt_lr";
+  ir::DType scalar_dtype = ir::DType::F32;  // of opt_lr and opt_step: f64 when a trained param is f64
+};
+
+// `model`'s first output must be a float scalar loss; `params` names the
+// params to train (float params of `model`). Throws rlx::Error for a name
+// that is not a param, a repeated name, a non-scalar loss, bad
+// hyperparameters, or state names that clash with the model's.
+TrainStep train_step(const ir::Graph& model, std::span<const std::string> params, const Optimizer& opt,
+                     const autodiff::Options& options = {});
+inline TrainStep train_step(const ir::Graph& model, std::initializer_list<std::string> params, const Optimizer& opt,
+                            const autodiff::Options& options = {}) {
+  return train_step(model, std::span<const std::string>(params.begin(), params.size()), opt, options);
+}
+
+// The same graph (same node ids) with every param turned into an input of
+// the same name.
+ir::Graph params_to_inputs(const ir::Graph& g);
+
+using TensorMap = std::map<std::string, ir::Tensor, std::less<>>;
+
+struct TrainerOptions {
+  runtime::Device device = runtime::Device::Cpu;
+  std::vector<std::string> trainable;  // empty: every float param of the model
+  compile::CompileOptions compile;
+  autodiff::Options autodiff;
+};
+
+// Compiles the step once and runs it per batch. Params and optimiser state
+// are fed as graph inputs from two host buffers each, and the step writes the
+// new values straight into the other buffer: a step copies no weights.
+class Trainer {
+ public:
+  // `params` gives the initial value of every param of `model`.
+  Trainer(const ir::Graph& model, TensorMap params, const Optimizer& opt, TrainerOptions options = {});
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  Trainer(Trainer&&) noexcept = default;
+  Trainer& operator=(Trainer&&) noexcept = default;
+
+  // One step on a batch (the model's inputs, by name); returns the loss
+  // computed before the update. On error nothing is updated.
+  double step(std::span<const runtime::NamedTensor> inputs);
+  double step(const TensorMap& inputs);
+
+  const ir::Tensor& param(std::string_view name) const;
+  TensorMap params() const;  // copies of the current values
+  // Optimiser state by name (TrainStep::state), e.g. "opt_m_w".
+  const ir::Tensor& state(std::string_view name) const;
+  std::int64_t steps() const { return steps_; }
+  double lr() const;
+  void set_lr(double lr);  // takes effect at the next step; no recompile
+  const TrainStep& step_graph() const { return step_; }
+  const runtime::CompiledGraph& compiled() const { return compiled_; }
+
+ private:
+  struct Slot {
+    std::string name;
+    ir::Tensor buf[2];
+    bool updated = false;  // trained params and state; frozen params and the lr keep buf[0]
+    const ir::Tensor& current(int parity) const { return buf[updated ? parity : 0]; }
+  };
+  const Slot& slot(std::string_view name, std::string_view what) const;
+
+  TrainStep step_;
+  runtime::CompiledGraph compiled_;
+  std::vector<Slot> slots_;            // every param, the lr, then the state
+  std::vector<std::size_t> out_slot_;  // output j >= 1 -> slot it updates
+  std::size_t lr_slot_ = 0;
+  int parity_ = 0;
+  std::int64_t steps_ = 0;
+  ir::Tensor loss_;
+  std::vector<runtime::NamedTensor> named_;
+  std::vector<void*> out_ptrs_;
+};
+
+}  // namespace rlx::train

@@ -1,0 +1,51 @@
+"""rlx.register_op: Python-defined ops through a numpy CPU kernel and through a lowering."""
+import numpy as np
+import pytest
+
+import pyrlx as rlx
+
+
+def test_cpu_kernel_op(rng):
+    rlx.register_op("py_softsign", infer_shape=lambda shapes, dtypes, attrs: shapes[0],
+                    cpu_kernel=lambda x, scale: scale * x / (1 + np.abs(x)), num_inputs=1, attrs={"scale": float})
+    assert rlx.is_op_registered("py_softsign")
+    g = rlx.Graph()
+    x = g.input("x", (3, 5))
+    g.output(g.custom_op("py_softsign", x * 2, scale=0.5).relu())
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    (y,) = rlx.Session("cpu").compile(g).run({"x": a})
+    np.testing.assert_allclose(y, np.maximum(0.5 * 2 * a / (1 + np.abs(2 * a)), 0), rtol=1e-6)
+    (ref,) = rlx.reference_run(g, {"x": a})
+    np.testing.assert_allclose(ref, y, rtol=1e-6)
+
+
+def test_lowered_op_fuses(rng):
+    rlx.register_op("py_swish", infer_shape=lambda shapes, dtypes, attrs: shapes[0],
+                    lower=lambda g, x, beta: x * (x * beta).sigmoid(), num_inputs=1, attrs={"beta": float})
+    g = rlx.Graph()
+    x = g.input("x", (4, 8))
+    g.output(g.custom_op("py_swish", x + 1.0, beta=1.5) * 3.0)
+    c = rlx.Session("cpu").compile(g)
+    assert "custom:py_swish" in c.ir("lir")
+    a = rng.standard_normal((4, 8)).astype(np.float32)
+    b = a + 1
+    np.testing.assert_allclose(c.run({"x": a})[0], 3 * b / (1 + np.exp(-1.5 * b)), rtol=1e-5, atol=1e-6)
+
+
+def test_custom_op_errors(rng):
+    with pytest.raises(rlx.Error, match="cpu_kernel, a lower"):
+        rlx.register_op("py_nothing", infer_shape=lambda s, d, a: s[0])
+    g = rlx.Graph()
+    x = g.input("x", (2,))
+    with pytest.raises(rlx.Error, match="not registered"):
+        g.custom_op("py_unknown", x)
+    rlx.register_op("py_bad_kernel", infer_shape=lambda s, d, a: s[0], cpu_kernel=lambda x: x[:1], num_inputs=1)
+    g.output(g.custom_op("py_bad_kernel", x))
+    c = rlx.Session("cpu").compile(g)
+    with pytest.raises(rlx.Error, match="shape"):
+        c.run({"x": np.zeros(2, np.float32)})
+    rlx.register_op("py_raises", infer_shape=lambda s, d, a: s[0], cpu_kernel=lambda x: 1 / 0, num_inputs=1)
+    g2 = rlx.Graph()
+    g2.output(g2.custom_op("py_raises", g2.input("x", (2,))))
+    with pytest.raises(rlx.Error, match="ZeroDivisionError"):
+        rlx.Session("cpu").compile(g2).run({"x": np.zeros(2, np.float32)})

@@ -1,0 +1,75 @@
+#include "rlx/runtime/custom_kernels.hpp"
+
+#include <map>
+#include <mutex>
+
+#include "rlx/ir/custom_op.hpp"
+
+namespace rlx::runtime {
+
+namespace {
+// Entries are never erased, so pointers handed out stay valid; re-registering
+// a name replaces the kernel in place.
+struct Kernels {
+  std::mutex mu;
+  std::map<std::string, HostKernel, std::less<>> host;
+  std::map<std::string, VulkanKernel, std::less<>> vulkan;
+  std::map<std::string, CudaKernel, std::less<>> cuda;
+};
+Kernels& kernels() {
+  static Kernels k;
+  return k;
+}
+
+template <class Map, class V>
+void put(Map& m, std::string name, V v) {
+  std::lock_guard lock(kernels().mu);
+  m[std::move(name)] = std::move(v);
+}
+template <class Map>
+const typename Map::mapped_type* get(const Map& m, std::string_view name) {
+  std::lock_guard lock(kernels().mu);
+  auto it = m.find(name);
+  return it == m.end() ? nullptr : &it->second;
+}
+}  // namespace
+
+void register_host_kernel(std::string op_name, HostKernel kernel) { put(kernels().host, std::move(op_name), std::move(kernel)); }
+void register_vulkan_kernel(std::string op_name, VulkanKernel kernel) {
+  put(kernels().vulkan, std::move(op_name), std::move(kernel));
+}
+void register_cuda_kernel(std::string op_name, CudaKernel kernel) { put(kernels().cuda, std::move(op_name), std::move(kernel)); }
+const HostKernel* find_host_kernel(std::string_view op_name) { return get(kernels().host, op_name); }
+const VulkanKernel* find_vulkan_kernel(std::string_view op_name) { return get(kernels().vulkan, op_name); }
+const CudaKernel* find_cuda_kernel(std::string_view op_name) { return get(kernels().cuda, op_name); }
+
+std::vector<std::string> host_kernel_names() {
+  std::lock_guard lock(kernels().mu);
+  std::vector<std::string> out;
+  for (const auto& [name, k] : kernels().host) out.push_back(name);
+  return out;
+}
+
+CustomRoute custom_op_route(std::string_view op_name, Device device) {
+  if ((device == Device::Vulkan && find_vulkan_kernel(op_name)) || (device == Device::Cuda && find_cuda_kernel(op_name)))
+    return CustomRoute::RawGpuKernel;
+  if (device == Device::Cpu && find_host_kernel(op_name)) return CustomRoute::HostKernel;
+  if (ir::is_op_registered(op_name)) {
+    // A lowering is tried by the inline pass; an op without one falls back to
+    // a host kernel through staging where the backend offers it.
+    return CustomRoute::Lowering;
+  }
+  return CustomRoute::None;
+}
+
+std::string_view custom_route_name(CustomRoute r) {
+  switch (r) {
+    case CustomRoute::RawGpuKernel: return "raw_gpu_kernel";
+    case CustomRoute::HostKernel: return "host_kernel";
+    case CustomRoute::Lowering: return "lowering";
+    case CustomRoute::None: return "none";
+  }
+  return "?";
+}
+
+}  // namespace rlx::runtime

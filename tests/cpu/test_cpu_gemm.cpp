@@ -1,0 +1,297 @@
+// The packed-B GEMM (isa/gemm_impl.inc): every ISA's pack and micro kernels
+// against a float64 product at sizes that are not multiples of the tiles, and
+// the MatMul kernels that use them end to end: epilogues, constant and param
+// weights, set_param repacking, clones sharing the packed copy, the override
+// and the shape rule.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <thread>
+
+#include "backends/cpu/gemm_pack.hpp"
+#include "backends/cpu/isa.hpp"
+#include "conformance/harness.hpp"
+#include "rlx/backends/cpu/cpu_backend.hpp"
+#include "rlx/reference/interpreter.hpp"
+
+namespace rlx::backends::cpu {
+namespace {
+
+using conformance::Check;
+using ir::DType;
+using ir::Graph;
+using ir::OpKind;
+using runtime::Device;
+using Ints = std::vector<std::int64_t>;
+
+// Sets an environment variable for its lifetime, restoring the previous value.
+class Env {
+ public:
+  Env(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~Env() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+constexpr std::int64_t kOdd[] = {1, 7, 33, 65, 257};
+
+std::vector<float> random_floats(std::size_t n, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// One GEMM through a table's kernels, split into two row ranges and two panel
+// ranges the way the MatMul kernel's units split it. Strides are wider than
+// the matrices, and C's padding must stay untouched.
+::testing::AssertionResult table_gemm_matches(const KernelTable& t, std::int64_t M, std::int64_t N, std::int64_t K,
+                                              std::mt19937_64& rng) {
+  const std::int64_t lda = K + 3, ldb = N + 5, ldc = N + 2, nr = t.gemm_nr, panels = (N + nr - 1) / nr;
+  auto a = random_floats(std::size_t(M * lda), rng);
+  auto b = random_floats(std::size_t(K * ldb), rng);
+  std::vector<float> packed(packed_floats(t, K, N), std::numeric_limits<float>::quiet_NaN());
+  t.gemm_pack_b(b.data(), ldb, K, N, packed.data(), 0, panels / 2);
+  t.gemm_pack_b(b.data(), ldb, K, N, packed.data(), panels / 2, panels);
+  std::vector<float> c(std::size_t(M * ldc), std::numeric_limits<float>::quiet_NaN());
+  for (auto [m0, m1] : {std::pair{std::int64_t(0), M / 3}, std::pair{M / 3, M}})
+    for (auto [p0, p1] : {std::pair{std::int64_t(0), panels / 2}, std::pair{panels / 2, panels}})
+      t.gemm_packed(a.data(), lda, packed.data(), K, N, c.data(), ldc, m0, m1, p0, p1);
+  for (std::int64_t m = 0; m < M; ++m) {
+    for (std::int64_t n = 0; n < ldc; ++n) {
+      const float got = c[std::size_t(m * ldc + n)];
+      if (n >= N) {
+        if (!std::isnan(got)) return ::testing::AssertionFailure() << "wrote C padding at row " << m << " column " << n;
+        continue;
+      }
+      double want = 0, mag = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double p = double(a[std::size_t(m * lda + k)]) * double(b[std::size_t(k * ldb + n)]);
+        want += p;
+        mag += std::fabs(p);
+      }
+      if (!(std::fabs(got - want) <= 1e-6 * mag + 1e-30))
+        return ::testing::AssertionFailure() << "c[" << m << ", " << n << "] = " << got << ", want " << want;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(CpuGemm, KernelsMatchAFloat64ProductOnEveryIsa) {
+  for (const auto& isa : available_isas()) {
+    const KernelTable& t = kernel_table(isa);
+    std::mt19937_64 rng(testing::test_seed());
+    for (auto M : kOdd)
+      for (auto N : kOdd)
+        for (auto K : kOdd) EXPECT_TRUE(table_gemm_matches(t, M, N, K, rng)) << isa << " " << M << "x" << N << "x" << K;
+    // K beyond one slice of the kernel's K blocking accumulates into C.
+    EXPECT_TRUE(table_gemm_matches(t, 13, 70, 2500, rng)) << isa;
+    EXPECT_TRUE(table_gemm_matches(t, 6, t.gemm_nr * 2, 1025, rng)) << isa;
+  }
+}
+
+Check packed_check(const std::string& label) {
+  Check c;
+  c.seed = testing::test_seed();
+  c.label = label;
+  return c;
+}
+
+Graph linear_graph(std::int64_t M, std::int64_t N, std::int64_t K) {
+  Graph g("x @ w");
+  g.add_output(g.matmul(g.input("x", {M, K}), g.param("w", {K, N})), "y");
+  return g;
+}
+
+TEST(CpuGemm, OddSizesMatchTheReferenceOnEveryIsa) {
+  Env gemm("RLX_CPU_GEMM", "packed");
+  for (const auto& isa : available_isas()) {
+    Env env("RLX_CPU_ISA", isa);
+    for (auto M : kOdd)
+      for (auto N : kOdd)
+        for (auto K : {std::int64_t(1), std::int64_t(33), std::int64_t(257)}) {
+          const std::string label = isa + " " + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+          EXPECT_TRUE(conformance::matches_reference(Device::Cpu, linear_graph(M, N, K), packed_check(label)));
+        }
+  }
+}
+
+// Epilogues read the tile the GEMM just wrote: bias, activations, a residual,
+// a narrower output dtype (the GEMM then writes scratch), a batch folded into rows.
+TEST(CpuGemm, EpiloguesOnEveryIsa) {
+  Env gemm("RLX_CPU_GEMM", "packed");
+  std::vector<Graph> graphs;
+  {
+    Graph g("linear bias relu");
+    auto x = g.input("x", {65, 33});
+    g.add_output(g.relu(g.linear(x, g.param("w", {33, 257}), g.param("b", {257}))));
+    graphs.push_back(std::move(g));
+  }
+  {
+    Graph g("gelu residual");
+    auto x = g.input("x", {7, 130});
+    auto r = g.input("r", {7, 130});
+    auto y = g.unary(OpKind::Gelu, g.matmul(x, g.param("w", {130, 130})));
+    g.add_output(g.add(g.mul(y, g.scalar(0.5)), r));
+    graphs.push_back(std::move(g));
+  }
+  {
+    Graph g("batched tanh to f16");
+    auto x = g.input("x", {3, 33, 65});
+    auto y = g.unary(OpKind::Tanh, g.add(g.matmul(x, g.param("w", {65, 7})), g.input("b", {33, 1})));
+    g.add_output(g.cast(y, DType::F16));
+    graphs.push_back(std::move(g));
+  }
+  for (const auto& isa : available_isas()) {
+    Env env("RLX_CPU_ISA", isa);
+    for (const auto& g : graphs)
+      EXPECT_TRUE(conformance::matches_reference(Device::Cpu, g, packed_check(isa + " " + g.name())));
+  }
+}
+
+// The executable the CPU backend builds for `g` under the current environment.
+std::unique_ptr<runtime::ExecutableGraph> cpu_executable(const Graph& g) {
+  auto lir = Session().compile(g).compile_result().lir;
+  return make_cpu_backend()->compile_lir(lir, {});
+}
+
+TEST(CpuGemm, ConstantWeightsArePackedAtCompile) {
+  Env gemm("RLX_CPU_GEMM", "packed");
+  std::mt19937_64 rng(testing::test_seed());
+  Graph g("constant weights");
+  auto x = g.input("x", {33, 65});
+  auto w = g.constant(testing::random_tensor(DType::F32, {65, 257}, rng));
+  auto h = g.relu(g.matmul(x, w));
+  g.add_output(g.matmul(h, g.constant(testing::random_tensor(DType::F32, {257, 7}, rng))));
+  EXPECT_EQ(packed_operand_count(*cpu_executable(g)), 2u);
+  for (const auto& isa : available_isas()) {
+    Env env("RLX_CPU_ISA", isa);
+    EXPECT_TRUE(conformance::matches_reference(Device::Cpu, g, packed_check(isa + " constant weights")));
+  }
+}
+
+TEST(CpuGemm, OneWeightReadByTwoMatMulsIsPackedOnce) {
+  Env gemm("RLX_CPU_GEMM", "packed");
+  Graph g("shared weight");
+  auto w = g.param("w", {65, 65});
+  g.add_output(g.matmul(g.matmul(g.input("x", {7, 65}), w), w));
+  EXPECT_EQ(packed_operand_count(*cpu_executable(g)), 1u);
+  EXPECT_TRUE(conformance::matches_reference(Device::Cpu, g, packed_check("shared weight")));
+}
+
+struct Weights {
+  ir::Tensor w, b;
+};
+
+// y = relu(x @ w + b) from the float64 reference.
+ir::Tensor expected(const Graph& g, const ir::Tensor& x, const Weights& p) {
+  return reference::run(g, {{"x", x}}, {{"w", p.w}, {"b", p.b}})[0];
+}
+
+Graph mlp_layer() {
+  Graph g("mlp layer");
+  g.add_output(g.relu(g.linear(g.input("x", {33, 257}), g.param("w", {257, 65}), g.param("b", {65}))), "y");
+  return g;
+}
+
+TEST(CpuGemm, SetParamTwiceRepacks) {
+  Env gemm("RLX_CPU_GEMM", "packed");
+  std::mt19937_64 rng(testing::test_seed());
+  const Graph g = mlp_layer();
+  auto exe = Session().compile(g);
+  const auto x = testing::random_tensor(DType::F32, {33, 257}, rng);
+  for (int round = 0; round < 2; ++round) {
+    Weights p{testing::random_tensor(DType::F32, {257, 65}, rng), testing::random_tensor(DType::F32, {65}, rng)};
+    exe.set_param("w", p.w);
+    exe.set_param("b", p.b);
+    EXPECT_TRUE(testing::tensors_close(exe.run({{"x", x}})[0], expected(g, x, p))) << "round " << round;
+  }
+}
+
+TEST(CpuGemm, ClonesShareThePackedWeights) {
+  Env gemm("RLX_CPU_GEMM", "packed");
+  std::mt19937_64 rng(testing::test_seed());
+  const Graph g = mlp_layer();
+  auto exe = Session().compile(g);
+  Weights first{testing::random_tensor(DType::F32, {257, 65}, rng), testing::random_tensor(DType::F32, {65}, rng)};
+  exe.set_param("w", first.w);
+  exe.set_param("b", first.b);
+  std::vector<CompiledGraph> clones;
+  for (int i = 0; i < 3; ++i) clones.push_back(exe.clone());
+  // New weights through the original reach every clone, repacked once.
+  Weights second{testing::random_tensor(DType::F32, {257, 65}, rng), first.b};
+  exe.set_param("w", second.w);
+  std::vector<ir::Tensor> xs, got(clones.size());
+  for (std::size_t i = 0; i < clones.size(); ++i) xs.push_back(testing::random_tensor(DType::F32, {33, 257}, rng));
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t i = 0; i < clones.size(); ++i)
+      threads.emplace_back([&, i] { got[i] = clones[i].run({{"x", xs[i]}})[0]; });
+  }
+  for (std::size_t i = 0; i < clones.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(got[i], expected(g, xs[i], second))) << "clone " << i;
+  EXPECT_TRUE(testing::tensors_close(exe.run({{"x", xs[0]}})[0], expected(g, xs[0], second)));
+}
+
+TEST(CpuGemm, ShapeRuleAndOverride) {
+  const Graph mlp = linear_graph(64, 1024, 1024);
+  Graph variable("variable b");
+  variable.add_output(variable.matmul(variable.input("x", {64, 1024}), variable.input("w", {1024, 1024})));
+  Graph f64("f64");
+  f64.add_output(f64.matmul(f64.input("x", {64, 1024}, DType::F64), f64.param("w", {1024, 1024}, DType::F64)));
+  {
+    Env gemm("RLX_CPU_GEMM", "blas");
+    EXPECT_EQ(packed_operand_count(*cpu_executable(mlp)), 0u);
+  }
+  {
+    Env gemm("RLX_CPU_GEMM", "packed");
+    EXPECT_EQ(packed_operand_count(*cpu_executable(mlp)), 1u);
+    // Only a constant f32 B is packed, whatever the override says.
+    EXPECT_EQ(packed_operand_count(*cpu_executable(variable)), 0u);
+    EXPECT_EQ(packed_operand_count(*cpu_executable(f64)), 0u);
+  }
+  {
+    Env gemm("RLX_CPU_GEMM", "fast");
+    try {
+      cpu_executable(mlp);
+      ADD_FAILURE() << "an invalid RLX_CPU_GEMM compiled";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("RLX_CPU_GEMM='fast'"), std::string::npos) << e.what();
+    }
+  }
+  // Unset: the shape rule of kernel_matmul.cpp (bench/bench_gemm_packed.cpp measured it).
+  Env automatic("RLX_CPU_GEMM", "");
+  const auto isas = available_isas();
+  const auto has = [&](const char* isa) { return std::find(isas.begin(), isas.end(), isa) != isas.end(); };
+  const Graph tall = linear_graph(2048, 64, 64);
+  if (has("avx512")) {
+    Env isa("RLX_CPU_ISA", "avx512");
+    EXPECT_EQ(packed_operand_count(*cpu_executable(mlp)), 1u);
+    EXPECT_EQ(packed_operand_count(*cpu_executable(tall)), 1u);
+  }
+  if (has("avx2")) {
+    Env isa("RLX_CPU_ISA", "avx2");
+    EXPECT_EQ(packed_operand_count(*cpu_executable(mlp)), 1u);
+    EXPECT_EQ(packed_operand_count(*cpu_executable(tall)), 0u);
+  }
+  Env isa("RLX_CPU_ISA", "generic");
+  EXPECT_EQ(packed_operand_count(*cpu_executable(mlp)), 0u);
+}
+
+}  // namespace
+}  // namespace rlx::backends::cpu
