@@ -111,6 +111,34 @@ NodeId Graph::add_raw(Node node) {
   return nodes_.back().id;
 }
 
+std::vector<NodeId> Graph::inline_graph(const Graph& body, std::span<const NodeId> args) {
+  auto inputs = body.input_ids();
+  if (inputs.size() != args.size())
+    throw Error("inlining graph '" + body.name() + "': it takes " + std::to_string(inputs.size()) + " inputs, got " +
+                std::to_string(args.size()));
+  std::vector<NodeId> map(body.size());
+  std::size_t next_arg = 0;
+  for (const auto& n : body.nodes()) {
+    if (n.op == OpKind::Param)
+      throw Error("inlining graph '" + body.name() + "': " + describe_node(body, n) + " is a param; bodies take inputs only");
+    if (n.op == OpKind::Input) {
+      const Node& a = node(args[next_arg]);
+      if (a.dtype != n.dtype || a.shape != n.shape)
+        throw Error("inlining graph '" + body.name() + "': input '" + n.attrs.get_str("name") + "' is " +
+                    std::string(dtype_name(n.dtype)) + n.shape.str() + ", got " + std::string(dtype_name(a.dtype)) +
+                    a.shape.str());
+      map[n.id] = args[next_arg++];
+      continue;
+    }
+    Node c = n;
+    for (auto& in : c.inputs) in = map[in];
+    map[n.id] = add_raw(std::move(c));
+  }
+  std::vector<NodeId> outs;
+  for (const auto& o : body.outputs()) outs.push_back(map[o.node]);
+  return outs;
+}
+
 void Graph::tag_origin(NodeId first, const std::string& origin) {
   for (auto id = first; id < nodes_.size(); ++id)
     if (nodes_[id].origin.empty()) nodes_[id].origin = origin;

@@ -63,6 +63,23 @@ bool is_op_registered(std::string_view name);
 std::shared_ptr<const OpExtension> find_op_extension(std::string_view name);
 std::vector<std::string> registered_op_names();
 
+// custom_fn: a subgraph body with user-given derivative bodies, registered as
+// a custom op named `name`. The body runs through its lowering (it is inlined),
+// and autodiff uses the given bodies instead of differentiating the body.
+//  - body: Input nodes (the arguments, in order) -> one output; no params.
+//  - vjp:  the body's inputs, then the output's cotangent -> one cotangent per input.
+//  - jvp:  the body's inputs, then one tangent per input -> the output's tangent.
+// Bodies that do not fit these shapes are rejected with rlx::Error.
+struct CustomFn {
+  std::string name;
+  Graph body;
+  std::optional<Graph> vjp;
+  std::optional<Graph> jvp;
+};
+void register_custom_fn(CustomFn fn);
+// Registers `fn` (replacing one of the same name) and calls it on `args` in `g`.
+NodeId call_custom_fn(Graph& g, const CustomFn& fn, std::vector<NodeId> args);
+
 // A node's full attribute schema: the op's, plus the extension's for custom ops.
 std::vector<AttrSpec> attr_schema_of(OpKind op, const Attrs& attrs);
 

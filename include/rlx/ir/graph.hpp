@@ -177,6 +177,11 @@ class Graph {
   std::optional<NodeId> try_custom_op(std::string_view name, Attrs attrs, std::vector<NodeId> inputs,
                                       std::string* error = nullptr);
 
+  // Copies `body`'s nodes into this graph with its Input nodes (in order)
+  // replaced by `args`; returns the ids its outputs became. The body's
+  // inputs must match the args' dtypes and shapes; it may not hold params.
+  std::vector<NodeId> inline_graph(const Graph& body, std::span<const NodeId> args);
+
   // Structural checks: ids in range, topological order (no cycles), arity,
   // attribute schema, and that every node's dtype/shape matches inference.
   // Throws rlx::Error naming the node, the op and the shapes.
