@@ -15,6 +15,9 @@ const std::vector<Var>& catalog() {
        "CompileOptions::dump overrides it."},
       {"RLX_CPU_ISA", Type::String, "",
        "Force the CPU kernels' instruction set: generic, avx2 or avx512. Unset = the best the CPU supports."},
+      {"RLX_CPU_GEMM", Type::String, "",
+       "Force the CPU f32 GEMM for constant weights: packed (RLX's packed-B kernel) or blas (OpenBLAS). "
+       "Unset = chosen by shape, from measurements; for tests and benchmarks."},
       {"RLX_TEST_SEED", Type::Int, "",
        "Seed for the tests' random inputs and graphs (printed by every test run), to replay a failure."},
   };

@@ -11,6 +11,7 @@
 
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/kernels.hpp"
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::backends::cpu {
@@ -157,9 +158,9 @@ std::vector<i64> batch_offsets(const std::vector<i64>& dims, const std::vector<i
 // RLX_CPU_GEMM=packed|blas forces the f32 GEMM for constant B (tests, benches); unset: by shape.
 enum class GemmChoice { Auto, Packed, Blas };
 GemmChoice gemm_override() {
-  const char* env = std::getenv("RLX_CPU_GEMM");
-  if (!env || !*env) return GemmChoice::Auto;
-  std::string v(env);
+  auto value = env::get("RLX_CPU_GEMM");
+  if (!value) return GemmChoice::Auto;
+  const std::string& v = *value;
   if (v == "packed") return GemmChoice::Packed;
   if (v == "blas") return GemmChoice::Blas;
   throw Error("RLX_CPU_GEMM='" + v + "' is not one of packed, blas");
