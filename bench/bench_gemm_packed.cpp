@@ -3,8 +3,7 @@
 //   packed     RLX with RLX_CPU_GEMM=packed
 //   rlx_blas   RLX with RLX_CPU_GEMM=blas: one-threaded cblas_sgemm per panel in RLX's pool
 //   openblas   cblas_sgemm on all cores (OpenBLAS's own threads)
-// The shapes are the MLP's and the encoder block's layers, square GEMMs and a
-// GEMV; the medians' ratios justify packed_wins() in kernel_matmul.cpp.
+// The medians' ratios justify packed_wins() in kernel_matmul.cpp.
 //   bench_gemm_packed [--reps N] [--epilogue 1] [--only MxNxK]
 #include <cblas.h>
 
@@ -84,8 +83,11 @@ int main(int argc, char** argv) try {
   const int reps = std::stoi(arg(argc, argv, "--reps", "21"));
   const bool epilogue = arg(argc, argv, "--epilogue", "0") == "1";
   const std::string only = arg(argc, argv, "--only");
-  const std::vector<Shape> shapes{{64, 1024, 1024}, {128, 512, 512},    {128, 2048, 512},  {128, 512, 2048},
-                                  {512, 512, 512},  {1024, 1024, 1024}, {2048, 2048, 2048}, {1, 4096, 4096}};
+  // The MLP's and encoder's layers, square products, a GEMV, then the edges of
+  // the panel layout: narrow N (one 16-column vector), an N tail, short K, tiny.
+  const std::vector<Shape> shapes{{64, 1024, 1024},  {128, 512, 512},    {128, 2048, 512}, {128, 512, 2048},
+                                  {512, 512, 512},   {1024, 1024, 1024}, {2048, 2048, 2048}, {1, 4096, 4096},
+                                  {1024, 16, 1024},  {256, 80, 1024},    {1024, 1024, 32}, {32, 32, 32}};
   Session session;
   std::vector<Row> rows;
   for (const auto& sh : shapes)

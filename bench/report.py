@@ -131,12 +131,31 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("raw", nargs="+")
     p.add_argument("--out", default="bench/results/latest.json")
+    p.add_argument("--doc", help="markdown file whose latest-run markers get the table")
     a = p.parse_args()
     result = build(*load(a.raw))
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
-    print(table(result))
+    text = table(result)
+    print(text)
+    if a.doc:
+        write_doc(a.doc, result, text)
+
+
+def write_doc(path, result, text):
+    """Replaces what stands between the latest-run markers with this run's table."""
+    begin, end = "<!-- latest-run:begin -->", "<!-- latest-run:end -->"
+    with open(path) as f:
+        doc = f.read()
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"report.py: {path} has no {begin} ... {end} markers")
+    v = result["versions"]
+    versions = ", ".join(f"{k} {v[k]}" for k in sorted(v))
+    block = f"{begin}\n{versions}\n\n{text}\n{end}"
+    doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):]
+    with open(path, "w") as f:
+        f.write(doc)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,6 @@ echo "[bench] MLP training step (forward + backward + update) vs its forward pas
 
 mkdir -p bench/results
 echo
-"$PY" bench/report.py "$RAW"/*.jsonl --out bench/results/latest.json
+"$PY" bench/report.py "$RAW"/*.jsonl --out bench/results/latest.json --doc docs/performance.md
 "$PY" bench/plot.py bench/results/latest.json bench/results/ratios.png
 echo "[bench] done in $((SECONDS - start)) s; wrote bench/results/latest.json"

@@ -99,6 +99,9 @@ TEST(CpuGemm, KernelsMatchAFloat64ProductOnEveryIsa) {
     for (auto M : kOdd)
       for (auto N : kOdd)
         for (auto K : kOdd) EXPECT_TRUE(table_gemm_matches(t, M, N, K, rng)) << isa << " " << M << "x" << N << "x" << K;
+    // Every width of the last panel (narrow tiles, whole vectors, the edge tile).
+    for (std::int64_t w = 1; w <= t.gemm_nr; ++w)
+      EXPECT_TRUE(table_gemm_matches(t, 7, t.gemm_nr + w, 33, rng)) << isa << " last panel width " << w;
     // K beyond one slice of the kernel's K blocking accumulates into C.
     EXPECT_TRUE(table_gemm_matches(t, 13, 70, 2500, rng)) << isa;
     EXPECT_TRUE(table_gemm_matches(t, 6, t.gemm_nr * 2, 1025, rng)) << isa;
