@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "convert.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/custom_op.hpp"
 #include "rlx/runtime/custom_kernels.hpp"
@@ -32,23 +33,8 @@ nb::dict attrs_to_dict(const ir::Attrs& attrs) {
   return d;
 }
 
-nb::tuple shape_tuple(const ir::Shape& s) {
-  nb::list l;
-  for (const auto& d : s.dims()) {
-    if (d.is_static()) l.append(d.size);
-    else l.append(d.sym);
-  }
-  return nb::tuple(l);
-}
-
-ir::Shape to_shape(nb::handle h) {
-  std::vector<ir::Dim> dims;
-  for (auto d : h) {
-    if (nb::isinstance<nb::str>(d)) dims.push_back(ir::Dim::symbol(nb::cast<std::string>(d)));
-    else dims.emplace_back(nb::cast<std::int64_t>(d));
-  }
-  return ir::Shape(std::move(dims));
-}
+using pyrlx::shape_tuple;
+using pyrlx::to_shape;
 
 // Python exceptions from user callables become rlx::Error with their message.
 template <class F>

@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 
+#include "convert.hpp"
 #include "rlx/error.hpp"
 #include "rlx/train/train.hpp"
 
@@ -21,40 +22,13 @@ namespace train = rlx::train;
 
 namespace {
 
-using AnyArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
+using pyrlx::AnyArray;
 using NamedArrays = std::vector<std::tuple<std::string, AnyArray, std::string>>;
-
-std::vector<std::int64_t> array_shape(const AnyArray& a) {
-  std::vector<std::int64_t> s(a.ndim());
-  for (std::size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<std::int64_t>(a.shape(i));
-  return s;
-}
-
-// bf16 travels as uint16 bits, as in the rest of pyrlx.
-nb::dlpack::dtype dl_dtype(ir::DType t) {
-  switch (t) {
-    case ir::DType::F32: return nb::dtype<float>();
-    case ir::DType::F64: return nb::dtype<double>();
-    case ir::DType::F16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
-    case ir::DType::BF16: return nb::dtype<std::uint16_t>();
-    case ir::DType::I8: return nb::dtype<std::int8_t>();
-    case ir::DType::U8: return nb::dtype<std::uint8_t>();
-    case ir::DType::I32: return nb::dtype<std::int32_t>();
-    case ir::DType::I64: return nb::dtype<std::int64_t>();
-    case ir::DType::Bool: return nb::dtype<bool>();
-  }
-  return nb::dtype<float>();
-}
+using pyrlx::array_shape;
 
 // A numpy array owning a copy of `t`: the trainer's buffers are rewritten by
 // every step, so Python never sees them directly.
-nb::object to_numpy(const ir::Tensor& t) {
-  auto* copy = new ir::Tensor(t);
-  nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<ir::Tensor*>(p); });
-  std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
-  return nb::cast(
-      nb::ndarray<nb::numpy>(copy->data(), shape.size(), shape.data(), owner, nullptr, dl_dtype(t.dtype())));
-}
+nb::object to_numpy(const ir::Tensor& t) { return pyrlx::tensor_to_array(t); }
 
 train::Optimizer optimizer(const std::string& kind, const std::map<std::string, double>& h) {
   std::set<std::string> used;
