@@ -85,9 +85,9 @@ int main(int argc, char** argv) try {
   const std::string only = arg(argc, argv, "--only");
   // The MLP's and encoder's layers, square products, a GEMV, then the edges of
   // the panel layout: narrow N (one 16-column vector), an N tail, short K, tiny.
-  const std::vector<Shape> shapes{{64, 1024, 1024},  {128, 512, 512},    {128, 2048, 512}, {128, 512, 2048},
-                                  {512, 512, 512},   {1024, 1024, 1024}, {2048, 2048, 2048}, {1, 4096, 4096},
-                                  {1024, 16, 1024},  {256, 80, 1024},    {1024, 1024, 32}, {32, 32, 32}};
+  const std::vector<Shape> shapes{{64, 1024, 1024}, {128, 512, 512},    {128, 2048, 512},   {128, 512, 2048},
+                                  {512, 512, 512},  {1024, 1024, 1024}, {2048, 2048, 2048}, {1, 4096, 4096},
+                                  {1024, 16, 1024}, {256, 80, 1024},    {1024, 1024, 32},   {32, 32, 32}};
   Session session;
   std::vector<Row> rows;
   for (const auto& sh : shapes)

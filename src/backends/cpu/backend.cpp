@@ -83,14 +83,13 @@ struct ParamStore {
 void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
   const PackedOperand& op = plan.packs[i];
   const Ref& r = plan.refs[std::size_t(op.buffer)];
-  const std::byte* base = r.base == Base::Param ? store.data[std::size_t(r.index)].data()
-                                                : plan.constants[std::size_t(r.index)].data();
+  const std::byte* base =
+      r.base == Base::Param ? store.data[std::size_t(r.index)].data() : plan.constants[std::size_t(r.index)].data();
   const auto* b = reinterpret_cast<const float*>(base + r.offset);
   auto* dst = reinterpret_cast<float*>(store.packed[i].data());
   const KernelTable& isa = *plan.isa;
-  parallel_for(
-      (op.N + isa.gemm_nr - 1) / isa.gemm_nr, 1, [&](i64 p0, i64 p1) { isa.gemm_pack_b(b, op.N, op.K, op.N, dst, p0, p1); },
-      plan.threads);
+  parallel_for((op.N + isa.gemm_nr - 1) / isa.gemm_nr, 1,
+               [&](i64 p0, i64 p1) { isa.gemm_pack_b(b, op.N, op.K, op.N, dst, p0, p1); }, plan.threads);
 }
 
 std::size_t nbytes_of(const compile::Buffer& b) { return std::size_t(numel(b.shape)) * ir::dtype_size(b.dtype); }

@@ -4,7 +4,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <tuple>
@@ -166,11 +165,30 @@ GemmChoice gemm_override() {
   throw Error("RLX_CPU_GEMM='" + v + "' is not one of packed, blas");
 }
 
-// Whether the packed-B GEMM beats OpenBLAS for an M-row product with a constant B.
-// RULE-TABLE
-bool packed_wins(const KernelTable& isa, i64 M) {
-  const std::string_view name = isa.name;
-  return name == "avx512" || (name == "avx2" && M <= 512);
+// Whether the packed-B GEMM beats OpenBLAS for an M x N x K product with a
+// constant B. bench/bench_gemm_packed.cpp on the 2-core Zen 4, medians of 93-155
+// interleaved samples (a loaded machine), packed / RLX's OpenBLAS path and
+// packed / OpenBLAS on its own threads; AVX2 against OpenBLAS's Haswell kernels:
+//   M x N x K         AVX-512       AVX2
+//   64x1024x1024      1.75  1.54    1.34  0.99
+//   128x512x512       1.44  1.17    1.32  0.98
+//   128x2048x512      1.40  0.94    1.12  0.80
+//   128x512x2048      1.24  1.20    1.01  0.89
+//   512x512x512       1.11  1.14    1.06  0.76
+//   1024x1024x1024    1.01  1.25    0.82  0.83
+//   2048x2048x2048    0.95  0.99    0.86  0.88
+//   1x4096x4096       3.17  2.78    1.50  1.53
+//   1024x16x1024      1.42  2.04    1.72  1.71
+//   256x80x1024       1.33  1.47    1.20  1.09
+//   1024x1024x32      1.26  1.33    1.12  1.18
+//   32x32x32          1.04 10.4     1.40 10.0
+// Packing B once saves what OpenBLAS spends repacking it per call, a share of
+// the work that shrinks with M, and short K or narrow N hurt OpenBLAS more;
+// once M, N and K all reach 1024 the two tie (AVX-512: 0.95-1.08 across runs)
+// or OpenBLAS wins (AVX2), and a packed copy would only double B's memory.
+// The generic kernel is plain C++ and never wins.
+bool packed_wins(const KernelTable& isa, i64 M, i64 N, i64 K) {
+  return std::string_view(isa.name) != "generic" && std::min({M, N, K}) < 1024;
 }
 
 // Row blocks x panel groups per matrix for the packed GEMM. A block's rows
@@ -241,7 +259,8 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   const bool b_constant = b_root.role == compile::BufferRole::Param || b_root.role == compile::BufferRole::Constant;
   const GemmChoice choice = gemm_override();
   if (b.packs && mm.dtype == ir::DType::F32 && B.dtype == ir::DType::F32 && b_constant && b_shared && k->K > 0 &&
-      choice != GemmChoice::Blas && (choice == GemmChoice::Packed || packed_wins(*b.packs->isa, batch * k->M))) {
+      choice != GemmChoice::Blas &&
+      (choice == GemmChoice::Packed || packed_wins(*b.packs->isa, batch * k->M, k->N, k->K))) {
     k->packed = b.packs->request(B.id, k->K, k->N);
     const i64 panels = (k->N + b.packs->isa->gemm_nr - 1) / b.packs->isa->gemm_nr;
     std::tie(k->pm, k->pn) = packed_units(batch, k->M, panels, flops, b.threads);
