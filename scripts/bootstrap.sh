@@ -10,6 +10,9 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libfmt-dev libcli11-dev
   clang-format clang-tidy graphviz
+  # Vulkan backend: loader + headers, shaderc (GLSL -> SPIR-V at run time), and
+  # Mesa's lavapipe, a real Vulkan device on the CPU that CI tests against.
+  libvulkan-dev libshaderc-dev glslc mesa-vulkan-drivers vulkan-tools spirv-tools
 )
 # pip package -> the module it provides (to check whether it is installed).
 PIP_PACKAGES=(numpy:numpy onnx:onnx onnxruntime:onnxruntime pytest:pytest nanobind:nanobind
