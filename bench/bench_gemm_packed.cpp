@@ -3,8 +3,10 @@
 //   packed     RLX with RLX_CPU_GEMM=packed
 //   rlx_blas   RLX with RLX_CPU_GEMM=blas: one-threaded cblas_sgemm per panel in RLX's pool
 //   openblas   cblas_sgemm on all cores (OpenBLAS's own threads)
-// The medians' ratios justify packed_wins() in kernel_matmul.cpp.
-//   bench_gemm_packed [--reps N] [--epilogue 1] [--only MxNxK]
+// With --b-input 1, B is a graph input (an activation), packed on every run.
+// The medians' ratios justify packed_wins() and packed_per_run_wins() in
+// kernel_matmul.cpp.
+//   bench_gemm_packed [--reps N] [--epilogue 1] [--b-input 1] [--only MxNxK]
 #include <cblas.h>
 
 #include <cstdlib>
@@ -40,20 +42,20 @@ struct Row {
   double packed, rlx_blas, openblas;  // GFLOP/s of the medians
 };
 
-Row run_shape(const Session& session, const Shape& sh, bool epilogue, int reps) {
+Row run_shape(const Session& session, const Shape& sh, bool epilogue, bool b_input, int reps) {
   const auto [M, N, K] = sh;
   ir::Graph g("gemm");
-  auto y = g.matmul(g.input("a", {M, K}), g.param("b", {K, N}));
+  auto y = g.matmul(g.input("a", {M, K}), b_input ? g.input("b", {K, N}) : g.param("b", {K, N}));
   if (epilogue) y = g.relu(g.add(y, g.param("bias", {N})));
   g.add_output(y, "c");
-  std::map<std::string, ir::Tensor, std::less<>> params{{"b", random_f32({K, N}, 2)}};
+  std::map<std::string, ir::Tensor, std::less<>> params, inputs{{"a", random_f32({M, K}, 1)}};
+  (b_input ? inputs : params).emplace("b", random_f32({K, N}, 2));
   if (epilogue) params.emplace("bias", random_f32({N}, 3));
-  const std::map<std::string, ir::Tensor, std::less<>> inputs{{"a", random_f32({M, K}, 1)}};
   Runner packed(compile_with(session, g, "packed"), params, inputs);
   Runner blas_rlx(compile_with(session, g, "blas"), params, inputs);
   ir::Tensor c(ir::DType::F32, {M, N});
   const float* a = packed.input("a").data_as<float>();
-  const float* b = params.at("b").data_as<float>();
+  const float* b = b_input ? packed.input("b").data_as<float>() : params.at("b").data_as<float>();
   auto blas = [&] {
     const int rlx_threads = openblas_get_num_threads();
     openblas_set_num_threads(int(cores()));
@@ -64,7 +66,7 @@ Row run_shape(const Session& session, const Shape& sh, bool epilogue, int reps) 
   std::vector<Impl> impls{{"packed", std::ref(packed)}, {"rlx_blas", std::ref(blas_rlx)}};
   if (!epilogue) impls.push_back({"openblas", blas});
   auto s = interleave(impls, {.reps = reps, .min_sample_s = 0.02});
-  const std::string name = "gemm_" + sh.name() + (epilogue ? "_bias_relu" : "");
+  const std::string name = "gemm_" + sh.name() + (epilogue ? "_bias_relu" : "") + (b_input ? "_b_input" : "");
   const double flops = 2.0 * double(M) * double(N) * double(K);
   emit(name, {flops, 0}, s);
   progress(name, s);
@@ -82,6 +84,7 @@ Row run_shape(const Session& session, const Shape& sh, bool epilogue, int reps) 
 int main(int argc, char** argv) try {
   const int reps = std::stoi(arg(argc, argv, "--reps", "21"));
   const bool epilogue = arg(argc, argv, "--epilogue", "0") == "1";
+  const bool b_input = arg(argc, argv, "--b-input", "0") == "1";
   const std::string only = arg(argc, argv, "--only");
   // The MLP's and encoder's layers, square products, a GEMV, then the edges of
   // the panel layout: narrow N (one 16-column vector), an N tail, short K, tiny.
@@ -91,7 +94,7 @@ int main(int argc, char** argv) try {
   Session session;
   std::vector<Row> rows;
   for (const auto& sh : shapes)
-    if (only.empty() || only == sh.name()) rows.push_back(run_shape(session, sh, epilogue, reps));
+    if (only.empty() || only == sh.name()) rows.push_back(run_shape(session, sh, epilogue, b_input, reps));
   std::fprintf(stderr, "\n%-28s %9s %9s %9s  %s\n", "GFLOP/s (medians)", "packed", "rlx_blas", "openblas",
                "packed / best blas");
   for (const auto& r : rows)

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -168,6 +169,34 @@ TEST(CpuGemm, EpiloguesOnEveryIsa) {
   }
 }
 
+// A B that is an activation is packed by every run: one copy when all batches
+// share it, one per batch otherwise (attention's K^T), with odd sizes and an epilogue.
+TEST(CpuGemm, ActivationBIsPackedPerRunOnEveryIsa) {
+  Env gemm("RLX_CPU_GEMM", "packed");
+  std::vector<Graph> graphs;
+  for (auto [M, N, K] : {std::array<std::int64_t, 3>{65, 257, 33}, {7, 33, 257}, {1, 65, 65}}) {
+    Graph g("activation b");
+    g.add_output(g.matmul(g.input("x", {M, K}), g.input("w", {K, N})));
+    graphs.push_back(std::move(g));
+  }
+  {
+    Graph g("batched b per batch, bias relu");
+    auto y = g.matmul(g.input("q", {3, 65, 33}), g.input("k", {3, 33, 70}));
+    g.add_output(g.relu(g.add(y, g.input("b", {70}))));
+    graphs.push_back(std::move(g));
+  }
+  {
+    Graph g("broadcast b over batch");
+    g.add_output(g.matmul(g.input("q", {2, 3, 17, 33}), g.input("k", {3, 33, 20})));
+    graphs.push_back(std::move(g));
+  }
+  for (const auto& isa : available_isas()) {
+    Env env("RLX_CPU_ISA", isa);
+    for (const auto& g : graphs)
+      EXPECT_TRUE(conformance::matches_reference(Device::Cpu, g, packed_check(isa + " " + g.name())));
+  }
+}
+
 // The executable the CPU backend builds for `g` under the current environment.
 std::unique_ptr<runtime::ExecutableGraph> cpu_executable(const Graph& g) {
   auto lir = Session().compile(g).compile_result().lir;
@@ -265,7 +294,8 @@ TEST(CpuGemm, ShapeRuleAndOverride) {
   {
     Env gemm("RLX_CPU_GEMM", "packed");
     EXPECT_EQ(packed_operand_count(*cpu_executable(mlp)), 1u);
-    // Only a constant f32 B is packed, whatever the override says.
+    // Only a constant f32 B is packed ahead of time, whatever the override says
+    // (an activation B is packed by each run, into scratch).
     EXPECT_EQ(packed_operand_count(*cpu_executable(variable)), 0u);
     EXPECT_EQ(packed_operand_count(*cpu_executable(f64)), 0u);
   }

@@ -43,6 +43,11 @@ class MatMulKernel final : public CpuKernel {
   // Packed-B GEMM: B's packed copy in the pointer table (gemm_pack.hpp), else -1;
   // units split each matrix into pm row blocks x pn groups of gemm_nr-column panels.
   std::int32_t packed = -1;
+  // A B that changes per run (an activation) is packed by the run itself into
+  // shared scratch at this byte offset: one copy per batch unless B is shared.
+  bool pack_per_run = false;
+  bool b_per_batch = false;
+  std::size_t pack_offset = 0, pack_floats = 0;
   std::size_t row_bytes() const { return (std::size_t(N) * 8 + 63) / 64 * 64; }
 
   // The epilogue over rows [m0, m1) x columns [n0, n1) of matrix bi.
@@ -60,12 +65,30 @@ class MatMulKernel final : public CpuKernel {
     auto* cbase = reinterpret_cast<float*>(c_in_out ? c.ptrs[out_buf] : c.shared);
     std::byte* aux[1] = {reinterpret_cast<std::byte*>(cbase)};
     const auto* a = reinterpret_cast<const float*>(c.ptrs[a_buf]);
-    const auto* bp = reinterpret_cast<const float*>(c.ptrs[packed]);
     const i64 nr = c.isa->gemm_nr, panels = (N + nr - 1) / nr;
+    const float* bp = nullptr;
+    if (pack_per_run) {
+      auto* dst = reinterpret_cast<float*>(c.shared + pack_offset);
+      const auto* b = reinterpret_cast<const float*>(c.ptrs[b_buf]);
+      const i64 copies = b_per_batch ? i64(b_off.size()) : 1;
+      parallel_for(
+          copies * panels, 1,
+          [&](i64 u0, i64 u1) {
+            for (i64 u = u0; u < u1; ++u) {
+              const auto bi = std::size_t(u / panels);
+              c.isa->gemm_pack_b(b + b_off[bi], N, K, N, dst + bi * pack_floats, u % panels, u % panels + 1);
+            }
+          },
+          c.max_threads);
+      bp = dst;
+    } else {
+      bp = reinterpret_cast<const float*>(c.ptrs[packed]);
+    }
     auto unit = [&](i64 u) {
       const i64 bi = u / (pm * pn), mi = u / pn % pm, ni = u % pn;
       const i64 m0 = M * mi / pm, m1 = M * (mi + 1) / pm, p0 = panels * ni / pn, p1 = panels * (ni + 1) / pn;
-      c.isa->gemm_packed(a + a_off[std::size_t(bi)], K, bp, K, N, cbase + bi * M * N, N, m0, m1, p0, p1);
+      const float* b = bp + (b_per_batch ? std::size_t(bi) * pack_floats : 0);
+      c.isa->gemm_packed(a + a_off[std::size_t(bi)], K, b, K, N, cbase + bi * M * N, N, m0, m1, p0, p1);
       if (epi) epilogue(c, aux, bi, m0, m1, p0 * nr, std::min(N, p1 * nr));
     };
     parallel_for(
@@ -77,7 +100,7 @@ class MatMulKernel final : public CpuKernel {
   }
 
   void run(const RunCtx& c) const override {
-    if (packed >= 0) return run_packed(c);
+    if (packed >= 0 || pack_per_run) return run_packed(c);
     const i64 batch = i64(a_off.size());
     std::byte* cbase = c_in_out ? c.ptrs[out_buf] : c.shared;
     std::byte* aux[1] = {cbase};
@@ -191,6 +214,16 @@ bool packed_wins(const KernelTable& isa, i64 M, i64 N, i64 K) {
   return std::string_view(isa.name) != "generic" && std::min({M, N, K}) < 1024;
 }
 
+// Whether packing an activation B on every run and running the packed GEMM
+// beats OpenBLAS, which packs B itself on every call. Packing costs one pass
+// over B (K x N), which pays for itself once a matrix has enough rows to reuse
+// each panel; below that (GEMV-like M) B is better streamed once by OpenBLAS.
+// Numbers: bench_gemm_packed --b-input 1 (docs/backends/cpu.md).
+// The copy lives in scratch, so B's beyond 64 MB stay with OpenBLAS.
+bool packed_per_run_wins(const KernelTable& isa, i64 M, i64 N, i64 K, i64 copies) {
+  return std::string_view(isa.name) != "generic" && M >= 64 && copies * K * N <= (i64(16) << 20);
+}
+
 // Row blocks x panel groups per matrix for the packed GEMM. A block's rows
 // of A stay in L2 while its panels pass (<= 192 rows); about 4 units per
 // thread let the pool balance them when a core is busy elsewhere, a group
@@ -258,18 +291,31 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   const auto& b_root = b.lir.buffer(B.root < 0 ? B.id : B.root);
   const bool b_constant = b_root.role == compile::BufferRole::Param || b_root.role == compile::BufferRole::Constant;
   const GemmChoice choice = gemm_override();
-  if (b.packs && mm.dtype == ir::DType::F32 && B.dtype == ir::DType::F32 && b_constant && b_shared && k->K > 0 &&
-      choice != GemmChoice::Blas &&
-      (choice == GemmChoice::Packed || packed_wins(*b.packs->isa, batch * k->M, k->N, k->K))) {
-    k->packed = b.packs->request(B.id, k->K, k->N);
+  const bool f32 = b.packs && mm.dtype == ir::DType::F32 && B.dtype == ir::DType::F32 && k->K > 0;
+  const bool pack_once = f32 && b_constant && b_shared && choice != GemmChoice::Blas &&
+                         (choice == GemmChoice::Packed || packed_wins(*b.packs->isa, batch * k->M, k->N, k->K));
+  const bool pack_run = f32 && !pack_once && choice != GemmChoice::Blas &&
+                        (choice == GemmChoice::Packed || packed_per_run_wins(*b.packs->isa, k->M, k->N, k->K, b_shared ? 1 : batch));
+  if (pack_once || pack_run) {
     const i64 panels = (k->N + b.packs->isa->gemm_nr - 1) / b.packs->isa->gemm_nr;
     std::tie(k->pm, k->pn) = packed_units(batch, k->M, panels, flops, b.threads);
+    if (pack_once) {
+      k->packed = b.packs->request(B.id, k->K, k->N);
+    } else {
+      k->pack_per_run = true;
+      k->b_per_batch = !b_shared;
+      k->pack_floats = packed_floats(*b.packs->isa, k->K, k->N);
+    }
   } else if (flops >= 1 << 18 && b.threads > 1 && batch < b.threads) {
     const i64 per = (b.threads + batch - 1) / batch;
     k->pm = std::clamp<i64>(k->M / 16, 1, per);
     k->pn = std::clamp<i64>(k->N / 64, 1, (per + k->pm - 1) / k->pm);
   }
   if (!k->c_in_out) k->shared_bytes = std::size_t(batch * k->M * k->N) * ir::dtype_size(mm.dtype);
+  if (k->pack_per_run) {
+    k->pack_offset = (k->shared_bytes + 63) / 64 * 64;
+    k->shared_bytes = k->pack_offset + k->pack_floats * sizeof(float) * (k->b_per_batch ? std::size_t(batch) : 1);
+  }
   k->thread_bytes = k->row_bytes() + (k->epi ? k->epi->scratch_bytes : 0);
   return k;
 }
