@@ -212,6 +212,7 @@ class Lowering {
   void visit_view(const Node& n);
   void visit_elementwise(const Node& n);
   void visit_anchor(const Node& n);
+  bool absorb_transposed_b(const Node& n);
   std::optional<Role> absorb_role(int g, const Node& n, std::string& why) const;
   std::set<int> buffer_readers(const Node& n, const std::set<int>& inside) const;
   void new_group(KernelKind kind, const Node& n, std::string why);
@@ -363,7 +364,8 @@ std::optional<Role> Lowering::absorb_role(int gid, const Node& n, std::string& w
     case KernelKind::MatMul:
       if (!bt_.fuse_matmul_epilogue) return why = "matmul epilogue fusion disabled", std::nullopt;
       for (auto u : users_[n.id])
-        if (u == *grp.anchor) return why = "matmul operands are buffers", std::nullopt;
+        if (u == *grp.anchor || (grp.nodes.contains(u) && grp.nodes.at(u) == Role::Prologue))
+          return why = "matmul operands are buffers", std::nullopt;
       return shape_ok(grp.iter) ? std::optional(Role::Epilogue) : std::nullopt;
     default: why = fmt::format("consumer is a {} kernel", kernel_kind_name(grp.kind)); return std::nullopt;
   }
@@ -449,7 +451,7 @@ void Lowering::visit_anchor(const Node& n) {
       Group& e = groups_[std::size_t(gid)];
       if (e.kind != KernelKind::Elementwise)
         why = fmt::format("consumer is a {} kernel", kernel_kind_name(e.kind));
-      else if (e.outputs.size() != 1)
+      else if (e.outputs.size() != 1 && !(kind == KernelKind::MatMul && bt_.matmul_multi_output_epilogue))
         why = "epilogue kernel has several outputs";
       else if (e.iter != n.shape)
         why = fmt::format("shape change ({} into {})", n.shape.str(), e.iter.str());
@@ -464,7 +466,31 @@ void Lowering::visit_anchor(const Node& n) {
       }
     }
   }
+  if (absorb_transposed_b(n)) return;
   new_group(kind, n, std::move(why));
+}
+
+// A permute that swaps the last two dims of every matmul's B it feeds is read
+// by those kernels in place (BackendTraits::matmul_transposed_b).
+bool Lowering::absorb_transposed_b(const Node& n) {
+  if (!bt_.matmul_transposed_b || n.op != OpKind::Permute || is_output_[n.id] || users_[n.id].empty()) return false;
+  const auto perm = n.attrs.get_ints("perm");
+  const auto r = perm.size();
+  if (r < 2 || perm[r - 1] != std::int64_t(r) - 2 || perm[r - 2] != std::int64_t(r) - 1) return false;
+  for (std::size_t i = 0; i + 2 < r; ++i)
+    if (perm[i] != std::int64_t(i)) return false;
+  for (auto u : users_[n.id]) {
+    const Node& un = g_.node(u);
+    if (view_[u] || un.op != OpKind::MatMul || un.inputs[0] == n.id || owners_[u].size() != 1 ||
+        groups_[std::size_t(owners_[u][0])].anchor != u)
+      return false;
+  }
+  for (auto u : users_[n.id]) {
+    const int gid = owners_[u][0];
+    groups_[std::size_t(gid)].nodes[n.id] = Role::Prologue;
+    owners_[n.id].push_back(gid);
+  }
+  return true;
 }
 
 std::vector<int> Lowering::kernel_order() const {
@@ -559,7 +585,10 @@ void Lowering::emit(int gid, std::size_t index, std::vector<FusionRecord>* fusio
   for (auto nid : order) {
     const Node& n = g_.node(nid);
     std::vector<NodeId> ins;
-    for (auto in : n.inputs) ins.push_back(operand(in, grp.nodes.at(nid) == Role::Anchor));
+    // Operands of the anchor and of a matmul's operand permute stay buffers.
+    const bool buffer_operand =
+        grp.nodes.at(nid) == Role::Anchor || (grp.kind == KernelKind::MatMul && grp.nodes.at(nid) == Role::Prologue);
+    for (auto in : n.inputs) ins.push_back(operand(in, buffer_operand));
     auto cls = ir::op_info(n.op).cls;
     bool declared = cls == OpClass::Leaf || n.op == OpKind::Reshape || n.op == OpKind::Expand;
     local[nid] = declared ? k.body.add_declared(n.op, std::move(ins), n.attrs, n.dtype, n.shape)

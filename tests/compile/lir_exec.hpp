@@ -38,8 +38,10 @@ inline bool broadcastable_to(const ir::Shape& s, const ir::Shape& target) {
   return true;
 }
 
-// Checks the structural LIR contract; failures name the kernel.
-inline ::testing::AssertionResult check_contract(const compile::LirModule& m) {
+// Checks the structural LIR contract, with the MatMul extensions `traits`
+// accepts (BackendTraits::matmul_*); failures name the kernel.
+inline ::testing::AssertionResult check_contract(const compile::LirModule& m,
+                                                 const compile::BackendTraits& traits = {}) {
   using compile::KernelKind;
   auto fail = [&](const compile::Kernel& k, const std::string& why) {
     return ::testing::AssertionFailure() << k.name << ": " << why << "\n" << ir::to_text(k.body);
@@ -96,20 +98,36 @@ inline ::testing::AssertionResult check_contract(const compile::LirModule& m) {
             std::find_if(ops.begin(), ops.end(), [&](auto id) { return ir::op_info(body.node(id).op).cls == cls; });
         if (it == ops.end()) return fail(k, "no anchor op");
         const auto& anchor = body.node(*it);
-        if (k.outputs.size() != 1) return fail(k, "several outputs");
+        const bool matmul = k.kind == KernelKind::MatMul;
+        // A transposed B: permute(Input) swapping the last two dims, read only by the matmul.
+        auto transposed_b = [&](ir::NodeId id) {
+          const auto& n = body.node(id);
+          if (!matmul || !traits.matmul_transposed_b || n.op != ir::OpKind::Permute || anchor.inputs[1] != id ||
+              anchor.inputs[0] == id || body.node(n.inputs[0]).op != ir::OpKind::Input)
+            return false;
+          auto perm = n.attrs.get_ints("perm");
+          const auto r = perm.size();
+          std::swap(perm[r - 1], perm[r - 2]);
+          for (std::size_t i = 0; i < r; ++i)
+            if (perm[i] != std::int64_t(i)) return false;
+          return true;
+        };
+        if (k.outputs.size() != 1 && !(matmul && traits.matmul_multi_output_epilogue))
+          return fail(k, "several outputs");
         for (auto p = ops.begin(); p != ops.end(); ++p) {
-          if (p == it) continue;
+          if (p == it || (p < it && transposed_b(*p))) continue;
           if (!ew(*p)) return fail(k, "second non-elementwise op");
           const auto& target = p < it ? body.node(anchor.inputs[0]).shape : anchor.shape;
-          if (p < it && k.kind == KernelKind::MatMul) return fail(k, "matmul prologue");
+          if (p < it && matmul) return fail(k, "matmul prologue");
           if (!broadcastable_to(body.node(*p).shape, target)) return fail(k, "prologue/epilogue shape");
           if (p > it)
             for (auto in : body.node(*p).inputs)
               if (std::find(ops.begin(), it, in) != it) return fail(k, "epilogue reads a prologue node");
         }
-        if (k.kind == KernelKind::MatMul)
+        if (matmul)
           for (auto in : anchor.inputs)
-            if (body.node(in).op != ir::OpKind::Input) return fail(k, "matmul operand is not a body input");
+            if (body.node(in).op != ir::OpKind::Input && !transposed_b(in))
+              return fail(k, "matmul operand is not a body input");
         break;
       }
       default:

@@ -45,7 +45,7 @@ std::size_t count_ops(const ir::Graph& body, OpKind op) {
 // Lowers, checks the contract, runs the kernels and compares with the reference.
 Lowered lower_and_check(const ir::Graph& g, const compile::BackendTraits& traits = testing::all_primitives()) {
   auto l = lower(g, traits);
-  EXPECT_TRUE(testing::check_contract(l.lir)) << l.lir.to_text();
+  EXPECT_TRUE(testing::check_contract(l.lir, traits)) << l.lir.to_text();
   std::mt19937_64 rng(testing::test_seed());
   auto [in, params] = testing::random_feeds(g, rng);
   auto want = reference::run(g, in, params);
@@ -97,6 +97,72 @@ TEST(Lower, MatmulEpilogueFlagKeepsMatmulAlone) {
   auto l = lower_and_check(g, traits);
   EXPECT_EQ(kinds(l.lir), (std::vector{KernelKind::MatMul, KernelKind::Elementwise}));
   EXPECT_EQ(l.fusion[0].why_not, "matmul epilogue fusion disabled");
+}
+
+compile::BackendTraits matmul_extensions() {
+  auto t = testing::all_primitives();
+  t.matmul_transposed_b = true;
+  t.matmul_multi_output_epilogue = true;
+  return t;
+}
+
+// A backward pass's x @ W^T: the permute is read by the matmul kernel (only
+// for B, only a swap of the last two dims, only when every reader is a matmul's B).
+TEST(Lower, TransposedBIsReadByTheMatmulKernel) {
+  ir::Graph g("dx");
+  auto w = g.param("w", Shape{16, 8});
+  auto wt = g.permute(w, {1, 0});
+  g.add_output(g.relu(g.matmul(g.input("dy", Shape{4, 8}), wt)), "dx");
+  auto l = lower_and_check(g, matmul_extensions());
+  ASSERT_EQ(kinds(l.lir), std::vector{KernelKind::MatMul});
+  EXPECT_EQ(l.lir.kernels[0].name, "k0_matmul: permute+matmul+relu");
+  // Without the trait the transpose is its own kernel.
+  auto plain = lower_and_check(g);
+  EXPECT_EQ(kinds(plain.lir), (std::vector{KernelKind::Movement, KernelKind::MatMul}));
+}
+
+TEST(Lower, PermutesThatAreNotATransposedBStayMovement) {
+  const auto traits = matmul_extensions();
+  {
+    ir::Graph g("transposed a");
+    auto xt = g.permute(g.input("x", Shape{8, 4}), {1, 0});
+    g.add_output(g.matmul(xt, g.param("w", Shape{8, 16})));
+    EXPECT_EQ(kinds(lower_and_check(g, traits).lir), (std::vector{KernelKind::Movement, KernelKind::MatMul}));
+  }
+  {
+    ir::Graph g("also read elsewhere");
+    auto wt = g.permute(g.param("w", Shape{16, 8}), {1, 0});
+    g.add_output(g.matmul(g.input("dy", Shape{4, 8}), wt));
+    g.add_output(g.exp(wt));
+    auto l = lower_and_check(g, traits);
+    std::size_t permutes = 0;
+    for (const auto& k : l.lir.kernels) permutes += count_ops(k.body, OpKind::Permute);
+    EXPECT_EQ(permutes, 1u);  // computed once, by a movement kernel
+    EXPECT_EQ(kinds(l.lir).front(), KernelKind::Movement);
+  }
+  {
+    ir::Graph g("batch dims permuted");
+    auto bt = g.permute(g.input("b", Shape{2, 8, 3}), {1, 0, 2});  // [8, 2, 3]
+    g.add_output(g.matmul(g.input("a", Shape{8, 5, 2}), bt));
+    EXPECT_EQ(kinds(lower_and_check(g, traits).lir), (std::vector{KernelKind::Movement, KernelKind::MatMul}));
+  }
+}
+
+// An optimiser update behind the weight gradient: one matmul kernel writing
+// every updated value, when the backend takes several epilogue outputs.
+TEST(Lower, SeveralOutputEpilogueJoinsTheMatmulWhenClaimed) {
+  ir::Graph g("sgd momentum");
+  auto grad = g.matmul(g.input("xt", Shape{8, 4}), g.input("dy", Shape{4, 16}));
+  auto m = g.add(g.mul(g.param("m", Shape{8, 16}), g.scalar(0.9)), grad);
+  auto w = g.sub(g.param("w", Shape{8, 16}), g.mul(m, g.scalar(0.1)));
+  g.add_output(m, "new_m");
+  g.add_output(w, "new_w");
+  auto l = lower_and_check(g, matmul_extensions());
+  ASSERT_EQ(kinds(l.lir), std::vector{KernelKind::MatMul});
+  EXPECT_EQ(l.lir.kernels[0].outputs.size(), 2u);
+  auto plain = lower_and_check(g);
+  EXPECT_EQ(kinds(plain.lir), (std::vector{KernelKind::MatMul, KernelKind::Elementwise}));
+  EXPECT_EQ(plain.fusion[0].why_not, "epilogue kernel has several outputs");
 }
 
 TEST(Lower, EightOpElementwiseChainIsOneKernel) {

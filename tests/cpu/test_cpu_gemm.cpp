@@ -59,21 +59,32 @@ std::vector<float> random_floats(std::size_t n, std::mt19937_64& rng) {
   return v;
 }
 
+// How the GEMM reads B: packed from B, packed from B^T, or in place.
+enum class BLayout { Packed, PackedFromTransposed, InPlace };
+
 // One GEMM through a table's kernels, split into two row ranges and two panel
 // ranges the way the MatMul kernel's units split it. Strides are wider than
 // the matrices, and C's padding must stay untouched.
 ::testing::AssertionResult table_gemm_matches(const KernelTable& t, std::int64_t M, std::int64_t N, std::int64_t K,
-                                              std::mt19937_64& rng) {
-  const std::int64_t lda = K + 3, ldb = N + 5, ldc = N + 2, nr = t.gemm_nr, panels = (N + nr - 1) / nr;
+                                              std::mt19937_64& rng, BLayout layout = BLayout::Packed) {
+  const std::int64_t lda = K + 3, ldb = N + 5, ldbt = K + 7, ldc = N + 2, nr = t.gemm_nr, panels = (N + nr - 1) / nr;
   auto a = random_floats(std::size_t(M * lda), rng);
   auto b = random_floats(std::size_t(K * ldb), rng);
+  std::vector<float> bt(std::size_t(N * ldbt), std::numeric_limits<float>::quiet_NaN());
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n) bt[std::size_t(n * ldbt + k)] = b[std::size_t(k * ldb + n)];
   std::vector<float> packed(packed_floats(t, K, N), std::numeric_limits<float>::quiet_NaN());
-  t.gemm_pack_b(b.data(), ldb, K, N, packed.data(), 0, panels / 2);
-  t.gemm_pack_b(b.data(), ldb, K, N, packed.data(), panels / 2, panels);
+  for (auto [p0, p1] : {std::pair{std::int64_t(0), panels / 2}, std::pair{panels / 2, panels}}) {
+    if (layout == BLayout::Packed) t.gemm_pack_b(b.data(), ldb, K, N, packed.data(), p0, p1);
+    if (layout == BLayout::PackedFromTransposed) t.gemm_pack_bt(bt.data(), ldbt, K, N, packed.data(), p0, p1);
+  }
+  const bool in_place = layout == BLayout::InPlace;
+  const float* bp = in_place ? b.data() : packed.data();
+  const std::int64_t row = in_place ? ldb : nr, panel = in_place ? nr : K * nr;
   std::vector<float> c(std::size_t(M * ldc), std::numeric_limits<float>::quiet_NaN());
   for (auto [m0, m1] : {std::pair{std::int64_t(0), M / 3}, std::pair{M / 3, M}})
     for (auto [p0, p1] : {std::pair{std::int64_t(0), panels / 2}, std::pair{panels / 2, panels}})
-      t.gemm_packed(a.data(), lda, packed.data(), K, N, c.data(), ldc, m0, m1, p0, p1);
+      t.gemm_packed(a.data(), lda, bp, row, panel, K, N, c.data(), ldc, m0, m1, p0, p1);
   for (std::int64_t m = 0; m < M; ++m) {
     for (std::int64_t n = 0; n < ldc; ++n) {
       const float got = c[std::size_t(m * ldc + n)];
@@ -100,13 +111,24 @@ TEST(CpuGemm, KernelsMatchAFloat64ProductOnEveryIsa) {
     std::mt19937_64 rng(testing::test_seed());
     for (auto M : kOdd)
       for (auto N : kOdd)
-        for (auto K : kOdd) EXPECT_TRUE(table_gemm_matches(t, M, N, K, rng)) << isa << " " << M << "x" << N << "x" << K;
+        for (auto K : kOdd) {
+          EXPECT_TRUE(table_gemm_matches(t, M, N, K, rng)) << isa << " " << M << "x" << N << "x" << K;
+          EXPECT_TRUE(table_gemm_matches(t, M, N, K, rng, BLayout::PackedFromTransposed))
+              << isa << " from B^T " << M << "x" << N << "x" << K;
+        }
     // Every width of the last panel (narrow tiles, whole vectors, the edge tile).
-    for (std::int64_t w = 1; w <= t.gemm_nr; ++w)
+    for (std::int64_t w = 1; w <= t.gemm_nr; ++w) {
       EXPECT_TRUE(table_gemm_matches(t, 7, t.gemm_nr + w, 33, rng)) << isa << " last panel width " << w;
+      if (w % t.simd_width == 0) {
+        EXPECT_TRUE(table_gemm_matches(t, 7, t.gemm_nr + w, 33, rng, BLayout::InPlace))
+            << isa << " B in place, last panel width " << w;
+      }
+    }
     // K beyond one slice of the kernel's K blocking accumulates into C.
     EXPECT_TRUE(table_gemm_matches(t, 13, 70, 2500, rng)) << isa;
     EXPECT_TRUE(table_gemm_matches(t, 6, t.gemm_nr * 2, 1025, rng)) << isa;
+    EXPECT_TRUE(table_gemm_matches(t, 13, t.gemm_nr * 3, 1025, rng, BLayout::InPlace)) << isa;
+    EXPECT_TRUE(table_gemm_matches(t, 13, 70, 1025, rng, BLayout::PackedFromTransposed)) << isa;
   }
 }
 
@@ -195,6 +217,64 @@ TEST(CpuGemm, ActivationBIsPackedPerRunOnEveryIsa) {
     for (const auto& g : graphs)
       EXPECT_TRUE(conformance::matches_reference(Device::Cpu, g, packed_check(isa + " " + g.name())));
   }
+}
+
+// Backward-pass shapes: B transposed (a permute the matmul kernel reads in
+// place) through every GEMM path (constant packed from B^T, per-run packed
+// from B^T, OpenBLAS with CblasTrans, f64, integers), B read in place (rows of
+// whole vectors, few rows of A), and an optimiser update as a several-output epilogue.
+TEST(CpuGemm, TransposedInPlaceAndSeveralOutputsOnEveryIsa) {
+  std::mt19937_64 rng(testing::test_seed());
+  std::vector<Graph> graphs;
+  for (auto [M, N, K] : {std::array<std::int64_t, 3>{65, 257, 33}, {7, 64, 130}, {300, 48, 65}}) {
+    Graph g("x @ w^T");
+    g.add_output(g.matmul(g.input("x", {M, K}), g.permute(g.param("w", {N, K}), {1, 0})));
+    graphs.push_back(std::move(g));
+    Graph c("x @ constant^T, relu");
+    c.add_output(c.relu(c.matmul(c.input("x", {M, K}), c.permute(c.constant(testing::random_tensor(DType::F32, {N, K}, rng)), {1, 0}))));
+    graphs.push_back(std::move(c));
+  }
+  {
+    Graph g("batched q @ k^T");
+    g.add_output(g.matmul(g.input("q", {3, 65, 33}), g.permute(g.input("k", {3, 70, 33}), {0, 2, 1})));
+    graphs.push_back(std::move(g));
+  }
+  for (auto t : {DType::F64, DType::I32}) {
+    Graph g(std::string("transposed ") + std::string(ir::dtype_name(t)));
+    g.add_output(g.matmul(g.input("x", {9, 17}, t), g.permute(g.input("w", {12, 17}, t), {1, 0})));
+    graphs.push_back(std::move(g));
+  }
+  for (std::int64_t N : {64, 128}) {
+    Graph g("b in place");
+    g.add_output(g.add(g.matmul(g.input("x", {37, 70}), g.input("w", {70, N})), g.input("r", {37, N})));
+    graphs.push_back(std::move(g));
+  }
+  {
+    Graph g("adam-like epilogue");
+    auto grad = g.matmul(g.permute(g.input("x", {64, 33}), {1, 0}), g.input("dy", {64, 48}));
+    auto m = g.add(g.mul(g.input("m", {33, 48}), g.scalar(0.9)), g.mul(grad, g.scalar(0.1)));
+    auto v = g.add(g.mul(g.input("v", {33, 48}), g.scalar(0.99)), g.mul(g.mul(grad, grad), g.scalar(0.01)));
+    auto w = g.sub(g.input("w", {33, 48}), g.div(m, g.add(g.mul(v, v), g.scalar(1.0))));
+    g.add_output(m, "m");
+    g.add_output(v, "v");
+    g.add_output(w, "w");
+    graphs.push_back(std::move(g));
+  }
+  for (const char* choice : {"", "packed", "blas"}) {
+    Env gemm("RLX_CPU_GEMM", choice);
+    for (const auto& isa : available_isas()) {
+      Env env("RLX_CPU_ISA", isa);
+      for (const auto& g : graphs)
+        EXPECT_TRUE(conformance::matches_reference(
+            Device::Cpu, g, packed_check(std::string(choice) + " " + isa + " " + g.name())));
+    }
+  }
+  // The weight gradient's update is one kernel with three outputs, and no transpose kernel runs for w^T.
+  const auto update = Session().compile(graphs.back());
+  const auto& lir = update.compile_result().lir;
+  ASSERT_EQ(lir.kernels.size(), 2u) << lir.to_text();  // x^T (A is not read transposed), then matmul + update
+  EXPECT_EQ(lir.kernels[1].outputs.size(), 3u);
+  EXPECT_EQ(Session().compile(graphs[0]).compile_result().lir.kernels.size(), 1u);
 }
 
 // The executable the CPU backend builds for `g` under the current environment.

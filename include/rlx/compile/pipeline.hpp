@@ -43,6 +43,13 @@ struct BackendTraits {
   bool fuse_elementwise = true;
   bool fuse_reduce = true;
   bool fuse_matmul_epilogue = true;
+  // Richer MatMul kernels a backend may accept (see docs/compile.md, "LIR"):
+  // B given as permute(Input) swapping its last two dims (a transposed weight
+  // in a backward pass reads in place of a transpose kernel), and epilogues
+  // with several outputs of the matmul's shape (an optimiser update fused
+  // behind the weight gradient).
+  bool matmul_transposed_b = false;
+  bool matmul_multi_output_epilogue = false;
   std::int64_t arena_alignment = 64;
 };
 

@@ -89,7 +89,13 @@ void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
   auto* dst = reinterpret_cast<float*>(store.packed[i].data());
   const KernelTable& isa = *plan.isa;
   parallel_for((op.N + isa.gemm_nr - 1) / isa.gemm_nr, 1,
-               [&](i64 p0, i64 p1) { isa.gemm_pack_b(b, op.N, op.K, op.N, dst, p0, p1); }, plan.threads);
+               [&](i64 p0, i64 p1) {
+                 if (op.transposed)
+                   isa.gemm_pack_bt(b, op.K, op.K, op.N, dst, p0, p1);
+                 else
+                   isa.gemm_pack_b(b, op.N, op.K, op.N, dst, p0, p1);
+               },
+               plan.threads);
 }
 
 std::size_t nbytes_of(const compile::Buffer& b) { return std::size_t(numel(b.shape)) * ir::dtype_size(b.dtype); }
@@ -207,6 +213,8 @@ class CpuBackend final : public runtime::Backend {
       t.f32_compute_ops.insert(op);
     }
     t.f32_compute_ops.insert(OpKind::MatMul);
+    t.matmul_transposed_b = true;
+    t.matmul_multi_output_epilogue = true;
     for (auto& name : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(name));
     t.arena_alignment = std::int64_t(kAlign);
     return t;

@@ -18,6 +18,7 @@ namespace rlx::backends::cpu {
 struct PackedOperand {
   compile::BufferId buffer = 0;  // the [K, N] f32 matrix (a Param or Constant buffer, or a view of one)
   std::int64_t K = 0, N = 0;
+  bool transposed = false;       // the buffer holds B^T, [N, K]
 };
 
 struct PackRegistry {
@@ -26,10 +27,10 @@ struct PackRegistry {
   std::vector<PackedOperand> operands;
 
   // The pointer-table index of `buffer` packed; kernels reading one buffer share its copy.
-  std::int32_t request(compile::BufferId buffer, std::int64_t K, std::int64_t N) {
+  std::int32_t request(compile::BufferId buffer, std::int64_t K, std::int64_t N, bool transposed) {
     std::size_t i = 0;
-    while (i < operands.size() && operands[i].buffer != buffer) ++i;
-    if (i == operands.size()) operands.push_back({buffer, K, N});
+    while (i < operands.size() && (operands[i].buffer != buffer || operands[i].transposed != transposed)) ++i;
+    if (i == operands.size()) operands.push_back({buffer, K, N, transposed});
     return std::int32_t(n_buffers + i);
   }
 };

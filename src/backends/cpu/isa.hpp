@@ -185,10 +185,18 @@ struct KernelTable {
   // Packs panels [p0, p1) of b (rows ldb floats apart).
   void (*gemm_pack_b)(const float* b, std::int64_t ldb, std::int64_t K, std::int64_t N, float* packed, std::int64_t p0,
                       std::int64_t p1);
+  // The same panels from B^T [N, K] (rows ldbt floats apart).
+  void (*gemm_pack_bt)(const float* bt, std::int64_t ldbt, std::int64_t K, std::int64_t N, float* packed,
+                       std::int64_t p0, std::int64_t p1);
   // c[m, n] = sum_k a[m, k] * B[k, n] for rows [m0, m1) and the columns of
-  // panels [p0, p1) below N; a and c are the matrices' origins.
-  void (*gemm_packed)(const float* a, std::int64_t lda, const float* packed, std::int64_t K, std::int64_t N, float* c,
-                      std::int64_t ldc, std::int64_t m0, std::int64_t m1, std::int64_t p0, std::int64_t p1);
+  // panels [p0, p1) below N; a and c are the matrices' origins. B[k, p * gemm_nr + j]
+  // is at b[p * panel_stride + k * ldb + j]: packed panels (ldb = gemm_nr,
+  // panel_stride = K * gemm_nr) or B read in place (ldb = N, panel_stride =
+  // gemm_nr; then every panel's columns must lie inside B: N % vector width == 0).
+  void (*gemm_packed)(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, std::int64_t panel_stride,
+                      std::int64_t K, std::int64_t N, float* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1,
+                      std::int64_t p0, std::int64_t p1);
+  std::int32_t simd_width;  // floats per vector: B in place needs N % simd_width == 0
 };
 
 namespace generic {

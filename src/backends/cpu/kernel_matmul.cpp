@@ -1,6 +1,8 @@
-// MatMul kernels: GEMM per panel (OpenBLAS for floats, or the packed-B GEMM
-// of isa/gemm_impl.inc when B is a constant f32 matrix), then the epilogue
-// program over the panel while it is still in cache.
+// MatMul kernels: GEMM per panel (OpenBLAS, or for f32 the packed-B GEMM of
+// isa/gemm_impl.inc with B packed once, packed per run, or read in place),
+// then the epilogue program (one or several outputs) over the panel while it
+// is still in cache. B may arrive transposed (a permute in the body, see
+// BackendTraits::matmul_transposed_b): both GEMMs read it without a copy.
 #include <cblas.h>
 
 #include <algorithm>
@@ -17,15 +19,17 @@ namespace rlx::backends::cpu {
 
 namespace {
 
+// B[p, j] is at b[p * sk + j * sn].
 template <class T>
-void gemm_int(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 lda, i64 ldb, i64 ldc, std::uint64_t* row) {
+void gemm_int(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 lda, i64 sk, i64 sn, i64 ldc,
+              std::uint64_t* row) {
   // Wrapping unsigned sums give the low bits of the exact sum, which is what the store keeps.
   for (i64 i = 0; i < m; ++i) {
     std::fill(row, row + n, 0);
     for (i64 p = 0; p < k; ++p) {
       auto av = std::uint64_t(std::int64_t(a[i * lda + p]));
-      const T* br = b + p * ldb;
-      for (i64 j = 0; j < n; ++j) row[j] += av * std::uint64_t(std::int64_t(br[j]));
+      const T* br = b + p * sk;
+      for (i64 j = 0; j < n; ++j) row[j] += av * std::uint64_t(std::int64_t(br[j * sn]));
     }
     for (i64 j = 0; j < n; ++j) c[i * ldc + j] = T(std::int64_t(row[j]));
   }
@@ -43,11 +47,14 @@ class MatMulKernel final : public CpuKernel {
   // Packed-B GEMM: B's packed copy in the pointer table (gemm_pack.hpp), else -1;
   // units split each matrix into pm row blocks x pn groups of gemm_nr-column panels.
   std::int32_t packed = -1;
+  bool b_trans = false;  // b_buf holds B^T: [.., N, K]
   // A B that changes per run (an activation) is packed by the run itself into
-  // shared scratch at this byte offset: one copy per batch unless B is shared.
-  bool pack_per_run = false;
+  // shared scratch at this byte offset: one copy per batch unless B is shared;
+  // or, when its rows fill whole vectors, read in place.
+  bool pack_per_run = false, b_in_place = false;
   bool b_per_batch = false;
   std::size_t pack_offset = 0, pack_floats = 0;
+  std::vector<compile::BufferId> outs;  // several when the epilogue has several outputs
   std::size_t row_bytes() const { return (std::size_t(N) * 8 + 63) / 64 * 64; }
 
   // The epilogue over rows [m0, m1) x columns [n0, n1) of matrix bi.
@@ -66,29 +73,36 @@ class MatMulKernel final : public CpuKernel {
     std::byte* aux[1] = {reinterpret_cast<std::byte*>(cbase)};
     const auto* a = reinterpret_cast<const float*>(c.ptrs[a_buf]);
     const i64 nr = c.isa->gemm_nr, panels = (N + nr - 1) / nr;
+    const auto* b_src = reinterpret_cast<const float*>(c.ptrs[b_buf]);
     const float* bp = nullptr;
     if (pack_per_run) {
       auto* dst = reinterpret_cast<float*>(c.shared + pack_offset);
-      const auto* b = reinterpret_cast<const float*>(c.ptrs[b_buf]);
       const i64 copies = b_per_batch ? i64(b_off.size()) : 1;
       parallel_for(
           copies * panels, 1,
           [&](i64 u0, i64 u1) {
             for (i64 u = u0; u < u1; ++u) {
               const auto bi = std::size_t(u / panels);
-              c.isa->gemm_pack_b(b + b_off[bi], N, K, N, dst + bi * pack_floats, u % panels, u % panels + 1);
+              const i64 p = u % panels;
+              if (b_trans)
+                c.isa->gemm_pack_bt(b_src + b_off[bi], K, K, N, dst + bi * pack_floats, p, p + 1);
+              else
+                c.isa->gemm_pack_b(b_src + b_off[bi], N, K, N, dst + bi * pack_floats, p, p + 1);
             }
           },
           c.max_threads);
       bp = dst;
-    } else {
+    } else if (!b_in_place) {
       bp = reinterpret_cast<const float*>(c.ptrs[packed]);
     }
+    const i64 ldb = b_in_place ? N : nr, panel_stride = b_in_place ? nr : K * nr;
     auto unit = [&](i64 u) {
       const i64 bi = u / (pm * pn), mi = u / pn % pm, ni = u % pn;
       const i64 m0 = M * mi / pm, m1 = M * (mi + 1) / pm, p0 = panels * ni / pn, p1 = panels * (ni + 1) / pn;
-      const float* b = bp + (b_per_batch ? std::size_t(bi) * pack_floats : 0);
-      c.isa->gemm_packed(a + a_off[std::size_t(bi)], K, b, K, N, cbase + bi * M * N, N, m0, m1, p0, p1);
+      const float* b = b_in_place ? b_src + b_off[std::size_t(bi)]
+                                  : bp + (b_per_batch ? std::size_t(bi) * pack_floats : 0);
+      c.isa->gemm_packed(a + a_off[std::size_t(bi)], K, b, ldb, panel_stride, K, N, cbase + bi * M * N, N, m0, m1, p0,
+                         p1);
       if (epi) epilogue(c, aux, bi, m0, m1, p0 * nr, std::min(N, p1 * nr));
     };
     parallel_for(
@@ -100,7 +114,7 @@ class MatMulKernel final : public CpuKernel {
   }
 
   void run(const RunCtx& c) const override {
-    if (packed >= 0 || pack_per_run) return run_packed(c);
+    if (packed >= 0 || pack_per_run || b_in_place) return run_packed(c);
     const i64 batch = i64(a_off.size());
     std::byte* cbase = c_in_out ? c.ptrs[out_buf] : c.shared;
     std::byte* aux[1] = {cbase};
@@ -111,7 +125,9 @@ class MatMulKernel final : public CpuKernel {
       i64 n0 = ni == 0 ? 0 : (N * ni / pn + 15) / 16 * 16, n1 = ni + 1 == pn ? N : (N * (ni + 1) / pn + 15) / 16 * 16;
       if (m0 >= m1 || n0 >= n1) return;
       const std::byte* A = c.ptrs[a_buf] + std::size_t(a_off[std::size_t(bi)] + m0 * K) * es;
-      const std::byte* B = c.ptrs[b_buf] + std::size_t(b_off[std::size_t(bi)] + n0) * es;
+      const std::byte* B = c.ptrs[b_buf] + std::size_t(b_off[std::size_t(bi)] + n0 * (b_trans ? K : 1)) * es;
+      const auto tb = b_trans ? CblasTrans : CblasNoTrans;
+      const int ldb = int(b_trans ? K : N);
       std::byte* C = cbase + std::size_t((bi * M + m0) * N + n0) * es;
       const i64 rows = m1 - m0, cols = n1 - n0;
       if (K == 0) {
@@ -119,13 +135,13 @@ class MatMulKernel final : public CpuKernel {
       } else {
         switch (dtype) {
           case ir::DType::F32:
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(K), 1.0f,
-                        reinterpret_cast<const float*>(A), int(K), reinterpret_cast<const float*>(B), int(N), 0.0f,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, int(rows), int(cols), int(K), 1.0f,
+                        reinterpret_cast<const float*>(A), int(K), reinterpret_cast<const float*>(B), ldb, 0.0f,
                         reinterpret_cast<float*>(C), int(N));
             break;
           case ir::DType::F64:
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(cols), int(K), 1.0,
-                        reinterpret_cast<const double*>(A), int(K), reinterpret_cast<const double*>(B), int(N), 0.0,
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, int(rows), int(cols), int(K), 1.0,
+                        reinterpret_cast<const double*>(A), int(K), reinterpret_cast<const double*>(B), ldb, 0.0,
                         reinterpret_cast<double*>(C), int(N));
             break;
           default: {
@@ -133,7 +149,7 @@ class MatMulKernel final : public CpuKernel {
             auto go = [&](auto* t) {
               using T = std::remove_pointer_t<decltype(t)>;
               gemm_int(reinterpret_cast<const T*>(A), reinterpret_cast<const T*>(B), reinterpret_cast<T*>(C), rows,
-                       cols, K, K, N, N, row);
+                       cols, K, K, b_trans ? 1 : N, b_trans ? K : 1, N, row);
             };
             switch (dtype) {
               case ir::DType::I8: go(static_cast<std::int8_t*>(nullptr)); break;
@@ -224,6 +240,14 @@ bool packed_per_run_wins(const KernelTable& isa, i64 M, i64 N, i64 K, i64 copies
   return std::string_view(isa.name) != "generic" && M >= 64 && copies * K * N <= (i64(16) << 20);
 }
 
+// Whether the packed GEMM reads an activation B in place rather than packing
+// it first (the panels' rows are then N floats apart, not gemm_nr). With few
+// rows each panel is met by few row tiles, so a packing pass is not repaid:
+// single-threaded minimums on the Zen 4 (a loaded machine), in place / packed
+// per run: 64x1024x1024 1.28, 512x512x512 1.01, 1024x1024x64 0.90; the MLP
+// training step (M = 64 everywhere but the weight gradients) ran 29% faster.
+bool in_place_wins(i64 M) { return M < 256; }
+
 // Row blocks x panel groups per matrix for the packed GEMM. A block's rows
 // of A stay in L2 while its panels pass (<= 192 rows); about 4 units per
 // thread let the pool balance them when a core is busy elsewhere, a group
@@ -243,18 +267,24 @@ std::pair<i64, i64> packed_units(i64 batch, i64 M, i64 panels, double flops, int
 
 std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   const auto& body = b.kernel.body;
-  const ir::Node& mm = b.anchor();
-  if (mm.op != ir::OpKind::MatMul) b.fail("expected a matmul op");
+  const auto& nodes = body.nodes();
+  const auto mm_it = std::find_if(nodes.begin(), nodes.end(), [](const ir::Node& n) { return n.op == ir::OpKind::MatMul; });
+  if (mm_it == nodes.end()) b.fail("expected a matmul op");
+  const ir::Node& mm = *mm_it;
   const auto& A = b.in_of(mm.inputs.at(0));
-  const auto& B = b.in_of(mm.inputs.at(1));
+  // B, or B^T under a permute of its last two dims (lower.cpp absorbs those).
+  const ir::Node& b_node = body.node(mm.inputs.at(1));
+  const bool b_trans = b_node.op == ir::OpKind::Permute;
+  const auto& B = b.in_of(b_trans ? b_node.inputs.at(0) : b_node.id);
   if (A.shape.size() < 2 || B.shape.size() < 2) b.fail("matmul operands need rank >= 2");
   auto k = std::make_unique<MatMulKernel>();
+  k->b_trans = b_trans;
   k->dtype = mm.dtype;
   if (ir::is_float(mm.dtype) && mm.dtype != ir::DType::F32 && mm.dtype != ir::DType::F64)
     b.fail("matmul in " + std::string(ir::dtype_name(mm.dtype)) + " must be legalized to f32 first");
   k->M = A.shape[A.shape.size() - 2];
   k->K = A.shape.back();
-  k->N = B.shape.back();
+  k->N = mm.shape.extents().back();
   const auto out_ext = mm.shape.extents();
   std::vector<i64> ob(out_ext.begin(), out_ext.end() - 2), ab(A.shape.begin(), A.shape.end() - 2),
       bb(B.shape.begin(), B.shape.end() - 2);
@@ -273,15 +303,20 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   k->b_buf = B.id;
 
   const auto outs = body.output_ids();
-  if (outs.size() != 1 || b.kernel.outputs.size() != 1) b.fail("a matmul kernel has exactly one output");
+  if (outs.empty() || outs.size() != b.kernel.outputs.size()) b.fail("a matmul kernel needs its outputs");
   const auto& out = b.out(0);
   k->out_buf = out.id;
-  k->c_in_out = out.dtype == mm.dtype;
-  if (outs[0] != mm.id) {
+  // The GEMM writes C straight into the one output when it can; with several
+  // outputs C goes to scratch and the epilogue writes them all.
+  k->c_in_out = outs.size() == 1 && out.dtype == mm.dtype;
+  if (outs.size() > 1 || outs[0] != mm.id) {
     ProgramBuilder eb(body, out.shape);
     b.bind_inputs(eb);
     eb.bind(mm.id, Source{-1, mm.dtype, out_ext});
-    eb.store(outs[0], out.id, out.dtype, false);
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      if (b.out(j).shape != out.shape) b.fail("matmul epilogue outputs differ in shape");
+      eb.store(outs[j], b.out(j).id, b.out(j).dtype, false);
+    }
     k->epi = eb.build(b.where() + " epilogue");
   } else if (!k->c_in_out) {
     b.fail("matmul output buffer dtype differs from the matmul");
@@ -294,17 +329,21 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   const bool f32 = b.packs && mm.dtype == ir::DType::F32 && B.dtype == ir::DType::F32 && k->K > 0;
   const bool pack_once = f32 && b_constant && b_shared && choice != GemmChoice::Blas &&
                          (choice == GemmChoice::Packed || packed_wins(*b.packs->isa, batch * k->M, k->N, k->K));
-  const bool pack_run = f32 && !pack_once && choice != GemmChoice::Blas &&
-                        (choice == GemmChoice::Packed || packed_per_run_wins(*b.packs->isa, k->M, k->N, k->K, b_shared ? 1 : batch));
+  const bool pack_run =
+      f32 && !pack_once && choice != GemmChoice::Blas &&
+      (choice == GemmChoice::Packed || packed_per_run_wins(*b.packs->isa, k->M, k->N, k->K, b_shared ? 1 : batch));
   if (pack_once || pack_run) {
-    const i64 panels = (k->N + b.packs->isa->gemm_nr - 1) / b.packs->isa->gemm_nr;
+    const KernelTable& isa = *b.packs->isa;
+    const i64 panels = (k->N + isa.gemm_nr - 1) / isa.gemm_nr;
     std::tie(k->pm, k->pn) = packed_units(batch, k->M, panels, flops, b.threads);
     if (pack_once) {
-      k->packed = b.packs->request(B.id, k->K, k->N);
+      k->packed = b.packs->request(B.id, k->K, k->N, b_trans);
+    } else if (!b_trans && k->N % isa.simd_width == 0 && in_place_wins(k->M)) {
+      k->b_in_place = true;
     } else {
       k->pack_per_run = true;
       k->b_per_batch = !b_shared;
-      k->pack_floats = packed_floats(*b.packs->isa, k->K, k->N);
+      k->pack_floats = packed_floats(isa, k->K, k->N);
     }
   } else if (flops >= 1 << 18 && b.threads > 1 && batch < b.threads) {
     const i64 per = (b.threads + batch - 1) / batch;
