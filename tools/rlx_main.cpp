@@ -14,6 +14,7 @@
 #include "rlx/ir/text.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
+#include "rlx/runtime/graph_devices.hpp"
 #include "rlx/runtime/session.hpp"
 #include "scaffold.hpp"
 
@@ -104,6 +105,13 @@ int main(int argc, char** argv) {
   auto* envc = app.add_subcommand("env", "List every RLX_* environment variable RLX reads (docs/env-vars.md)");
   envc->add_flag("--markdown", markdown, "Print the generated markdown page");
 
+  std::string graph_file;
+  bool json = false;
+  auto* devices = app.add_subcommand("devices", "Which backends are built in and available; with a graph, which device "
+                                                "would run it and why (policy from RLX_DEVICES etc.)");
+  devices->add_option("graph", graph_file, "Graph in RLX IR text");
+  devices->add_flag("--json", json, "Print the backends manifest as JSON");
+
   std::string scaffold_name, scaffold_dir = ".";
   bool scaffold_stdout = false;
   auto* new_op = app.add_subcommand("new-op", "Write a C++ template for a custom op (OpExtension + lowering + main)");
@@ -156,6 +164,19 @@ int main(int argc, char** argv) {
           fmt::print("{:<16} {:<10} {}\n    {}\n", v.name, value ? "= " + *value : "(unset)", "", v.doc);
         }
       }
+      return 0;
+    }
+    if (*devices) {
+      auto manifest = rlx::runtime::BackendsManifest::current();
+      if (json) {
+        fmt::print("{}\n", manifest.to_json());
+        return 0;
+      }
+      fmt::print("backends\n{}", manifest.to_text());
+      if (!graph_file.empty())
+        fmt::print("\n{}", rlx::runtime::device_report(rlx::ir::parse_text(read_file(graph_file)),
+                                                        rlx::runtime::DevicePolicy::from_env())
+                                .to_text());
       return 0;
     }
     if (*ops) {

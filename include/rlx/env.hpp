@@ -29,6 +29,29 @@ std::optional<long long> get_int(std::string_view name);
 bool get_bool(std::string_view name);  // 1/true/yes/on vs 0/false/no/off; unset = the declared default
 std::vector<std::string> get_list(std::string_view name);  // comma separated, trimmed
 
+// The same variable read under another prefix: get_list("RLX_DEVICES", "MYAPP")
+// reads MYAPP_DEVICES, with RLX_DEVICES's type and default; errors name
+// MYAPP_DEVICES. For applications that give RLX settings their own names.
+std::optional<std::string> get(std::string_view name, std::string_view prefix);
+std::optional<long long> get_int(std::string_view name, std::string_view prefix);
+bool get_bool(std::string_view name, std::string_view prefix);
+std::vector<std::string> get_list(std::string_view name, std::string_view prefix);
+
+// While alive, every reader sees `value` for `name` (nullopt: unset) instead of
+// the process environment, without touching the environment itself. Overrides
+// nest and undo in reverse order. For tests and for hosts that configure RLX
+// in code; not meant to be changed from several threads at once.
+class ScopedOverride {
+ public:
+  ScopedOverride(std::string name, std::optional<std::string> value);
+  ~ScopedOverride();
+  ScopedOverride(const ScopedOverride&) = delete;
+  ScopedOverride& operator=(const ScopedOverride&) = delete;
+
+ private:
+  std::string name_;
+};
+
 std::string catalog_markdown();
 
 }  // namespace rlx::env

@@ -23,7 +23,11 @@ __all__ = [
     "Error", "Graph", "Node", "Session", "CompiledGraph", "graph", "parse", "available_devices", "is_available",
     "parse_device", "softmax", "log_softmax", "layer_norm", "rms_norm", "attention", "conv1d", "conv2d",
     "max_pool2d", "avg_pool2d", "linear", "embedding", "where", "concat", "matmul", "grad", "value_and_grad", "jvp",
-    "register_op", "is_op_registered",
+    "vmap", "register_op", "is_op_registered", "scan", "cond", "while_loop",
+    # backend selection (docs/backend-selection.md)
+    "DevicePolicy", "DeviceCandidate", "DeviceReport", "DeviceBenchResult", "GraphDevices", "FlexibleSession",
+    "DeviceRouter", "device_report", "fastest_device_for", "resolve_device", "devices_for", "advisory_capabilities",
+    "backends_manifest",
 ]
 
 Error = _C.Error
@@ -117,9 +121,9 @@ class Node:
     # ---- operand coercion ----
     def _lift(self, other: Any) -> "Node":
         if isinstance(other, Node):
-            if other.graph is not self.graph:
+            if other.graph is not self.graph and not _nested(self.graph, other.graph):
                 raise Error("nodes belong to different graphs")
-            return other
+            return other  # a node of an enclosing graph is captured when the op is added
         if isinstance(other, (numbers.Number, np.generic)):
             return self.graph.constant(np.array(other, dtype=_RLX_TO_NP[self.dtype]), self.dtype)
         return self.graph.constant(np.asarray(other))
@@ -304,6 +308,11 @@ class Graph:
 
     def __init__(self, name: str = "graph", _native: Optional[Any] = None):
         self._g = _native if _native is not None else _C._Graph(name)
+        # Control-flow bodies being traced (rlx.scan, cond, while_loop): the enclosing
+        # graph, and the outer nodes this body uses, by (graph, id), with their body inputs.
+        self._parent: Optional[Graph] = None
+        self._captures: dict = {}
+        self._capture_src: list = []
 
     @property
     def name(self) -> str:
@@ -319,14 +328,30 @@ class Graph:
         return None
 
     def _op(self, op: str, inputs: Sequence[Node], attrs: Optional[dict] = None, dtype=None, shape=None) -> Node:
-        return Node(self, self._g.op(op, [self._node(i).id for i in inputs], attrs or {}, dtype, shape))
+        g = self  # the innermost graph among the operands': a body being traced takes outer nodes in
+        for i in inputs:
+            if isinstance(i, Node) and i.graph is not g and _encloses(g, i.graph):
+                g = i.graph
+        return Node(g, g._g.op(op, [g._node(i).id for i in inputs], attrs or {}, dtype, shape))
 
     def _node(self, x: Any) -> Node:
         if isinstance(x, Node):
-            if x.graph is not self:
-                raise Error("node belongs to a different graph")
-            return x
+            if x.graph is self:
+                return x
+            if _encloses(x.graph, self):
+                return self._capture(x)
+            raise Error("node belongs to a different graph")
         raise Error(f"expected a Node, got {type(x).__name__}")
+
+    def _capture(self, x: Node) -> Node:
+        """A node of an enclosing graph, used inside this body: becomes one more body input
+        (after the body's own), fed with the outer node as a const of the control-flow op."""
+        key = (id(x.graph), x.id)
+        if key not in self._captures:
+            outer = x if x.graph is self._parent else self._parent._capture(x)
+            self._captures[key] = self.input(f"capture{len(self._capture_src)}", outer.shape, outer.dtype)
+            self._capture_src.append(outer)
+        return self._captures[key]
 
     # ---- leaves and outputs ----
     def input(self, name: str, shape: ShapeLike, dtype: DTypeLike = "f32") -> Node:
@@ -539,20 +564,193 @@ def _stop_ids(stop_gradient) -> list:
     return [n.id for n in (stop_gradient or [])]
 
 
-def grad(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequence[Node]] = None) -> Graph:
+Checkpoint = Union[None, int, Sequence[Node]]
+
+
+def _checkpoint_args(checkpoint: Checkpoint) -> tuple:
+    if checkpoint is None:
+        return 0, []
+    if isinstance(checkpoint, numbers.Integral):
+        if checkpoint < 1:
+            raise Error(f"checkpoint: a segment needs at least 1 op, got {checkpoint}")
+        return int(checkpoint), []
+    return 0, [n.id for n in checkpoint]
+
+
+def grad(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequence[Node]] = None,
+         checkpoint: Checkpoint = None) -> Graph:
     """For a graph whose first output is a scalar loss: a graph whose outputs are the gradients
-    with respect to the named inputs or params, in the order given."""
-    return Graph(_native=_C._grad(g._g, list(wrt), _stop_ids(stop_gradient)))
+    with respect to the named inputs or params, in the order given.
+
+    `checkpoint` recomputes forward values in the backward pass instead of keeping them: an int N
+    cuts the forward pass into segments of N ops, a list of nodes ends a segment at each of them."""
+    return Graph(_native=_C._grad(g._g, list(wrt), _stop_ids(stop_gradient), *_checkpoint_args(checkpoint)))
 
 
-def value_and_grad(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequence[Node]] = None) -> Graph:
+def value_and_grad(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequence[Node]] = None,
+                   checkpoint: Checkpoint = None) -> Graph:
     """Like grad, with the loss as the first output."""
-    return Graph(_native=_C._value_and_grad(g._g, list(wrt), _stop_ids(stop_gradient)))
+    return Graph(_native=_C._value_and_grad(g._g, list(wrt), _stop_ids(stop_gradient),
+                                            *_checkpoint_args(checkpoint)))
 
 
 def jvp(g: Graph, wrt: Sequence[str], stop_gradient: Optional[Sequence[Node]] = None) -> Graph:
     """Forward mode: adds an input `tangent_<name>` per name; outputs the primal outputs, then their tangents."""
     return Graph(_native=_C._jvp(g._g, list(wrt), _stop_ids(stop_gradient)))
+
+
+def vmap(g: Graph, axis: int = 0, size: Union[int, str] = "batch", batched: Optional[Sequence[str]] = None,
+         in_axis: Optional[int] = None, out_axis: Optional[int] = None) -> Graph:
+    """The graph mapped over a batch axis: each batched input (all inputs unless `batched` names
+    inputs or params) gets a batch axis of `size` at `axis`, and so does every output; example i of
+    the outputs is g applied to example i of the batched inputs. A string `size` is a symbolic dim,
+    bound when compiling (`compile(..., bind={"batch": 8})`). `in_axis`/`out_axis` override `axis`."""
+    return Graph(_native=_C._vmap(g._g, list(batched or []), size, axis if in_axis is None else in_axis,
+                                  axis if out_axis is None else out_axis))
+
+
+# ---- control flow: bodies traced from Python functions (docs/autodiff.md, "Control flow") ----
+def _encloses(outer: "Graph", inner: "Graph") -> bool:
+    g = inner._parent
+    while g is not None:
+        if g is outer:
+            return True
+        g = g._parent
+    return False
+
+
+def _nested(a: "Graph", b: "Graph") -> bool:
+    return _encloses(a, b) or _encloses(b, a)
+
+
+def _flatten(tree, what: str) -> tuple:
+    """A Node, a tuple/list of Nodes, or None, as a flat list plus what rebuilds it."""
+    if tree is None:
+        return [], None
+    if isinstance(tree, Node):
+        return [tree], Node
+    if isinstance(tree, (tuple, list)) and all(isinstance(x, Node) for x in tree):
+        return list(tree), (type(tree), len(tree))
+    raise Error(f"{what} must be a Node, a tuple or list of Nodes, or None; got {tree!r}")
+
+
+def _unflatten(shape, nodes: list):
+    if shape is None:
+        return None
+    if shape is Node:
+        return nodes[0]
+    return shape[0](nodes)
+
+
+def _innermost(nodes: Sequence[Node]) -> "Graph":
+    g = nodes[0].graph
+    for n in nodes[1:]:
+        if n.graph is not g:
+            if _encloses(g, n.graph):
+                g = n.graph
+            elif not _encloses(n.graph, g):
+                raise Error("nodes belong to different graphs")
+    return g
+
+
+def _trace(name: str, parent: "Graph", inputs: Sequence[tuple], fn, args_of, pre_capture=()) -> tuple:
+    """Traces fn on fresh body inputs ((shape, dtype) each); returns (body, result)."""
+    body = Graph(name)
+    body._parent = parent
+    ins = [body.input(f"in{i}", shape, dtype) for i, (shape, dtype) in enumerate(inputs)]
+    for node in pre_capture:  # the other branch's captures first, so both bodies take them in one order
+        body._capture(node)
+    return body, fn(*args_of(ins))
+
+
+def _outputs(body: "Graph", values: list) -> None:
+    body.set_outputs([body._node(v) if isinstance(v, Node) else body.constant(np.asarray(v)) for v in values])
+
+
+def scan(f, init, xs=None, length: Optional[int] = None, reverse: bool = False, consts: Sequence[Node] = ()):
+    """Loops like jax.lax.scan: `carry, y = f(carry, x)` for each x along xs' axis 0, and returns
+    (final carry, ys stacked along a new axis 0). init and xs are a Node, a tuple/list of Nodes,
+    or None; f may use nodes of the enclosing graph (weights), which become the scan's consts.
+    `f` may also be an rlx.Graph: inputs (carries..., x slices..., consts...) -> (new carries..., ys...).
+    With reverse=True the steps run from the last x to the first (ys keep their positions).
+    Short scans are unrolled when compiled; long ones run as a host loop (CompileOptions)."""
+    carries, c_shape = _flatten(init, "scan's init")
+    xs_list, x_shape = _flatten(xs, "scan's xs")
+    consts = list(consts)
+    if not carries and not xs_list:
+        raise Error("rlx.scan needs a carry or xs")
+    outer = _innermost(carries + xs_list + consts)
+    if length is None:
+        if not xs_list:
+            raise Error("rlx.scan without xs needs length=")
+        length = xs_list[0].shape[0]
+    if isinstance(f, Graph):
+        body, y_count = f, len(f.outputs()) - len(carries)
+        y_shape = Node if y_count == 1 else (tuple, y_count)
+    else:
+        body, out = _trace(getattr(f, "__name__", "scan") + "_body", outer,
+                           [(c.shape, c.dtype) for c in carries] + [(x.shape[1:], x.dtype) for x in xs_list],
+                           f, lambda ins: (_unflatten(c_shape, ins[:len(carries)]),
+                                           _unflatten(x_shape, ins[len(carries):])))
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise Error("the scan body must return (new_carry, y)")
+        new_carries, new_shape = _flatten(out[0], "the body's new carry")
+        ys, y_shape = _flatten(out[1], "the body's y")
+        if new_shape != c_shape:
+            raise Error(f"the scan body returns a carry of another structure than init ({len(new_carries)} "
+                        f"values for {len(carries)})")
+        _outputs(body, new_carries + ys)
+        consts += body._capture_src
+    ids = _C._scan(outer._g, body._g, [outer._node(n).id for n in carries], [outer._node(n).id for n in xs_list],
+                   int(length), reverse, [outer._node(n).id for n in consts])
+    results = [Node(outer, i) for i in ids]
+    return _unflatten(c_shape, results[:len(carries)]), _unflatten(y_shape, results[len(carries):])
+
+
+def cond(pred: Node, true_fn, false_fn, *operands: Node):
+    """true_fn(*operands) if the bool scalar pred holds, else false_fn(*operands); both return a
+    Node or a tuple/list of Nodes of equal types. Only the taken branch runs (a constant pred is
+    resolved when compiling); both may use nodes of the enclosing graph."""
+    outer = _innermost([pred, *operands])
+    types = [(o.shape, o.dtype) for o in operands]
+    tb, t_out = _trace(getattr(true_fn, "__name__", "then"), outer, types, true_fn, lambda ins: ins)
+    t_list, t_shape = _flatten(t_out, "cond's true_fn result")
+    _outputs(tb, t_list)
+    eb, e_out = _trace(getattr(false_fn, "__name__", "else"), outer, types, false_fn, lambda ins: ins,
+                       tb._capture_src)
+    e_list, e_shape = _flatten(e_out, "cond's false_fn result")
+    if t_shape != e_shape:
+        raise Error("cond's branches return different structures")
+    _outputs(eb, e_list)
+    for node in eb._capture_src[len(tb._capture_src):]:
+        tb._capture(node)
+    ops = [outer._node(n).id for n in list(operands) + eb._capture_src]
+    ids = _C._if(outer._g, outer._node(pred).id, tb._g, eb._g, ops)
+    return _unflatten(t_shape, [Node(outer, i) for i in ids])
+
+
+def while_loop(cond_fn, body_fn, init, max_trip_count: Optional[int] = None):
+    """carry = body_fn(carry) while cond_fn(carry) (a bool scalar) holds, at most max_trip_count
+    times when given; init is a Node or a tuple/list of Nodes. Reverse-mode autodiff needs
+    max_trip_count; forward mode does not."""
+    carries, c_shape = _flatten(init, "while_loop's init")
+    if not carries:
+        raise Error("rlx.while_loop needs a carry")
+    outer = _innermost(carries)
+    types = [(c.shape, c.dtype) for c in carries]
+    args = lambda ins: (_unflatten(c_shape, ins),)
+    cb, c_out = _trace(getattr(cond_fn, "__name__", "cond"), outer, types, cond_fn, args)
+    _outputs(cb, [c_out])
+    bb, b_out = _trace(getattr(body_fn, "__name__", "body"), outer, types, body_fn, args, cb._capture_src)
+    new_carries, new_shape = _flatten(b_out, "while_loop's body result")
+    if new_shape != c_shape:
+        raise Error("while_loop's body returns a carry of another structure than init")
+    _outputs(bb, new_carries)
+    for node in bb._capture_src[len(cb._capture_src):]:
+        cb._capture(node)
+    ids = _C._while(outer._g, cb._g, bb._g, [outer._node(n).id for n in carries],
+                    [outer._node(n).id for n in bb._capture_src], -1 if max_trip_count is None else int(max_trip_count))
+    return _unflatten(c_shape, [Node(outer, i) for i in ids])
 
 
 # ---- custom ops ----
@@ -607,3 +805,152 @@ def reference_run(g: Graph, inputs: dict, params: Optional[dict] = None) -> list
     """Runs a graph on the float64 reference interpreter (the test oracle)."""
     conv = lambda d: [(n,) + _to_device_array(v) for n, v in (d or {}).items()]
     return _C.reference_run(g._g, conv(inputs), conv(params))
+
+
+# ---- backend selection (docs/backend-selection.md): devices are labels, "cpu", "vulkan", ... ----
+DevicePolicy = _C.DevicePolicy
+DeviceCandidate = _C.DeviceCandidate
+DeviceReport = _C.DeviceReport
+DeviceBenchResult = _C.DeviceBenchResult
+
+
+def _policy(policy: Optional[DevicePolicy]) -> DevicePolicy:
+    if policy is None:
+        return DevicePolicy.all()
+    if not isinstance(policy, DevicePolicy):
+        raise Error(f"expected an rlx.DevicePolicy, got {type(policy).__name__}")
+    return policy
+
+
+def _native_graph(g: Graph) -> Any:
+    if not isinstance(g, Graph):
+        raise Error(f"expected an rlx.Graph, got {type(g).__name__}")
+    return g._g
+
+
+def _named(inputs: dict) -> list:
+    return [(name,) + _to_device_array(value) for name, value in inputs.items()]
+
+
+def device_report(g: Graph, policy: Optional[DevicePolicy] = None) -> DeviceReport:
+    """Every device with its blockers, cost estimate and why; report[0] is the recommended one."""
+    return _C.device_report(_native_graph(g), _policy(policy))
+
+
+def fastest_device_for(g: Graph, policy: Optional[DevicePolicy] = None) -> str:
+    return _C.fastest_device_for(_native_graph(g), _policy(policy))
+
+
+def resolve_device(g: Graph, device: Optional[str] = None, policy: Optional[DevicePolicy] = None) -> str:
+    """The hint, else the policy's default device, else RLX_DEVICE, else the cost-model pick."""
+    return _C.resolve_device(_native_graph(g), device, _policy(policy))
+
+
+def devices_for(g: Graph) -> list: return _C.devices_for(_native_graph(g))
+def advisory_capabilities(device: str) -> list: return _C.advisory_capabilities(device)
+def backends_manifest() -> str:
+    """JSON: every device, whether a backend is built in, whether it is available here and why not."""
+    return _C.backends_manifest()
+
+
+class GraphDevices:
+    """One graph, compiled lazily per device; params set here are mirrored to every device."""
+
+    def __init__(self, g: Graph, policy: Optional[DevicePolicy] = None):
+        self._r = _C._GraphDevices(_native_graph(g), _policy(policy))
+
+    @classmethod
+    def with_policy(cls, g: Graph, policy: DevicePolicy) -> "GraphDevices": return cls(g, policy)
+
+    def set_param(self, name: str, value: Any) -> None:
+        self._r.set_param(name, *_to_device_array(value))
+
+    def set_param_typed(self, name: str, data: bytes, dtype: DTypeLike) -> None:
+        """Raw bytes of the param's shape in `dtype`, converted to the param's dtype."""
+        self._r.set_param_typed(name, bytes(data), _dtype_name(dtype))
+
+    def sync_params_to_all(self) -> None: self._r.sync_params_to_all()
+    def devices(self) -> list: return self._r.devices()
+    def report(self) -> DeviceReport: return self._r.report()
+    def fastest(self) -> str: return self._r.fastest()
+    def resolve(self, device: Optional[str] = None) -> str: return self._r.resolve(device)
+    def compile(self, device: str) -> None: self._r.compile(device)
+    def run(self, device: str, inputs: dict) -> list: return self._r.run(device, _named(inputs))
+
+    def run_resolved(self, inputs: dict, device: Optional[str] = None) -> list:
+        return self._r.run_resolved(_named(inputs), device)
+
+    def run_resolved_with_inputs(self, device: Optional[str], inputs: dict) -> list:
+        return self.run_resolved(inputs, device)
+
+    def run_chain(self, inputs: dict, chain: Optional[Sequence[str]] = None) -> tuple:
+        """(device, outputs) from the first device of the chain that runs."""
+        return self._r.run_chain(_named(inputs), None if chain is None else list(chain))
+
+    def run_try(self, devices: Sequence[str], inputs: dict) -> tuple:
+        return self._r.run_try(list(devices), _named(inputs))
+
+    def failures(self) -> list: return self._r.failures()
+    def warm_all(self) -> list: return self._r.warm_all()
+    def benchmark(self, inputs: dict, runs: int = 20) -> list: return self._r.benchmark(_named(inputs), runs)
+    @property
+    def benchmark_winner(self) -> Optional[str]: return self._r.benchmark_winner
+    def invalidate_cache(self) -> None: self._r.invalidate_cache()
+    def cached_devices(self) -> list: return self._r.cached_devices()
+
+
+class FlexibleSession:
+    """Like Session, with the device chosen per compile by a policy and an optional hint."""
+
+    def __init__(self, policy: Optional[DevicePolicy] = None):
+        self.policy = _policy(policy)
+
+    @classmethod
+    def from_env(cls) -> "FlexibleSession": return cls(DevicePolicy.from_env())
+
+    def resolve(self, g: Graph, device: Optional[str] = None) -> str: return resolve_device(g, device, self.policy)
+
+    def compile_resolved(self, g: Graph, device: Optional[str] = None, **options) -> CompiledGraph:
+        return Session(self.resolve(g, device)).compile(g, **options)
+
+    def compile_on(self, g: Graph, device: str, **options) -> CompiledGraph:
+        reason = self.policy.blocked_reason(device)
+        if reason:
+            raise Error(f"compile_on: device '{parse_device(device)}' is {reason}")
+        return Session(device).compile(g, **options)
+
+
+class DeviceRouter:
+    """Serving wrapper: every viable device is compiled at construction; runs go to the pick."""
+
+    def __init__(self, g: Graph, policy: Optional[DevicePolicy] = None):
+        self._r = _C._DeviceRouter(_native_graph(g), _policy(policy))
+
+    @classmethod
+    def from_env(cls, g: Graph) -> "DeviceRouter": return cls(g, DevicePolicy.from_env())
+
+    def set_param(self, name: str, value: Any) -> None: self._r.set_param(name, *_to_device_array(value))
+
+    def set_param_typed(self, name: str, data: bytes, dtype: DTypeLike) -> None:
+        self._r.set_param_typed(name, bytes(data), _dtype_name(dtype))
+
+    def set_rebench_on_throttle(self, on: bool, check_every_s: float = 1.0) -> None:
+        self._r.set_rebench_on_throttle(on, check_every_s)
+
+    def with_rebench_on_throttle(self, on: bool, check_every_s: float = 1.0) -> "DeviceRouter":
+        self.set_rebench_on_throttle(on, check_every_s)
+        return self
+
+    def set_snapshot_source(self, fn) -> None:
+        """fn() returns (current MHz, maximum MHz); below 85% of the maximum counts as throttled."""
+        self._r.set_snapshot_source(fn)
+
+    def run(self, inputs: dict, device: Optional[str] = None) -> tuple: return self._r.run(_named(inputs), device)
+    def run_chain(self, inputs: dict) -> tuple: return self._r.run_chain(_named(inputs))
+    def run_on(self, device: str, inputs: dict) -> list: return self._r.run_on(device, _named(inputs))
+    @property
+    def current(self) -> Optional[str]: return self._r.current
+    @property
+    def rebenchmarks(self) -> int: return self._r.rebenchmarks
+    @property
+    def warmed(self) -> list: return self._r.warmed

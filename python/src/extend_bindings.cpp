@@ -26,8 +26,9 @@ nb::dict attrs_to_dict(const ir::Attrs& attrs) {
   for (const auto& [k, v] : attrs.items()) {
     if (k == "op") continue;
     std::visit([&](const auto& x) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, ir::DType>) d[k.c_str()] = std::string(ir::dtype_name(x));
-      else d[k.c_str()] = x;
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, ir::DType>) d[k.c_str()] = std::string(ir::dtype_name(x));
+      else if constexpr (!std::is_same_v<T, ir::GraphRef>) d[k.c_str()] = x;  // custom ops take no bodies
     }, v);
   }
   return d;

@@ -8,6 +8,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "rlx/autodiff/autodiff.hpp"
 #include "convert.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
@@ -40,6 +42,9 @@ ir::AttrValue to_attr(ir::OpKind op, const std::vector<ir::AttrSpec>& schema, co
       case ir::AttrType::String: return nb::cast<std::string>(v);
       case ir::AttrType::Ints: return nb::cast<std::vector<std::int64_t>>(v);
       case ir::AttrType::DType: return ir::parse_dtype(nb::cast<std::string>(v));
+      case ir::AttrType::Graph:
+        throw rlx::Error("op '" + std::string(ir::op_name(op)) +
+                         "' takes a body; build it with rlx.scan, rlx.cond or rlx.while_loop");
     }
   }
   throw rlx::Error("op '" + std::string(ir::op_name(op)) + "' has no attribute '" + key + "'");
@@ -91,6 +96,7 @@ struct PyCompiled {
 // Defined in train_bindings.cpp (losses, optimisers) and extend_bindings.cpp (register_op).
 void bind_train(nb::module_& m);
 void bind_extend(nb::module_& m);
+void bind_runtime(nb::module_& m);  // runtime_bindings.cpp: DevicePolicy, GraphDevices, DeviceRouter, ...
 
 NB_MODULE(_pyrlx, m) {
   m.doc() = "RLX: an ML graph compiler and runtime (C++ core)";
@@ -157,18 +163,45 @@ NB_MODULE(_pyrlx, m) {
 
   m.def("parse", [](const std::string& text) { return ir::parse_text(text); }, "text"_a);
 
+  // Control flow: the DSL (rlx.scan, rlx.cond, rlx.while_loop) traces the bodies
+  // into graphs; each returns the ids of the op's result nodes.
+  m.def("_scan", [](ir::Graph& g, const ir::Graph& body, std::vector<ir::NodeId> init, std::vector<ir::NodeId> xs,
+                    std::int64_t length, bool reverse, std::vector<ir::NodeId> consts) {
+    return ir::scan(g, ir::body_ref(body), std::move(init), std::move(xs), length, reverse, std::move(consts));
+  });
+  m.def("_if", [](ir::Graph& g, ir::NodeId cond, const ir::Graph& then_body, const ir::Graph& else_body,
+                  std::vector<ir::NodeId> operands) {
+    return ir::if_else(g, cond, ir::body_ref(then_body), ir::body_ref(else_body), std::move(operands));
+  });
+  m.def("_while", [](ir::Graph& g, const ir::Graph& cond, const ir::Graph& body, std::vector<ir::NodeId> init,
+                     std::vector<ir::NodeId> consts, std::int64_t max_trip_count) {
+    return ir::while_loop(g, ir::body_ref(cond), ir::body_ref(body), std::move(init), std::move(consts),
+                          max_trip_count);
+  });
+
   // Autodiff transforms: each returns a new graph with the same inputs and params.
   auto transform = [&m](const char* name, ir::Graph (*fn)(const ir::Graph&, std::span<const std::string>,
                                                         const rlx::autodiff::Options&)) {
-    m.def(name, [fn](const ir::Graph& g, const std::vector<std::string>& wrt, const std::vector<ir::NodeId>& stop) {
+    m.def(name, [fn](const ir::Graph& g, const std::vector<std::string>& wrt, const std::vector<ir::NodeId>& stop,
+                     std::int64_t checkpoint_every, const std::vector<ir::NodeId>& checkpoint_at) {
       rlx::autodiff::Options o;
       o.stop_gradient.insert(stop.begin(), stop.end());
+      o.checkpoint.every = checkpoint_every;
+      o.checkpoint.boundaries.insert(checkpoint_at.begin(), checkpoint_at.end());
       return fn(g, wrt, o);
-    }, "graph"_a, "wrt"_a, "stop_gradient"_a = std::vector<ir::NodeId>{});
+    }, "graph"_a, "wrt"_a, "stop_gradient"_a = std::vector<ir::NodeId>{}, "checkpoint_every"_a = 0,
+          "checkpoint_at"_a = std::vector<ir::NodeId>{});
   };
   transform("_grad", &rlx::autodiff::grad);
   transform("_value_and_grad", &rlx::autodiff::value_and_grad);
   transform("_jvp", &rlx::autodiff::jvp);
+  // A symbolic batch size is a string (the symbol), a static one an int.
+  m.def("_vmap", [](const ir::Graph& g, const std::vector<std::string>& batched,
+                    const std::variant<std::int64_t, std::string>& size, std::int64_t in_axis, std::int64_t out_axis) {
+    ir::Dim d = std::holds_alternative<std::string>(size) ? ir::Dim::symbol(std::get<std::string>(size))
+                                                          : ir::Dim(std::get<std::int64_t>(size));
+    return rlx::autodiff::vmap(g, {.batched = batched, .size = d, .in_axis = in_axis, .out_axis = out_axis});
+  }, "graph"_a, "batched"_a, "size"_a, "in_axis"_a, "out_axis"_a);
 
   m.def("reference_run",
         [](const ir::Graph& g, const std::vector<std::tuple<std::string, AnyArray, std::string>>& inputs,
@@ -260,4 +293,5 @@ NB_MODULE(_pyrlx, m) {
   });
   bind_train(m);
   bind_extend(m);
+  bind_runtime(m);
 }

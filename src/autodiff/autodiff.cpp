@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "autodiff/engine.hpp"
+#include "rlx/compile/pipeline.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::autodiff {
@@ -71,7 +72,10 @@ Graph reverse_mode(const Graph& g, std::span<const std::string> wrt, const Optio
   out.clear_outputs();
   std::vector<Maybe> ct(g.size());
   if (a.flow[loss.node] != Flow::Inactive) ct[loss.node] = out.scalar(1.0, ln.dtype);
-  detail::reverse(out, g, identity(g.size()), a, ct);
+  if (options.checkpoint.enabled())
+    detail::checkpointed_reverse(out, g, a, ct, options.checkpoint, loss.node);
+  else
+    detail::reverse(out, g, identity(g.size()), a, ct);
   if (with_value) out.add_output(loss.node, loss.name);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const Node& w = g.node(ids[i]);
@@ -120,6 +124,20 @@ Graph jvp(const Graph& g, std::span<const std::string> wrt, const Options& optio
     out.add_output(tangent, "tangent_" + (o.name.empty() ? std::to_string(i) : o.name));
   }
   return out;
+}
+
+const std::set<ir::OpKind>& backward_ops() {
+  static const std::set<ir::OpKind> ops{ir::OpKind::SoftmaxBackward, ir::OpKind::LogSoftmaxBackward,
+                                        ir::OpKind::LayerNormBackward, ir::OpKind::RmsNormBackward};
+  return ops;
+}
+
+Graph decompose_backward_ops_except(const Graph& g, const std::set<ir::OpKind>& supported) {
+  std::set<ir::OpKind> keep;
+  for (ir::OpKind op : ir::kAllOps)
+    if (ir::op_info(op).cls == ir::OpClass::Composite && (!backward_ops().contains(op) || supported.contains(op)))
+      keep.insert(op);
+  return compile::passes::decompose(g, keep);
 }
 
 }  // namespace rlx::autodiff

@@ -44,6 +44,9 @@ bool is_selector(const Graph& g, const Node& n, std::size_t input) {
     case OpKind::Where: return input == 0;
     case OpKind::Gather: case OpKind::IndexSelect: case OpKind::ScatterAdd: case OpKind::Embedding: return input == 1;
     case OpKind::Attention: return input == 3 && g.node(n.inputs[3]).dtype == DType::Bool;
+    case OpKind::If: return input == 0;  // the condition picks a branch
+    // Integer and bool operands of a loop (counters, indices, flags) steer it.
+    case OpKind::Scan: case OpKind::While: return !ir::is_float(g.node(n.inputs[input]).dtype);
     default: return false;
   }
 }
@@ -106,8 +109,9 @@ std::vector<bool> needed_for(const Graph& g, std::span<const NodeId> roots) {
   return need;
 }
 
-void reverse(Graph& g, const Graph& src, std::span<const NodeId> map, const Analysis& a, std::vector<Maybe>& ct) {
-  for (std::size_t i = src.size(); i-- > 0;) {
+void reverse(Graph& g, const Graph& src, std::span<const NodeId> map, const Analysis& a, std::vector<Maybe>& ct,
+             std::size_t begin, std::size_t end) {
+  for (std::size_t i = std::min(end, src.size()); i-- > begin;) {
     const Node& n = src.nodes()[i];
     if (!ct[i] || n.inputs.empty() || a.flow[i] == Flow::Inactive) continue;
     if (a.flow[i] == Flow::Poisoned) not_differentiable(src, a, n);

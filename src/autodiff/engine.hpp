@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "rlx/autodiff/autodiff.hpp"
 #include "rlx/ir/graph.hpp"
 
 namespace rlx::autodiff::detail {
@@ -34,13 +35,18 @@ struct Analysis {
 Analysis analyze(const ir::Graph& g, std::vector<Flow> flow, const std::set<NodeId>& stop);
 
 // Sweeps over `src`, whose nodes exist in `g` as map[id]; new nodes go into g.
-// reverse: cotangents seeded in `ct` flow back to the leaves (entries of
-// non-leaf nodes are consumed). forward: tangents seeded on leaves in `t`
-// flow to every node in `needed`.
+// reverse: cotangents seeded in `ct` flow back through the nodes with ids in
+// [begin, end) (entries of non-leaf nodes are consumed); the whole graph by
+// default. forward: tangents seeded on leaves in `t` flow to every node in `needed`.
 void reverse(ir::Graph& g, const ir::Graph& src, std::span<const NodeId> map, const Analysis& a,
-             std::vector<Maybe>& ct);
+             std::vector<Maybe>& ct, std::size_t begin = 0, std::size_t end = ~std::size_t{0});
 void forward(ir::Graph& g, const ir::Graph& src, std::span<const NodeId> map, const Analysis& a,
              const std::vector<bool>& needed, std::vector<Maybe>& t);
+// reverse() over `src` (copied into g with the same ids) with gradient
+// checkpointing: the forward segments before the loss's are recomputed,
+// each right before its backward part (checkpoint.cpp).
+void checkpointed_reverse(ir::Graph& g, const ir::Graph& src, const Analysis& a, std::vector<Maybe>& ct,
+                          const Checkpoint& cp, NodeId loss);
 // Nodes that `roots` depend on through non-selector operands.
 std::vector<bool> needed_for(const ir::Graph& g, std::span<const NodeId> roots);
 

@@ -9,6 +9,7 @@
 #include <numbers>
 #include <numeric>
 
+#include "autodiff/control_flow.hpp"
 #include "autodiff/engine.hpp"
 #include "rlx/ir/custom_op.hpp"
 #include "rlx/error.hpp"
@@ -286,11 +287,36 @@ NodeId select_vjp(const Site& s, NodeId ct, std::size_t table, std::size_t index
 
 // ---- composites ------------------------------------------------------------
 
-// y * (v - sum(v * y)): the softmax Jacobian is symmetric, so both modes use it.
+// y * (v - sum(v * y)), as the fused backward op: the softmax Jacobian is
+// symmetric, so both modes use it.
 NodeId softmax_map(const Site& s, NodeId v) {
+  return s.g.add(OpKind::SoftmaxBackward, {s.y, v}, {{"axis", s.n.attrs.get_int("axis")}});
+}
+
+// layer_norm and rms_norm: dx by their fused backward op; d gamma and d beta
+// sum the cotangent (times the normalized x, the op without its affine part)
+// over the leading dims.
+std::vector<Maybe> norm_vjp(const Site& s, NodeId ct, const std::vector<bool>& want) {
   Graph& g = s.g;
-  i64 axis = ir::normalize_axis(s.n.attrs.get_int("axis"), s.n.shape.rank());
-  return g.mul(s.y, g.sub(v, g.sum(g.mul(v, s.y), {axis}, true)));
+  const Node& n = s.n;
+  const bool rms = n.op == OpKind::RmsNorm;
+  const std::size_t rank = n.shape.rank();
+  const std::size_t axis = rms ? rank - 1 : std::size_t(ir::normalize_axis(n.attrs.get_int("axis"), rank));
+  Ints lead(axis);
+  std::iota(lead.begin(), lead.end(), 0);
+  auto over_rows = [&](NodeId v) { return lead.empty() ? v : g.sum(v, lead); };
+  std::vector<Maybe> d(n.inputs.size());
+  if (want[0]) {
+    std::vector<NodeId> ins{s.x[0], ct};
+    if (n.inputs.size() > 1) ins.push_back(s.x[1]);
+    d[0] = g.add(rms ? OpKind::RmsNormBackward : OpKind::LayerNormBackward, std::move(ins), n.attrs);
+  }
+  if (n.inputs.size() > 1 && want[1]) {
+    NodeId xhat = g.add(n.op, {s.x[0]}, n.attrs);
+    d[1] = over_rows(g.mul(ct, xhat));
+  }
+  if (n.inputs.size() > 2 && want[2]) d[2] = over_rows(ct);
+  return d;
 }
 
 // Rows of x and of the output cotangent as matrices, so that dW is one matmul.
@@ -388,10 +414,12 @@ std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& w
       break;
     case OpKind::Softmax: d[0] = softmax_map(s, ct); break;
     case OpKind::LogSoftmax:  // v - softmax(x) sum(v)
-      d[0] = g.sub(ct, g.mul(g.exp(s.y), g.sum(ct, {axis()}, true)));
+      d[0] = g.add(OpKind::LogSoftmaxBackward, {s.y, ct}, {{"axis", n.attrs.get_int("axis")}});
       break;
-    case OpKind::LayerNorm: case OpKind::RmsNorm: case OpKind::Conv1d: case OpKind::Conv2d:
-    case OpKind::MaxPool2d: case OpKind::AvgPool2d: case OpKind::Attention: return vjp_decomposed(s, ct, want);
+    case OpKind::LayerNorm: case OpKind::RmsNorm: return norm_vjp(s, ct, want);
+    case OpKind::Conv1d: case OpKind::Conv2d: case OpKind::MaxPool2d: case OpKind::AvgPool2d: case OpKind::Attention:
+    case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward: case OpKind::LayerNormBackward:
+    case OpKind::RmsNormBackward: return vjp_decomposed(s, ct, want);
     case OpKind::Custom: {  // the extension's own rule, else through its lowering
       auto ext = ir::find_op_extension(n.attrs.get_str("op"));
       if (auto rule = ext->vjp(g, s.x, s.y, ct, n.attrs)) {
@@ -400,6 +428,7 @@ std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& w
       }
       return vjp_decomposed(s, ct, want);
     }
+    case OpKind::Scan: case OpKind::If: case OpKind::While: return control_flow_vjp(s, ct, want);
     default: s.fail("no VJP rule for this op");
   }
   return d;
@@ -447,12 +476,14 @@ Maybe jvp_rule(const Site& s, std::span<const Maybe> t) {
       if (t.size() == 3 && t[2]) terms.push_back(channel_column(s, *t[2]));
       return sum_terms(g, terms, ys);
     case OpKind::LayerNorm: case OpKind::RmsNorm: case OpKind::MaxPool2d: case OpKind::Attention:
-      return jvp_decomposed(s, t);
+    case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward: case OpKind::LayerNormBackward:
+    case OpKind::RmsNormBackward: return jvp_decomposed(s, t);
     case OpKind::Custom: {
       auto ext = ir::find_op_extension(n.attrs.get_str("op"));
       if (auto rule = ext->jvp(g, s.x, t, s.y, n.attrs)) return rule;
       return jvp_decomposed(s, t);
     }
+    case OpKind::Scan: case OpKind::If: case OpKind::While: return control_flow_jvp(s, t);
     default: break;
   }
   // The rest are linear in their one differentiable operand.

@@ -174,6 +174,8 @@ std::string attr_text(const ir::Attrs& attrs) {
             s += v;
           else if constexpr (std::is_same_v<V, DType>)
             s += ir::dtype_name(v);
+          else if constexpr (std::is_same_v<V, ir::GraphRef>)
+            s += "graph " + v->name();
           else {
             s += "[";
             for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);

@@ -99,6 +99,32 @@ NodeId rms_norm(const Ctx& c) {
   return y;
 }
 
+// The backward ops: the input cotangent from (forward value, output cotangent[, gamma]).
+NodeId softmax_backward(const Ctx& c, bool log) {
+  Graph& g = c.g;
+  i64 axis = c.n.attrs.get_int("axis");
+  NodeId y = c.in[0], dy = c.in[1];
+  if (log) return g.sub(dy, g.mul(g.exp(y), g.sum(dy, {axis}, true)));
+  return g.mul(y, g.sub(dy, g.sum(g.mul(dy, y), {axis}, true)));
+}
+
+// r (g - mean(g) - xhat mean(g xhat)) over the normalized dims, with
+// xhat = (x - mean) r and g = dy gamma; rms_norm has no mean terms.
+NodeId norm_backward(const Ctx& c, bool rms) {
+  Graph& g = c.g;
+  auto rank = c.arg(0).shape.rank();
+  Ints axes = rms ? Ints{-1} : range(ir::normalize_axis(c.n.attrs.get_int("axis"), rank), i64(rank));
+  NodeId x = c.in[0], centered = rms ? x : g.sub(x, g.mean(x, axes, true));
+  NodeId var = g.mean(g.mul(centered, centered), axes, true);
+  NodeId r = g.unary(OpKind::Rsqrt, g.add(var, c.scalar(c.n.attrs.get_float("eps"))));
+  NodeId xhat = g.mul(centered, r);
+  NodeId dy = c.in[1];
+  if (auto gamma = c.optional_arg(2)) dy = g.mul(dy, *gamma);
+  NodeId inner = g.sub(dy, g.mul(xhat, g.mean(g.mul(dy, xhat), axes, true)));
+  if (!rms) inner = g.sub(inner, g.mean(dy, axes, true));
+  return g.mul(r, inner);
+}
+
 // Visits every multi-index of `extents` in row-major order.
 template <class F>
 void for_each_index(const Ints& extents, F&& f) {
@@ -244,6 +270,10 @@ NodeId emit(const Ctx& c) {
     case OpKind::MaxPool2d: return pool2d(c, true);
     case OpKind::AvgPool2d: return pool2d(c, false);
     case OpKind::Attention: return attention(c);
+    case OpKind::SoftmaxBackward: return softmax_backward(c, false);
+    case OpKind::LogSoftmaxBackward: return softmax_backward(c, true);
+    case OpKind::LayerNormBackward: return norm_backward(c, false);
+    case OpKind::RmsNormBackward: return norm_backward(c, true);
     default: c.fail("no decomposition for this composite");
   }
 }

@@ -17,6 +17,7 @@
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/compile/rewrite.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 
 namespace rlx::compile::passes {
 namespace {
@@ -212,6 +213,7 @@ class Lowering {
   void visit_view(const Node& n);
   void visit_elementwise(const Node& n);
   void visit_anchor(const Node& n);
+  bool join_siblings(const Node& n);
   bool absorb_transposed_b(const Node& n);
   std::optional<Role> absorb_role(int g, const Node& n, std::string& why) const;
   std::set<int> buffer_readers(const Node& n, const std::set<int>& inside) const;
@@ -423,11 +425,13 @@ void Lowering::visit_elementwise(const Node& n) {
 
 void Lowering::visit_anchor(const Node& n) {
   auto cls = ir::op_info(n.op).cls;
-  KernelKind kind = cls == OpClass::Reduce     ? KernelKind::Reduce
-                    : cls == OpClass::MatMul   ? KernelKind::MatMul
-                    : cls == OpClass::Leaf     ? KernelKind::Leaf
-                    : cls == OpClass::Movement ? KernelKind::Movement
-                                               : KernelKind::Native;
+  KernelKind kind = cls == OpClass::Reduce        ? KernelKind::Reduce
+                    : cls == OpClass::MatMul      ? KernelKind::MatMul
+                    : cls == OpClass::Leaf        ? KernelKind::Leaf
+                    : cls == OpClass::Movement    ? KernelKind::Movement
+                    : cls == OpClass::ControlFlow ? KernelKind::ControlFlow
+                                                  : KernelKind::Native;
+  if (kind == KernelKind::ControlFlow && join_siblings(n)) return;
   bool fusable =
       (kind == KernelKind::Reduce && bt_.fuse_reduce) || (kind == KernelKind::MatMul && bt_.fuse_matmul_epilogue);
   std::string why = kind == KernelKind::Reduce   ? "reduce fusion disabled"
@@ -491,6 +495,21 @@ bool Lowering::absorb_transposed_b(const Node& n) {
     owners_[n.id].push_back(gid);
   }
   return true;
+}
+
+// The results of one control-flow op share its kernel: one loop writes them all.
+bool Lowering::join_siblings(const Node& n) {
+  for (std::size_t gid = 0; gid < groups_.size(); ++gid) {
+    Group& grp = groups_[gid];
+    if (grp.kind != KernelKind::ControlFlow || !ir::are_siblings(g_.node(*grp.anchor), n)) continue;
+    grp.nodes[n.id] = Role::Anchor;
+    grp.outputs.push_back(n.id);
+    owners_[n.id] = {int(gid)};
+    producer_[n.id] = int(gid);
+    add_edges(int(gid), buffer_readers(n, {int(gid)}));
+    return true;
+  }
+  return false;
 }
 
 std::vector<int> Lowering::kernel_order() const {
@@ -593,7 +612,8 @@ void Lowering::emit(int gid, std::size_t index, std::vector<FusionRecord>* fusio
     bool declared = cls == OpClass::Leaf || n.op == OpKind::Reshape || n.op == OpKind::Expand;
     local[nid] = declared ? k.body.add_declared(n.op, std::move(ins), n.attrs, n.dtype, n.shape)
                           : k.body.add(n.op, std::move(ins), n.attrs);
-    ops += (ops.empty() ? "" : "+") + std::string(ir::op_name(n.op));
+    if (grp.kind != KernelKind::ControlFlow || ops.empty())  // a control-flow op's results: named once
+      ops += (ops.empty() ? "" : "+") + std::string(ir::op_name(n.op));
     kinds.push_back(n.op);
     k.source_nodes.push_back(origin_[nid]);
     if (!n.origin.empty() && std::find(origins.begin(), origins.end(), n.origin) == origins.end())

@@ -49,8 +49,10 @@ ir::Graph param_specialize(const ir::Graph& g, const std::map<std::string, ir::T
 ir::Graph const_fold(const ir::Graph& g) {
   return rewrite(g, [](Rewriter& r, const ir::Node& n) -> std::optional<ir::NodeId> {
     // Leaves (random ops included) have no inputs to fold: random ops stay
-    // random nodes so backends generate them where they are consumed.
-    if (ir::op_info(n.op).cls == ir::OpClass::Leaf || !n.shape.is_static()) return std::nullopt;
+    // random nodes so backends generate them where they are consumed. Loops
+    // are not run at compile time: a long one in the reference would stall it.
+    auto cls = ir::op_info(n.op).cls;
+    if (cls == ir::OpClass::Leaf || cls == ir::OpClass::ControlFlow || !n.shape.is_static()) return std::nullopt;
     auto& out = r.out();
     ir::Node m = n;
     m.inputs = r.mapped_inputs(n);

@@ -109,7 +109,13 @@ std::size_t node_hash(const ir::Node& n) {
   return h;
 }
 
+// Gradient checkpointing (rlx/autodiff) tags the forward values it recomputes
+// in the backward pass "recompute": merging them with the forward nodes they
+// copy would keep those alive after all and undo the checkpointing.
+bool recomputed(const ir::Node& n) { return n.origin.starts_with("recompute"); }
+
 bool same_node(const ir::Node& a, const ir::Node& b) {
+  if (recomputed(a) != recomputed(b)) return false;
   if (a.op != b.op || a.inputs != b.inputs || a.dtype != b.dtype || a.shape != b.shape || !(a.attrs == b.attrs))
     return false;
   if (a.op != OpKind::Constant || a.value == b.value) return true;

@@ -13,6 +13,7 @@
 #include "rlx/compile/passes_extra.hpp"
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/text.hpp"
 
 namespace rlx::compile {
@@ -32,6 +33,7 @@ std::string_view kernel_kind_name(KernelKind k) {
     case KernelKind::Movement: return "movement";
     case KernelKind::Native: return "native";
     case KernelKind::Leaf: return "leaf";
+    case KernelKind::ControlFlow: return "control_flow";
   }
   return "?";
 }
@@ -124,7 +126,8 @@ std::string DispatchReport::to_text() const {
 std::string CompileResult::summary() const {
   std::string out = fmt::format("compile '{}' for {}: {} HIR nodes -> {} MIR nodes -> {} kernels in {:.2f} ms\n",
                                 hir.name(), dispatch.backend, hir.size(), mir.size(), lir.kernels.size(), total_millis);
-  std::size_t per_kind[6] = {}, ops = 0, fused_kernels = 0;
+  constexpr std::size_t kinds = std::size_t(KernelKind::ControlFlow) + 1;
+  std::size_t per_kind[kinds] = {}, ops = 0, fused_kernels = 0;
   for (const auto& k : lir.kernels) {
     ++per_kind[std::size_t(k.kind)];
     ops += k.source_nodes.size();
@@ -132,7 +135,7 @@ std::string CompileResult::summary() const {
   }
   out += "  kernels:";
   bool first = true;
-  for (std::size_t i = 0; i < 6; ++i) {
+  for (std::size_t i = 0; i < kinds; ++i) {
     if (!per_kind[i]) continue;
     out += fmt::format("{} {} {}", first ? "" : ",", per_kind[i], kernel_kind_name(KernelKind(i)));
     first = false;
@@ -268,6 +271,10 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   require_static(g);
   pm.dump("hir", ir::to_text(g));
 
+  if (std::any_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node& n) { return ir::is_control_flow(n.op); }))
+    pm.run("lower_control_flow", g, [&](const ir::Graph& x) {
+      return passes::lower_control_flow(x, options, backend, &res.dispatch);
+    });
   if (std::any_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node& n) { return n.op == ir::OpKind::Custom; }))
     pm.run("inline", g,
            [&](const ir::Graph& x) { return passes::inline_custom(x, backend.custom_kernels, &res.dispatch); });

@@ -40,8 +40,14 @@ ir::Graph Rewriter::finish() {
 ir::Graph rewrite(const ir::Graph& g, const RewriteFn& f) {
   Rewriter r(g);
   for (const auto& n : g.nodes()) {
-    if (auto id = f(r, n)) r.set_map(n.id, *id);
-    else r.copy(n);
+    auto first = static_cast<ir::NodeId>(r.out().size());
+    if (auto id = f(r, n)) {
+      r.set_map(n.id, *id);
+      // What a node becomes keeps its origin (autodiff's recompute marker, a custom op's name).
+      if (!n.origin.empty()) r.out().tag_origin(first, n.origin);
+    } else {
+      r.copy(n);
+    }
   }
   return r.finish();
 }

@@ -13,6 +13,7 @@
 #include <iterator>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/text.hpp"
 
 extern char** environ;
@@ -41,6 +42,7 @@ std::string_view fill_color(OpKind op) {
     case OpClass::Reduce: return "#fff3cd";
     case OpClass::Composite: return "#f8d7da";
     case OpClass::Custom: return "#e2d9f3";
+    case OpClass::ControlFlow: return "#d1ecf1";
     default: return "white";
   }
 }
@@ -81,6 +83,10 @@ std::string to_dot(const Graph& g) {
     auto name = n.attrs.items().find("name");
     if (name != n.attrs.items().end() && std::holds_alternative<std::string>(name->second))
       label += fmt::format(" \"{}\"", std::get<std::string>(name->second));
+    // Bodies are named rather than drawn: a loop's body would otherwise be
+    // repeated once per result node.
+    for (const auto& [key, body] : bodies_of(n)) label += fmt::format("\n{}: {}", key, (*body)->name());
+    if (is_control_flow(n.op)) label += fmt::format("\nresult {}", n.attrs.get_int("result"));
     label += fmt::format("\n{}{}", dtype_name(n.dtype), n.shape.str());
     out += fmt::format("  n{} [label={}, fillcolor=\"{}\"];\n", n.id, dot_quote(label), fill_color(n.op));
     // Operand order matters for most multi-input ops (sub, matmul, where), so number the edges.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 #include "rlx/error.hpp"
 
@@ -20,6 +22,30 @@ const std::vector<Var>& catalog() {
        "Unset = chosen by shape, from measurements; for tests and benchmarks."},
       {"RLX_TEST_SEED", Type::Int, "",
        "Seed for the tests' random inputs and graphs (printed by every test run), to replay a failure."},
+      {"RLX_VULKAN_DEVICE", Type::String, "",
+       "Vulkan device to use: its index in the loader's order (`vulkaninfo --summary`) or a case-insensitive "
+       "substring of its name. "
+       "Unset = the first discrete GPU, else integrated, virtual, then CPU devices (lavapipe)."},
+      {"RLX_DEVICES", Type::List, "",
+       "DevicePolicy::from_env allow-list, e.g. cpu,vulkan. Unset = every backend built in. "
+       "from_env_key(\"MYAPP\") reads MYAPP_DEVICES instead (likewise for the other device variables)."},
+      {"RLX_DENY_DEVICES", Type::List, "", "DevicePolicy::from_env block-list: devices never picked, e.g. cuda."},
+      {"RLX_PREFER_DEVICES", Type::List, "",
+       "DevicePolicy::from_env tie-break order when cost estimates are within 10% of each other."},
+      {"RLX_DEVICE", Type::String, "",
+       "The device resolved runs use when the caller gives no hint (GraphDevices::resolve, FlexibleSession). "
+       "Must be allowed by the policy."},
+      {"RLX_DEVICE_CHAIN", Type::List, "",
+       "Fallback order for run_chain, e.g. cuda,vulkan,cpu. Unset = the viable devices, best estimate first."},
+      {"RLX_BENCHMARK_PICK", Type::Int, "",
+       "N > 0: DevicePolicy::from_env picks a device by timing N runs on each candidate instead of the cost model."},
+      {"RLX_DISPATCH_REPORT", Type::Bool, "0",
+       "1: print each compile's dispatch report (every op's tier on the backend, and why) to stderr."},
+      {"RLX_CACHE_DIR", Type::String, "",
+       "Directory of the calibration caches (<backend>-calib-<device>.json). Unset = $XDG_CACHE_HOME/rlx, "
+       "else $HOME/.cache/rlx."},
+      {"XDG_CACHE_HOME", Type::String, "", "Read only to place the cache directory when RLX_CACHE_DIR is unset."},
+      {"HOME", Type::String, "", "Read only to place the cache directory when RLX_CACHE_DIR and XDG_CACHE_HOME are unset."},
   };
   return vars;
 }
@@ -32,22 +58,69 @@ const Var& declared(std::string_view name) {
   return *it;
 }
 
+// The name actually read: "RLX_DEVICES" under prefix "MYAPP" is "MYAPP_DEVICES".
+std::string actual_name(std::string_view name, std::string_view prefix) {
+  declared(name);
+  if (prefix == "RLX") return std::string(name);
+  if (!name.starts_with("RLX_")) throw Error("environment variable " + std::string(name) + " has no prefixed form");
+  if (prefix.empty()) throw Error("an environment prefix must not be empty (reading " + std::string(name) + ")");
+  return std::string(prefix) + std::string(name.substr(3));
+}
+
+struct Overrides {
+  std::mutex mu;
+  std::map<std::string, std::vector<std::optional<std::string>>, std::less<>> stacks;
+};
+Overrides& overrides() {
+  static Overrides o;
+  return o;
+}
+
+std::optional<std::string> raw(const std::string& name) {
+  {
+    auto& o = overrides();
+    std::lock_guard lock(o.mu);
+    if (auto it = o.stacks.find(name); it != o.stacks.end() && !it->second.empty()) return it->second.back();
+  }
+  const char* v = std::getenv(name.c_str());
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
 std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 }  // namespace
 
-std::optional<std::string> get(std::string_view name) {
+ScopedOverride::ScopedOverride(std::string name, std::optional<std::string> value) : name_(std::move(name)) {
+  auto& o = overrides();
+  std::lock_guard lock(o.mu);
+  o.stacks[name_].push_back(std::move(value));
+}
+
+ScopedOverride::~ScopedOverride() {
+  auto& o = overrides();
+  std::lock_guard lock(o.mu);
+  auto it = o.stacks.find(name_);
+  it->second.pop_back();
+  if (it->second.empty()) o.stacks.erase(it);
+}
+
+std::optional<std::string> get(std::string_view name) { return get(name, "RLX"); }
+std::optional<long long> get_int(std::string_view name) { return get_int(name, "RLX"); }
+bool get_bool(std::string_view name) { return get_bool(name, "RLX"); }
+std::vector<std::string> get_list(std::string_view name) { return get_list(name, "RLX"); }
+
+std::optional<std::string> get(std::string_view name, std::string_view prefix) {
   const Var& v = declared(name);
-  const char* raw = std::getenv(std::string(v.name).c_str());
-  if (raw && *raw) return std::string(raw);
+  auto value = raw(actual_name(name, prefix));
+  if (value && !value->empty()) return value;
   if (!v.default_value.empty()) return std::string(v.default_value);
   return std::nullopt;
 }
 
-std::optional<long long> get_int(std::string_view name) {
-  auto s = get(name);
+std::optional<long long> get_int(std::string_view name, std::string_view prefix) {
+  auto s = get(name, prefix);
   if (!s) return std::nullopt;
   try {
     std::size_t used = 0;
@@ -55,21 +128,22 @@ std::optional<long long> get_int(std::string_view name) {
     if (used == s->size()) return v;
   } catch (const std::exception&) {
   }
-  throw Error("environment variable " + std::string(name) + "='" + *s + "' is not an integer");
+  throw Error("environment variable " + actual_name(name, prefix) + "='" + *s + "' is not an integer");
 }
 
-bool get_bool(std::string_view name) {
-  auto s = get(name);
+bool get_bool(std::string_view name, std::string_view prefix) {
+  auto s = get(name, prefix);
   if (!s) return false;
   auto v = lower(*s);
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
   if (v == "0" || v == "false" || v == "no" || v == "off") return false;
-  throw Error("environment variable " + std::string(name) + "='" + *s + "' is not a boolean (use 1/0, true/false)");
+  throw Error("environment variable " + actual_name(name, prefix) + "='" + *s +
+              "' is not a boolean (use 1/0, true/false)");
 }
 
-std::vector<std::string> get_list(std::string_view name) {
+std::vector<std::string> get_list(std::string_view name, std::string_view prefix) {
   std::vector<std::string> out;
-  auto s = get(name);
+  auto s = get(name, prefix);
   if (!s) return out;
   std::size_t start = 0;
   while (start <= s->size()) {

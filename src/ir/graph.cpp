@@ -412,6 +412,17 @@ void Graph::verify() const {
         case AttrType::String: ok = std::holds_alternative<std::string>(value); break;
         case AttrType::Ints: ok = std::holds_alternative<std::vector<std::int64_t>>(value); break;
         case AttrType::DType: ok = std::holds_alternative<DType>(value); break;
+        case AttrType::Graph: {
+          const auto* body = std::get_if<GraphRef>(&value);
+          ok = body && *body;
+          if (!ok) break;
+          try {
+            (*body)->verify();
+          } catch (const Error& e) {
+            throw Error(where() + "in its '" + key + "' body: " + e.what());
+          }
+          break;
+        }
       }
       if (!ok) throw Error(where() + "attribute '" + key + "' has the wrong type");
     }
@@ -462,6 +473,9 @@ Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std:
     Node c = n;
     c.shape = bind(n.shape);
     auto& attrs = c.attrs;
+    for (const auto& [key, value] : n.attrs.items())  // control-flow bodies see the same bindings
+      if (const auto* body = std::get_if<GraphRef>(&value); body && *body)
+        attrs.set(key, std::make_shared<const Graph>(bind_symbols(**body, bindings)));
     if (n.op == OpKind::Slice) {  // symbolic axes were taken whole
       auto ends = attrs.get_ints("ends");
       for (std::size_t i = 0; i < ends.size(); ++i)

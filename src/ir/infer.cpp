@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
 #include "rlx/ir/graph.hpp"
 
@@ -66,6 +67,7 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
       for (int i = 0; i < n_in; ++i) ins.push_back({in(i).dtype, in(i).shape});
       return ext->infer(ins, attrs);
     }
+    if (info.cls == OpClass::ControlFlow) return infer_control_flow(g, op, inputs, attrs);
 
     switch (info.cls) {
       case OpClass::Leaf: {
@@ -157,6 +159,7 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
       case OpClass::Movement: break;
       case OpClass::Composite: break;
       case OpClass::Custom: break;
+      case OpClass::ControlFlow: break;
     }
 
     const Shape& s0 = in(0).shape;
@@ -324,6 +327,22 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
         require(is_float(t0) && rank >= 1, "needs a float input of rank >= 1");
         if (n_in == 2) require(in(1).shape == Shape(std::vector<Dim>{s0[rank - 1]}) && in(1).dtype == t0, "gamma must be [last dim]");
         return {t0, s0};
+      // Backward ops: (forward value, output cotangent[, gamma]) -> input cotangent.
+      case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward:
+        require(is_float(t0), "needs a float input");
+        require(in(1).dtype == t0 && in(1).shape == s0, "y and dy must have the same dtype and shape");
+        normalize_axis(attrs.get_int("axis"), rank);
+        return {t0, s0};
+      case OpKind::LayerNormBackward: case OpKind::RmsNormBackward: {
+        require(is_float(t0), "needs a float input");
+        require(in(1).dtype == t0 && in(1).shape == s0, "x and dy must have the same dtype and shape");
+        std::size_t axis = rank ? rank - 1 : 0;
+        if (op == OpKind::LayerNormBackward) axis = static_cast<std::size_t>(normalize_axis(attrs.get_int("axis"), rank));
+        else require(rank >= 1, "needs rank >= 1");
+        Shape norm(std::vector<Dim>(s0.dims().begin() + static_cast<std::ptrdiff_t>(axis), s0.dims().end()));
+        if (n_in == 3) require(in(2).shape == norm && in(2).dtype == t0, "gamma must be " + norm.str());
+        return {t0, s0};
+      }
       case OpKind::Conv1d: case OpKind::Conv2d: case OpKind::MaxPool2d: case OpKind::AvgPool2d: {
         bool pool = op == OpKind::MaxPool2d || op == OpKind::AvgPool2d;
         std::size_t sp = op == OpKind::Conv1d ? 1 : 2;

@@ -22,6 +22,7 @@ std::string_view attr_type_name(AttrType t) {
     case AttrType::String: return "string";
     case AttrType::Ints: return "int list";
     case AttrType::DType: return "dtype";
+    case AttrType::Graph: return "graph";
   }
   return "?";
 }
@@ -71,6 +72,11 @@ const std::vector<std::int64_t>& Attrs::get_ints(std::string_view k) const {
   return get_typed<std::vector<std::int64_t>>(map_, k, AttrType::Ints);
 }
 DType Attrs::get_dtype(std::string_view k) const { return get_typed<DType>(map_, k, AttrType::DType); }
+const GraphRef& Attrs::get_graph(std::string_view k) const {
+  const auto& g = get_typed<GraphRef>(map_, k, AttrType::Graph);
+  if (!g) throw Error("attribute '" + std::string(k) + "' holds no graph");
+  return g;
+}
 
 const std::vector<AttrSpec>& op_attr_schema(OpKind k) {
   using T = AttrType;
@@ -95,6 +101,15 @@ const std::vector<AttrSpec>& op_attr_schema(OpKind k) {
   static const std::vector<AttrSpec> attention{{"causal", T::Bool, true}, {"scale", T::Float, true}};
   // A custom op's own attributes come from its extension's schema (attr_schema_of).
   static const std::vector<AttrSpec> custom{{"op", T::String, true}};
+  // Control flow: `result` picks which of the op's results a node stands for
+  // (rlx/ir/control_flow.hpp).
+  static const std::vector<AttrSpec> scan{{"body", T::Graph, true},        {"length", T::Int, true},
+                                          {"num_carries", T::Int, true},   {"num_consts", T::Int, false},
+                                          {"reverse", T::Bool, false},     {"result", T::Int, true}};
+  static const std::vector<AttrSpec> if_{{"then", T::Graph, true}, {"else", T::Graph, true}, {"result", T::Int, true}};
+  static const std::vector<AttrSpec> while_{{"cond", T::Graph, true},         {"body", T::Graph, true},
+                                            {"num_carries", T::Int, true},    {"max_trip_count", T::Int, false},
+                                            {"result", T::Int, true}};
   switch (k) {
     case OpKind::Input: case OpKind::Param: return name;
     case OpKind::Iota: return axis;
@@ -108,15 +123,19 @@ const std::vector<AttrSpec>& op_attr_schema(OpKind k) {
     case OpKind::Permute: return permute;
     case OpKind::Slice: return slice;
     case OpKind::Concat: case OpKind::Gather: case OpKind::IndexSelect: case OpKind::ScatterAdd:
-    case OpKind::Softmax: case OpKind::LogSoftmax: return axis;
+    case OpKind::Softmax: case OpKind::LogSoftmax: case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward:
+      return axis;
     case OpKind::Pad: return pad;
     case OpKind::Squeeze: case OpKind::Unsqueeze: case OpKind::Flip: return axes;
-    case OpKind::LayerNorm: return layer_norm;
-    case OpKind::RmsNorm: return rms_norm;
+    case OpKind::LayerNorm: case OpKind::LayerNormBackward: return layer_norm;
+    case OpKind::RmsNorm: case OpKind::RmsNormBackward: return rms_norm;
     case OpKind::Conv1d: case OpKind::Conv2d: return conv;
     case OpKind::MaxPool2d: case OpKind::AvgPool2d: return pool;
     case OpKind::Attention: return attention;
     case OpKind::Custom: return custom;
+    case OpKind::Scan: return scan;
+    case OpKind::If: return if_;
+    case OpKind::While: return while_;
     default: return none;
   }
 }

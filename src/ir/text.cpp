@@ -10,10 +10,13 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <memory>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
 
 namespace rlx::ir {
@@ -60,11 +63,16 @@ std::string format_float_attr(double v) {
   return s;
 }
 
-std::string format_attr(const AttrValue& value) {
+// Bodies are printed once per graph block, before their first use, and
+// referred to by label.
+using BodyLabels = std::map<const Graph*, std::string>;
+
+std::string format_attr(const AttrValue& value, const BodyLabels& bodies) {
   return std::visit(
-      [](const auto& v) -> std::string {
+      [&](const auto& v) -> std::string {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(v);
+        else if constexpr (std::is_same_v<T, GraphRef>) return "@" + bodies.at(v.get());
         else if constexpr (std::is_same_v<T, double>) return format_float_attr(v);
         else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
         else if constexpr (std::is_same_v<T, std::string>) return quote(v);
@@ -101,8 +109,8 @@ bool has_positional_name(const Node& n) {
   return it != n.attrs.items().end() && std::holds_alternative<std::string>(it->second);
 }
 
-void print_node(std::string& out, const Node& n) {
-  out += fmt::format("  %{} = {}", n.id, op_name(n.op));
+void print_node(std::string& out, const Node& n, const BodyLabels& bodies, const std::string& indent) {
+  out += fmt::format("{}%{} = {}", indent, n.id, op_name(n.op));
   const bool positional_name = has_positional_name(n);
   if (positional_name) out += ' ' + quote(n.attrs.get_str("name"));
   for (std::size_t i = 0; i < n.inputs.size(); ++i) out += fmt::format("{}%{}", i ? ", " : " ", n.inputs[i]);
@@ -113,14 +121,14 @@ void print_node(std::string& out, const Node& n) {
     attrs.push_back(v + ']');
   }
   for (const auto& [key, value] : n.attrs.items())
-    if (!(positional_name && key == "name")) attrs.push_back(key + '=' + format_attr(value));
+    if (!(positional_name && key == "name")) attrs.push_back(key + '=' + format_attr(value, bodies));
   if (!attrs.empty()) out += fmt::format(" {{{}}}", fmt::join(attrs, ", "));
   out += " : " + format_type(n.dtype, n.shape) + '\n';
 }
 
 // ---- lexing ----------------------------------------------------------------
 
-enum class Tok { Ident, Int, Float, String, Label, Punct, End };
+enum class Tok { Ident, Int, Float, String, Label, BodyLabel, Punct, End };
 
 struct Token {
   Tok kind;
@@ -139,6 +147,7 @@ std::string describe(const Token& t) {
     case Tok::End: return "end of input";
     case Tok::String: return "string " + quote(t.text);
     case Tok::Label: return "'%" + t.text + "'";
+    case Tok::BodyLabel: return "'@" + t.text + "'";
     default: return "'" + t.text + "'";
   }
 }
@@ -168,11 +177,11 @@ std::vector<Token> lex(std::string_view s) {
     }
     const std::size_t start = i;
     const char c = s[i];
-    if (c == '%') {
+    if (c == '%' || c == '@') {
       while (++i < s.size() && is_label_char(s[i])) {
       }
-      if (i == start + 1) fail(t, "expected a label name after '%'");
-      t.kind = Tok::Label;
+      if (i == start + 1) fail(t, fmt::format("expected a label name after '{}'", c));
+      t.kind = c == '%' ? Tok::Label : Tok::BodyLabel;
       t.text = s.substr(start + 1, i - start - 1);
     } else if (is_ident_start(c)) {
       while (++i < s.size() && is_ident_char(s[i])) {
@@ -265,6 +274,21 @@ class Parser {
   Graph parse() {
     const Token& kw = peek();
     if (kw.kind == Tok::End) fail(kw, "empty input, expected 'graph'");
+    Graph g = parse_graph();
+    if (peek().kind != Tok::End) fail(peek(), "unexpected " + describe(peek()) + " after the closing '}'");
+    return g;
+  }
+
+ private:
+  struct Def {
+    NodeId id;
+    const Token* label;
+  };
+
+  // "graph NAME { ... }", verified. Labels (of nodes and bodies) are local to
+  // one graph block, so a nested body starts with fresh ones.
+  Graph parse_graph() {
+    const Token& kw = peek();
     if (!is_word(kw, "graph")) fail(kw, "expected 'graph', got " + describe(kw));
     next();
     const Token& name = next();
@@ -277,20 +301,31 @@ class Parser {
       if (is_punct(t, "}")) break;
       if (t.kind == Tok::Label) parse_node(g);
       else if (is_word(t, "output")) parse_outputs(g);
+      else if (is_word(t, "body")) parse_body();
       else if (t.kind == Tok::End) fail(t, "unexpected end of input, expected '}'");
-      else fail(t, "expected a node ('%label = op ...'), 'output' or '}', got " + describe(t));
+      else fail(t, "expected a node ('%label = op ...'), 'body', 'output' or '}', got " + describe(t));
     }
     next();
-    if (peek().kind != Tok::End) fail(peek(), "unexpected " + describe(peek()) + " after the closing '}'");
     verify(g, kw);
     return g;
   }
 
- private:
-  struct Def {
-    NodeId id;
-    const Token* label;
-  };
+  // "body @label = graph NAME { ... }": a control-flow body for the nodes after it.
+  void parse_body() {
+    next();
+    const Token& label = next();
+    if (label.kind != Tok::BodyLabel) fail(label, "expected a body label like @b0, got " + describe(label));
+    if (bodies_.contains(label.text)) fail(label, fmt::format("duplicate body label @{}", label.text));
+    expect("=");
+    auto defs = std::exchange(defs_, {});
+    auto nodes = std::exchange(nodes_, {});
+    auto bodies = std::exchange(bodies_, {});
+    Graph body = parse_graph();
+    defs_ = std::move(defs);
+    nodes_ = std::move(nodes);
+    bodies_ = std::move(bodies);
+    bodies_.emplace(label.text, std::make_shared<const Graph>(std::move(body)));
+  }
 
   const Token& peek() const { return toks_[pos_]; }
   const Token& next() { return pos_ + 1 < toks_.size() ? toks_[pos_++] : toks_[pos_]; }
@@ -384,6 +419,13 @@ class Parser {
         if (at.kind != Tok::String) mismatch(at, spec, op, "a string");
         return next().text;
       case AttrType::DType: return dtype();
+      case AttrType::Graph: {
+        if (at.kind != Tok::BodyLabel) mismatch(at, spec, op, "a body label like @b0");
+        auto it = bodies_.find(next().text);
+        if (it == bodies_.end())
+          fail(at, fmt::format("undefined body @{} (define it with 'body @{} = graph ...' first)", at.text, at.text));
+        return it->second;
+      }
       case AttrType::Ints: {
         if (!is_punct(at, "[")) mismatch(at, spec, op, "an int list like [0, 1]");
         next();
@@ -575,15 +617,25 @@ class Parser {
   std::size_t pos_ = 0;
   std::map<std::string, Def, std::less<>> defs_;
   std::vector<const Token*> nodes_;  // label token per dense id
+  std::map<std::string, GraphRef, std::less<>> bodies_;
 };
 
-}  // namespace
-
-std::string to_text(const Graph& g) {
-  std::string out = fmt::format("graph {} {{\n", ident_or_quoted(g.name()));
-  for (const Node& n : g.nodes()) print_node(out, n);
+void print_graph(std::string& out, const Graph& g, const std::string& indent) {
+  out += fmt::format("graph {} {{\n", ident_or_quoted(g.name()));
+  const std::string inner = indent + "  ";
+  BodyLabels bodies;
+  for (const Node& n : g.nodes()) {
+    for (const auto& [key, body] : bodies_of(n)) {
+      if (bodies.contains(body->get())) continue;
+      std::string label = "b" + std::to_string(bodies.size());
+      out += inner + "body @" + label + " = ";
+      print_graph(out, **body, inner);
+      bodies.emplace(body->get(), std::move(label));
+    }
+    print_node(out, n, bodies, inner);
+  }
   if (!g.outputs().empty()) {
-    out += "  output";
+    out += inner + "output";
     for (std::size_t i = 0; i < g.outputs().size(); ++i) {
       const GraphOutput& o = g.outputs()[i];
       out += fmt::format("{}%{}", i ? ", " : " ", o.node);
@@ -591,7 +643,15 @@ std::string to_text(const Graph& g) {
     }
     out += '\n';
   }
-  return out + "}\n";
+  out += indent + "}\n";
+}
+
+}  // namespace
+
+std::string to_text(const Graph& g) {
+  std::string out;
+  print_graph(out, g, "");
+  return out;
 }
 
 Graph parse_text(std::string_view text) { return Parser(text).parse(); }

@@ -153,6 +153,7 @@ Value evaluate(const Ctx& c) {
     case ir::OpClass::MatMul:
     case ir::OpClass::Composite: r = eval_nn(c); break;
     case ir::OpClass::Custom: r = eval_custom(c); break;
+    case ir::OpClass::ControlFlow: r = eval_control_flow(c); break;
   }
   // A mismatch here means shape inference and the op's semantics disagree:
   // the oracle refuses rather than hiding it.

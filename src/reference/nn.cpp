@@ -66,6 +66,58 @@ Value normalize(const Ctx& c, const Value& x, std::size_t axis, bool rms, const 
   return r;
 }
 
+// The backward of softmax (log: of log_softmax) from its result y and the
+// cotangent dy: y (dy - sum(dy y)), or dy - exp(y) sum(dy).
+Value softmax_backward(const Ctx& c, const Value& y, const Value& dy, bool log) {
+  auto axis = y.rank() ? std::size_t(c.axis(c.attrs().get_int("axis"), y.rank())) : 0;
+  const Split s = split_at(y.ext, axis);
+  Value r(c.n.dtype, y.ext);
+  for (std::int64_t o = 0; o < s.outer; ++o)
+    for (std::int64_t i = 0; i < s.inner; ++i) {
+      auto at = [&](std::int64_t k) { return std::size_t(o * s.n * s.inner + i + k * s.inner); };
+      double sum = 0;
+      for (std::int64_t k = 0; k < s.n; ++k) sum += log ? dy.v[at(k)] : dy.v[at(k)] * y.v[at(k)];
+      for (std::int64_t k = 0; k < s.n; ++k)
+        r.v[at(k)] = log ? dy.v[at(k)] - std::exp(y.v[at(k)]) * sum : y.v[at(k)] * (dy.v[at(k)] - sum);
+    }
+  return r;
+}
+
+// The backward of layer_norm (rms: of rms_norm) with respect to x, per row of
+// m elements with xhat = (x - mean) r and g = dy gamma:
+// r (g - mean(g) - xhat mean(g xhat)), without the mean terms for rms.
+Value normalize_backward(const Ctx& c, const Value& x, const Value& dy, std::size_t axis, bool rms,
+                         const Value* gamma) {
+  Ext row(x.ext.begin() + std::ptrdiff_t(axis), x.ext.end());
+  std::int64_t m = numel(row), rows = numel(Ext(x.ext.begin(), x.ext.begin() + std::ptrdiff_t(axis)));
+  std::vector<std::int64_t> mg;
+  if (gamma) mg = broadcast_map(c, gamma->ext, row);
+  double eps = c.attrs().get_float("eps");
+  Value r(c.n.dtype, x.ext);
+  std::vector<double> xhat(static_cast<std::size_t>(m)), g(static_cast<std::size_t>(m));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const double *p = x.v.data() + i * m, *d = dy.v.data() + i * m;
+    double mean = 0, var = 0, mean_g = 0, mean_gx = 0;
+    if (!rms) {
+      for (std::int64_t j = 0; j < m; ++j) mean += p[j];
+      mean /= double(m);
+    }
+    for (std::int64_t j = 0; j < m; ++j) var += (p[j] - mean) * (p[j] - mean);
+    double inv = 1 / std::sqrt(var / double(m) + eps);
+    for (std::size_t j = 0; j < std::size_t(m); ++j) {
+      xhat[j] = (p[j] - mean) * inv;
+      g[j] = gamma ? d[j] * gamma->v[std::size_t(mg[j])] : d[j];
+      mean_g += g[j];
+      mean_gx += g[j] * xhat[j];
+    }
+    mean_g = rms ? 0 : mean_g / double(m);
+    mean_gx /= double(m);
+    for (std::size_t j = 0; j < std::size_t(m); ++j)
+      r.v[std::size_t(i * m) + j] = inv * (g[j] - mean_g - xhat[j] * mean_gx);
+  }
+  return r;
+}
+
 Value linear(const Ctx& c, const Value& x, const Value& w, const Value* b) {
   if (w.rank() != 2 || x.rank() < 1 || x.ext.back() != w.ext[0])
     c.fail("linear needs x[..., in] and w[in, out], got " + ext_str(x.ext) + " and " + ext_str(w.ext));
@@ -269,6 +321,14 @@ Value eval_nn(const Ctx& c) {
     case OpKind::AvgPool2d: return pool(c, x, false);
     case OpKind::Embedding: return embedding(c, x, c.x(1));
     case OpKind::Attention: return attention(c, x, c.x(1), c.x(2), opt(3));
+    case OpKind::SoftmaxBackward: return softmax_backward(c, x, c.x(1), false);
+    case OpKind::LogSoftmaxBackward: return softmax_backward(c, x, c.x(1), true);
+    case OpKind::LayerNormBackward:
+      return normalize_backward(c, x, c.x(1), x.rank() ? std::size_t(c.axis(c.attrs().get_int("axis"), x.rank())) : 0,
+                                false, opt(2));
+    case OpKind::RmsNormBackward:
+      if (x.rank() < 1) c.fail("rms_norm_backward needs rank >= 1");
+      return normalize_backward(c, x, c.x(1), x.rank() - 1, true, opt(2));
     default: c.fail("not a composite op");
   }
 }

@@ -50,10 +50,18 @@ std::vector<std::string> host_kernel_names() {
   return out;
 }
 
+std::vector<std::string> vulkan_kernel_names() {
+  std::lock_guard lock(kernels().mu);
+  std::vector<std::string> out;
+  for (const auto& [name, k] : kernels().vulkan) out.push_back(name);
+  return out;
+}
+
 CustomRoute custom_op_route(std::string_view op_name, Device device) {
   if ((device == Device::Vulkan && find_vulkan_kernel(op_name)) || (device == Device::Cuda && find_cuda_kernel(op_name)))
     return CustomRoute::RawGpuKernel;
-  if (device == Device::Cpu && find_host_kernel(op_name)) return CustomRoute::HostKernel;
+  // Vulkan runs host kernels through host staging.
+  if ((device == Device::Cpu || device == Device::Vulkan) && find_host_kernel(op_name)) return CustomRoute::HostKernel;
   if (ir::is_op_registered(op_name)) {
     // A lowering is tried by the inline pass; an op without one falls back to
     // a host kernel through staging where the backend offers it.

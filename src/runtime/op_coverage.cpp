@@ -6,15 +6,21 @@
 namespace rlx::runtime {
 
 namespace {
-// The tier an op takes on a backend with these traits, as the pipeline
-// decides it: composites decompose unless claimed; primitives run natively,
-// fall back to the host, or are unsupported.
-compile::DispatchTier tier_of(ir::OpKind op, const compile::BackendTraits& t) {
-  // decompose always turns these into reshape, whatever the backend claims.
-  if (op == ir::OpKind::Squeeze || op == ir::OpKind::Unsqueeze) return compile::DispatchTier::Rewritten;
-  if (t.native_ops.count(op)) return compile::DispatchTier::Native;
-  if (ir::op_info(op).cls == ir::OpClass::Composite) return compile::DispatchTier::Decomposed;
-  return t.host_fallback ? compile::DispatchTier::HostFallback : compile::DispatchTier::Unsupported;
+// A switch, so that a new OpClass fails the build (-Wswitch) instead of reading past a table.
+std::string_view class_name(ir::OpClass c) {
+  switch (c) {
+    case ir::OpClass::Leaf: return "leaf";
+    case ir::OpClass::Unary: return "unary";
+    case ir::OpClass::Binary: return "binary";
+    case ir::OpClass::Elementwise: return "elementwise";
+    case ir::OpClass::Reduce: return "reduce";
+    case ir::OpClass::MatMul: return "matmul";
+    case ir::OpClass::Movement: return "movement";
+    case ir::OpClass::Composite: return "composite";
+    case ir::OpClass::Custom: return "custom";
+    case ir::OpClass::ControlFlow: return "control_flow";
+  }
+  return "?";
 }
 }  // namespace
 
@@ -40,12 +46,10 @@ std::string op_coverage_markdown() {
   s += "\n|---|---|";
   for (std::size_t i = 0; i < backends.size(); ++i) s += "---|";
   s += "\n";
-  static constexpr std::string_view kClass[] = {"leaf",     "unary",    "binary",   "elementwise",
-                                                "reduce",   "matmul",   "movement", "composite"};
   for (auto op : ir::kAllOps) {
     s += "| `" + std::string(ir::op_name(op)) + "` | " +
-         std::string(kClass[static_cast<std::size_t>(ir::op_info(op).cls)]) + " |";
-    for (const auto& [name, traits] : backends) s += " " + std::string(compile::dispatch_tier_name(tier_of(op, traits))) + " |";
+         std::string(class_name(ir::op_info(op).cls)) + " |";
+    for (const auto& [name, traits] : backends) s += " " + std::string(compile::dispatch_tier_name(dispatch_tier(op, traits))) + " |";
     s += "\n";
   }
   return s;

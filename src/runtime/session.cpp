@@ -1,8 +1,12 @@
 #include "rlx/runtime/session.hpp"
 
+#include <fmt/format.h>
+
+#include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/text.hpp"
 
@@ -32,8 +36,9 @@ void check_value(std::string_view what, const CompiledGraph::IoSpec& spec, const
 }
 }  // namespace
 
-CompiledGraph::CompiledGraph(std::shared_ptr<const compile::CompileResult> result, std::unique_ptr<ExecutableGraph> exe)
-    : result_(std::move(result)), exe_(std::move(exe)) {
+CompiledGraph::CompiledGraph(std::shared_ptr<const compile::CompileResult> result, std::unique_ptr<ExecutableGraph> exe,
+                             Device device)
+    : result_(std::move(result)), exe_(std::move(exe)), device_(device) {
   const auto& lir = result_->lir;
   auto spec = [&](compile::BufferId id, std::string name) {
     const auto& b = lir.buffer(id);
@@ -46,6 +51,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const compile::CompileResult> resul
                                                 ? lir.output_names[i]
                                                 : "output" + std::to_string(i)));
   params_set_ = std::make_shared<std::vector<bool>>(params_.size(), false);
+  handles_.assign(inputs_.size(), false);
   for (const auto& [name, value] : result_->promoted_params) set_param(name, value);
 }
 
@@ -64,6 +70,7 @@ void CompiledGraph::set_param(std::string_view name, const ir::TensorView& value
 }
 
 void CompiledGraph::bind_inputs(std::span<const NamedTensor> inputs) {
+  if (pending_) throw Error("run: a commit_no_wait is pending; call sync_pending first");
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (!(*params_set_)[i])
       throw Error("run: param '" + params_[i].name + "' has not been set (call set_param first)");
@@ -78,11 +85,12 @@ void CompiledGraph::bind_inputs(std::span<const NamedTensor> inputs) {
       throw Error("run: the graph has no input named '" + in.name + "' (inputs: " + known + ")");
     }
     if (ptrs[i]) throw Error("run: input '" + in.name + "' is given twice");
+    if (handles_[i]) throw Error("run: input '" + in.name + "' is bound to a handle (bind_handle); leave it out");
     check_value("input", inputs_[i], in.value);
     ptrs[i] = in.value.data ? in.value.data : this;  // any non-null pointer for zero-size inputs
   }
   for (std::size_t i = 0; i < inputs_.size(); ++i)
-    if (!ptrs[i]) throw Error("run: input '" + inputs_[i].name + "' is missing");
+    if (!ptrs[i] && !handles_[i]) throw Error("run: input '" + inputs_[i].name + "' is missing");
 }
 
 void CompiledGraph::run_into(std::span<const NamedTensor> inputs, std::span<ir::Tensor> outputs) {
@@ -120,7 +128,7 @@ std::vector<ir::Tensor> CompiledGraph::run(const std::map<std::string, ir::Tenso
 }
 
 CompiledGraph CompiledGraph::clone() const {
-  CompiledGraph c(result_, exe_->clone());
+  CompiledGraph c(result_, exe_->clone(), device_);
   c.params_set_ = params_set_;
   return c;
 }
@@ -132,12 +140,140 @@ std::string CompiledGraph::ir(std::string_view level) const {
   throw Error("ir: unknown level '" + std::string(level) + "' (expected hir, mir or lir)");
 }
 
+std::size_t CompiledGraph::input_index(std::string_view name, std::string_view method) const {
+  for (std::size_t i = 0; i < inputs_.size(); ++i)
+    if (inputs_[i].name == name) return i;
+  std::string known;
+  for (const auto& s : inputs_) known += (known.empty() ? "" : ", ") + s.name;
+  throw Error(std::string(method) + ": the graph has no input named '" + std::string(name) + "' (inputs: " +
+              (known.empty() ? "none" : known) + ")");
+}
+
+void CompiledGraph::set_param_typed(std::string_view name, const ir::TensorView& value) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name != name) continue;
+    check_value("param", {params_[i].name, value.dtype, params_[i].shape}, value);
+    exe_->set_param_typed(i, value);
+    (*params_set_)[i] = true;
+    return;
+  }
+  set_param(name, value);  // names the known params
+}
+
+std::vector<ir::Tensor> CompiledGraph::run_typed(std::span<const NamedTensor> inputs) {
+  if (pending_) throw Error("run_typed: a commit_no_wait is pending; call sync_pending first");
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (!(*params_set_)[i]) throw Error("run_typed: param '" + params_[i].name + "' has not been set");
+  std::vector<ir::TensorView> views(inputs_.size());
+  std::vector<bool> given(inputs_.size(), false);
+  for (const auto& in : inputs) {
+    auto i = input_index(in.name, "run_typed");
+    if (given[i]) throw Error("run_typed: input '" + in.name + "' is given twice");
+    if (handles_[i]) throw Error("run_typed: input '" + in.name + "' is bound to a handle (bind_handle); leave it out");
+    check_value("input", {inputs_[i].name, in.value.dtype, inputs_[i].shape}, in.value);
+    views[i] = in.value;
+    given[i] = true;
+  }
+  for (std::size_t i = 0; i < inputs_.size(); ++i)
+    if (!given[i] && !handles_[i]) throw Error("run_typed: input '" + inputs_[i].name + "' is missing");
+  return exe_->run_typed(views);
+}
+
+std::vector<ir::Tensor> CompiledGraph::run_read_outputs(std::span<const NamedTensor> inputs,
+                                                        std::span<const std::size_t> indices) {
+  bind_inputs(inputs);
+  std::vector<ir::Tensor> outs;
+  out_ptrs_.assign(outputs_.size(), nullptr);
+  for (auto j : indices) {
+    if (j >= outputs_.size())
+      throw Error("run_read_outputs: output index " + std::to_string(j) + " out of range (" +
+                  std::to_string(outputs_.size()) + " outputs)");
+    outs.emplace_back(outputs_[j].dtype, outputs_[j].shape);
+  }
+  // Every index gets its own tensor; a repeated index is filled by a copy after the run.
+  for (std::size_t k = 0; k < indices.size(); ++k)
+    if (!out_ptrs_[indices[k]]) out_ptrs_[indices[k]] = outs[k].data();
+  exe_->run_read_outputs(in_ptrs_, out_ptrs_);
+  for (std::size_t k = 0; k < indices.size(); ++k)
+    if (out_ptrs_[indices[k]] != outs[k].data()) std::memcpy(outs[k].data(), out_ptrs_[indices[k]], outs[k].nbytes());
+  return outs;
+}
+
+void CompiledGraph::commit_no_wait(std::span<const NamedTensor> inputs) {
+  bind_inputs(inputs);
+  std::vector<ir::Tensor> outs;
+  for (const auto& s : outputs_) outs.emplace_back(s.dtype, s.shape);
+  out_ptrs_.resize(outs.size());
+  for (std::size_t j = 0; j < outs.size(); ++j) out_ptrs_[j] = outs[j].data();
+  exe_->commit_no_wait(in_ptrs_, out_ptrs_);
+  pending_ = std::move(outs);  // the tensors' heap buffers do not move with the vector
+}
+
+std::vector<ir::Tensor> CompiledGraph::sync_pending() {
+  exe_->sync_pending();
+  auto outs = pending_ ? std::move(*pending_) : std::vector<ir::Tensor>{};
+  pending_.reset();
+  return outs;
+}
+
+std::vector<std::vector<ir::Tensor>> CompiledGraph::run_pipelined(std::span<const std::vector<NamedTensor>> input_sets) {
+  std::vector<std::vector<const void*>> ins;
+  std::vector<std::vector<void*>> outs_ptrs;
+  std::vector<std::vector<ir::Tensor>> outs(input_sets.size());
+  for (std::size_t k = 0; k < input_sets.size(); ++k) {
+    bind_inputs(input_sets[k]);
+    ins.push_back(in_ptrs_);
+    auto& p = outs_ptrs.emplace_back();
+    outs[k].reserve(outputs_.size());
+    for (const auto& s : outputs_) p.push_back(outs[k].emplace_back(s.dtype, s.shape).data());
+  }
+  exe_->run_pipelined(ins, outs_ptrs);
+  return outs;
+}
+
+void CompiledGraph::bind_handle(std::string_view input, const ir::TensorView& value) {
+  auto i = input_index(input, "bind_handle");
+  check_value("input", inputs_[i], value);
+  exe_->bind_handle(i, value.data, value.nbytes);
+  handles_[i] = true;
+}
+
+ir::Tensor CompiledGraph::read_handle(std::string_view input) const {
+  auto i = input_index(input, "read_handle");
+  ir::Tensor t(inputs_[i].dtype, inputs_[i].shape);
+  exe_->read_handle(i, t.data(), t.nbytes());
+  return t;
+}
+
+void CompiledGraph::feed_handle(std::string_view input, std::string_view output) {
+  auto i = input_index(input, "feed_handle");
+  std::size_t j = 0;
+  while (j < outputs_.size() && outputs_[j].name != output) ++j;
+  if (j == outputs_.size()) throw Error("feed_handle: the graph has no output named '" + std::string(output) + "'");
+  if (outputs_[j].dtype != inputs_[i].dtype || outputs_[j].shape != inputs_[i].shape)
+    throw Error("feed_handle: output '" + outputs_[j].name + "' is " + type_str(outputs_[j].dtype, outputs_[j].shape) +
+                " but input '" + inputs_[i].name + "' is " + type_str(inputs_[i].dtype, inputs_[i].shape));
+  exe_->feed_handle(i, j);
+}
+
+void CompiledGraph::copy_params_from(const CompiledGraph& src) {
+  auto same = [](const std::vector<IoSpec>& a, const std::vector<IoSpec>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const IoSpec& x, const IoSpec& y) {
+      return x.name == y.name && x.dtype == y.dtype && x.shape == y.shape;
+    });
+  };
+  if (!same(params_, src.params_))
+    throw Error("copy_params_from: the source graph's params differ from this graph's (compile both from one graph)");
+  exe_->copy_params_from(*src.exe_);
+  *params_set_ = *src.params_set_;
+}
+
 Session::Session(Device device) : device_(device), backend_(make_backend(device)) {}
 
 CompiledGraph Session::compile(const ir::Graph& graph, const compile::CompileOptions& options) const {
-  auto result = std::make_shared<compile::CompileResult>(compile::compile(graph, backend_->traits(), options));
-  auto exe = backend_->compile_lir(result->lir, options);
-  return CompiledGraph(std::move(result), std::move(exe));
+  auto [result, exe] = backend_->compile(graph, options);
+  if (env::get_bool("RLX_DISPATCH_REPORT")) std::fputs(result->dispatch.to_text().c_str(), stderr);
+  return CompiledGraph(std::move(result), std::move(exe), device_);
 }
 
 }  // namespace rlx::runtime

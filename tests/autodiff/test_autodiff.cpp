@@ -24,6 +24,7 @@
 
 #include "rlx/autodiff/autodiff.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
@@ -593,6 +594,25 @@ std::vector<Case> composite_cases() {
                             g.input("m", {1, 1, 3, 3}, DType::Bool));
        },
        {{"m", tensor({1, 1, 3, 3}, {1, 0, 1, 1, 1, 0, 0, 1, 1}, DType::Bool)}}},
+      // The backward ops the rules above emit, differentiated again (second and third order).
+      {"softmax_backward",
+       [](Graph& g) {
+         return g.add(OpKind::SoftmaxBackward, {in(g, "y", {3, 4}), in(g, "dy", {3, 4})}, {{"axis", std::int64_t(-1)}});
+       }},
+      {"log_softmax_backward",
+       [](Graph& g) {
+         return g.add(OpKind::LogSoftmaxBackward, {in(g, "y", {3, 4}), in(g, "dy", {3, 4})},
+                      {{"axis", std::int64_t(0)}});
+       }},
+      {"layer_norm_backward",
+       [](Graph& g) {
+         NodeId x = in(g, "x", {2, 3, 4}), dy = in(g, "dy", {2, 3, 4}), gamma = in(g, "gamma", {3, 4});
+         return g.add(OpKind::LayerNormBackward, {x, dy, gamma}, {{"axis", std::int64_t(1)}, {"eps", 1e-3}});
+       }},
+      {"rms_norm_backward",
+       [](Graph& g) {
+         return g.add(OpKind::RmsNormBackward, {in(g, "x", {3, 4}), in(g, "dy", {3, 4})}, {{"eps", 1e-6}});
+       }},
       {"attention_float_mask",  // an additive mask is differentiated too
        [](Graph& g) {
          return g.attention(in(g, "q", {1, 2, 3, 4}), in(g, "k", {1, 2, 3, 4}), in(g, "v", {1, 2, 3, 4}),
@@ -601,10 +621,52 @@ std::vector<Case> composite_cases() {
   };
 }
 
+// Control flow (more in test_scan_grad.cpp): bodies with a nonlinear carry.
+std::vector<Case> control_flow_cases() {
+  auto cell = [] {  // (h, x, w) -> (tanh(h * w + x), h * x)
+    Graph b("cell");
+    NodeId h = in(b, "h", {2}), x = in(b, "x", {2}), w = in(b, "w", {2});
+    b.set_outputs({b.unary(OpKind::Tanh, b.add(b.mul(h, w), x)), b.mul(h, x)});
+    return ir::body_ref(std::move(b));
+  };
+  auto scan = [cell](bool reverse, std::size_t result) {
+    return [=](Graph& g) {
+      return ir::scan(g, cell(), {in(g, "h0", {2})}, {in(g, "xs", {4, 2})}, 4, reverse, {in(g, "w", {2})})[result];
+    };
+  };
+  return {
+      {"scan_ys", scan(false, 1)},
+      {"scan_final_carry_reverse", scan(true, 0)},
+      {"if",
+       [](Graph& g) {
+         Graph t("t"), e("e");
+         NodeId a = in(t, "a", {3}), b = in(t, "b", {3});
+         t.add_output(t.mul(t.unary(OpKind::Sin, a), b));
+         NodeId a2 = in(e, "a", {3}), b2 = in(e, "b", {3});
+         e.add_output(e.sub(a2, b2));
+         return ir::if_else(g, g.input("p", {}, DType::Bool), ir::body_ref(std::move(t)), ir::body_ref(std::move(e)),
+                            {in(g, "x", {3}), in(g, "y", {3})})[0];
+       },
+       {{"p", tensor({}, {1}, DType::Bool)}}},
+      {"while_bounded",  // three trips of v = tanh(v * a), counted by an i64 carry
+       [](Graph& g) {
+         Graph c("c"), b("b");
+         NodeId i = c.input("i", {}, DType::I64);
+         in(c, "v", {2});
+         in(c, "a", {2});
+         c.add_output(c.binary(OpKind::Lt, i, c.scalar(3, DType::I64)));
+         NodeId bi = b.input("i", {}, DType::I64), v = in(b, "v", {2}), a = in(b, "a", {2});
+         b.set_outputs({b.add(bi, b.scalar(1, DType::I64)), b.unary(OpKind::Tanh, b.mul(v, a))});
+         return ir::while_loop(g, ir::body_ref(std::move(c)), ir::body_ref(std::move(b)),
+                               {g.scalar(0, DType::I64), in(g, "v0", {2})}, {in(g, "a", {2})}, 5)[1];
+       }},
+  };
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> all;
   for (auto part : {unary_cases(), binary_cases(), elementwise_cases(), reduce_cases(), matmul_cases(),
-                    movement_cases(), composite_cases()})
+                    movement_cases(), composite_cases(), control_flow_cases()})
     all.insert(all.end(), part.begin(), part.end());
   return all;
 }

@@ -15,6 +15,7 @@
 
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "support/testing.hpp"
@@ -130,6 +131,10 @@ inline ::testing::AssertionResult check_contract(const compile::LirModule& m,
               return fail(k, "matmul operand is not a body input");
         break;
       }
+      case KernelKind::ControlFlow:  // the sibling nodes of one control-flow op, one per result it writes
+        for (auto id : ops)
+          if (!ir::are_siblings(body.node(ops[0]), body.node(id))) return fail(k, "nodes of several control-flow ops");
+        break;
       default:
         if (ops.size() != 1) return fail(k, "movement/native/leaf kernels hold one op");
         break;

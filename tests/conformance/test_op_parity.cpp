@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "conformance/harness.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "support/test_ops.hpp"
 
 namespace rlx::conformance {
@@ -805,6 +806,137 @@ Variants attention_variants() {
   return r;
 }
 
+// ---- control flow --------------------------------------------------------------
+// Short scans are unrolled into ordinary kernels; long ones, ifs with a
+// run-time condition and whiles run as the backend's host loop.
+
+// (h, x, w) -> (tanh(h w + x), h * x): a recurrent cell with a matmul.
+ir::GraphRef rnn_cell(DType t, std::int64_t d) {
+  Graph b("cell");
+  NodeId h = b.input("h", Shape{2, d}, t), x = b.input("x", Shape{2, d}, t), w = b.input("w", Shape{d, d}, t);
+  b.set_outputs({b.unary(OpKind::Tanh, b.add(b.matmul(h, w), x)), b.mul(h, x)});
+  return ir::body_ref(std::move(b));
+}
+
+Variants scan_variants() {
+  Variants r;
+  for (DType t : kFloats)
+    for (std::int64_t length : {6, 1200}) {  // unrolled; a host loop (1200 x body nodes > 4096)
+      if (length > 64 && (t == DType::F16 || t == DType::BF16)) continue;  // rounding compounds over 1200 steps
+      for (bool reverse : {false, true}) {
+        V v("scan " + dt(t) + " length " + std::to_string(length) + (reverse ? " reverse" : ""));
+        auto res = ir::scan(v.g(), rnn_cell(t, 4), {v.in("h0", t, {2, 4})}, {v.in("xs", t, {length, 2, 4})}, length,
+                            reverse, {v.in("w", t, {4, 4}, uniform(-0.5, 0.5))});
+        r.push_back(v.out(res));
+      }
+    }
+  // An i32 step counter, a carry passed through, ys only, and an empty scan.
+  for (std::int64_t length : {0, 5, 2000}) {
+    Graph b("count");
+    NodeId n = b.input("n", Shape{}, DType::I32), keep = b.input("keep", Shape{3}, DType::U8);
+    NodeId x = b.input("x", Shape{3}, DType::F32);
+    NodeId n2 = b.add(n, b.scalar(1, DType::I32));
+    b.set_outputs({n2, keep, b.mul(x, b.cast(n2, DType::F32))});
+    V v("scan counter, passthrough, ys only, length " + std::to_string(length));
+    auto res = ir::scan(v.g(), ir::body_ref(std::move(b)),
+                        {v.g().scalar(0, DType::I32), v.in("keep", DType::U8, {3}, ints_in(0, 255))},
+                        {v.in("xs", DType::F32, {length, 3})});
+    r.push_back(v.out({res[0], res[1], res[2]}));
+    V ys_only("scan ys only, length " + std::to_string(length));
+    Graph b2("count");
+    NodeId n_ = b2.input("n", Shape{}, DType::I32), x_ = b2.input("x", Shape{3}, DType::F32);
+    b2.set_outputs({b2.add(n_, b2.scalar(1, DType::I32)), b2.mul(x_, b2.cast(n_, DType::F32))});
+    r.push_back(ys_only.out({ir::scan(ys_only.g(), ir::body_ref(std::move(b2)), {ys_only.g().scalar(0, DType::I32)},
+                                      {ys_only.in("xs", DType::F32, {length, 3})})[1]}));
+  }
+  return r;
+}
+
+Variants if_variants() {
+  Variants r;
+  for (DType t : kFloats) {
+    Graph then_b("then"), else_b("else");
+    NodeId a = then_b.input("a", Shape{3, 4}, t), b = then_b.input("b", Shape{4}, t);
+    then_b.set_outputs({then_b.add(then_b.unary(OpKind::Exp, a), b), then_b.sum(a, {1})});
+    NodeId a2 = else_b.input("a", Shape{3, 4}, t);
+    else_b.input("b", Shape{4}, t);
+    else_b.set_outputs({else_b.unary(OpKind::Neg, a2), else_b.reduce(OpKind::ReduceMax, a2, {1})});
+    ir::GraphRef tb = ir::body_ref(std::move(then_b)), eb = ir::body_ref(std::move(else_b));
+    V v("if " + dt(t) + " run-time condition (host branch)");
+    auto res = ir::if_else(v.g(), v.in("p", DType::Bool, {}), tb, eb, {v.in("a", t, {3, 4}), v.in("b", t, {4})});
+    r.push_back(v.out(res));
+    for (bool c : {true, false}) {
+      V k("if " + dt(t) + " constant " + (c ? "true" : "false") + " (resolved)");
+      r.push_back(k.out({ir::if_else(k.g(), k.g().scalar(c, DType::Bool), tb, eb,
+                                     {k.in("a", t, {3, 4}), k.in("b", t, {4})})[1]}));
+    }
+  }
+  return r;
+}
+
+// while (i < n): v = v * f + 1, i += 1; optionally at most 3 times.
+Variants while_variants() {
+  Variants r;
+  for (DType t : {DType::F32, DType::F64, DType::I64})
+    for (std::int64_t max_trips : {-1, 3}) {
+      Graph cond("cond"), body("body");
+      NodeId i = cond.input("i", Shape{}, DType::I32), n = cond.input("n", Shape{}, DType::I32);
+      cond.input("v", Shape{4}, t);
+      cond.add_output(cond.binary(OpKind::Lt, i, n));
+      NodeId bi = body.input("i", Shape{}, DType::I32), bn = body.input("n", Shape{}, DType::I32);
+      NodeId bv = body.input("v", Shape{4}, t), bf = body.input("f", Shape{4}, t);
+      cond.input("f", Shape{4}, t);
+      body.set_outputs({body.add(bi, body.scalar(1, DType::I32)), bn, body.add(body.mul(bv, bf), body.scalar(1, t))});
+      V v("while " + dt(t) + (max_trips >= 0 ? " max_trip_count 3" : ""));
+      auto res = ir::while_loop(v.g(), ir::body_ref(std::move(cond)), ir::body_ref(std::move(body)),
+                                {v.g().scalar(0, DType::I32), v.in("n", DType::I32, {}, ints_in(0, 6)),
+                                 v.in("v", t, {4}, ir::is_float(t) ? uniform(-1, 1) : ints_in(-3, 3))},
+                                {v.in("f", t, {4}, ir::is_float(t) ? uniform(-1.2, 1.2) : ints_in(-2, 2))}, max_trips);
+      r.push_back(v.out(res));
+    }
+  return r;
+}
+
+// The backward ops autodiff emits: (forward value, cotangent[, gamma]) -> input cotangent.
+Variants softmax_backward_variants(OpKind op) {
+  Variants r;
+  auto name = std::string(ir::op_name(op));
+  bool log = op == OpKind::LogSoftmaxBackward;
+  for (DType t : kFloats)
+    for (const auto& [s, axis] : std::vector<std::pair<Ints, std::int64_t>>{
+             {{3, 7}, -1}, {{3, 7}, 0}, {{2, 3, 4}, 1}, {{1}, 0}, {{0, 5}, 1}, {{4, 300}, -1}, {{64, 33}, 0}}) {
+      V v(name + " " + dt(t) + str(s) + " axis " + std::to_string(axis));
+      auto y = v.in("y", t, s, log ? uniform(-4, 0) : uniform(0, 1));
+      auto dy = v.in("dy", t, s, uniform(-1, 1));
+      r.push_back(v.out({v.g().add(op, {y, dy}, {{"axis", axis}})}));
+    }
+  return r;
+}
+
+Variants norm_backward_variants(OpKind op) {
+  Variants r;
+  auto name = std::string(ir::op_name(op));
+  bool rms = op == OpKind::RmsNormBackward;
+  for (DType t : kFloats)
+    for (const auto& [s, axis] : std::vector<std::pair<Ints, std::int64_t>>{
+             {{3, 8}, -1}, {{2, 3, 4}, 1}, {{5}, 0}, {{4, 1}, -1}, {{0, 6}, -1}, {{16, 257}, -1}})
+      for (bool gamma : {true, false}) {
+        // rms_norm normalizes the last dim; over one element its dx is r dy eps / (x^2 + eps), a
+        // cancellation no f16/bf16 decomposition resolves.
+        if (rms && ((axis != -1 && axis + 1 != std::int64_t(s.size())) || s.back() == 1)) continue;
+        V v(name + " " + dt(t) + str(s) + (rms ? "" : " axis " + std::to_string(axis)) + (gamma ? " with gamma" : ""));
+        auto x = v.in("x", t, s, uniform(-3, 3));
+        auto dy = v.in("dy", t, s, uniform(-1, 1));
+        std::vector<NodeId> ins{x, dy};
+        if (gamma)
+          ins.push_back(v.in("gamma", t, Ints(s.begin() + (axis < 0 ? axis + std::int64_t(s.size()) : axis), s.end())));
+        ir::Attrs a{{"eps", 1e-5}};
+        if (!rms) a.set("axis", axis);
+        r.push_back(v.out({v.g().add(op, ins, a)}));
+      }
+  return r;
+}
+
 // ---- the table ---------------------------------------------------------------
 
 struct OpCase {
@@ -853,7 +985,14 @@ const std::vector<OpCase>& parity_table() {
         {OpKind::AvgPool2d, [] { return pool_variants(OpKind::AvgPool2d); }},
         {OpKind::Embedding, embedding_variants},
         {OpKind::Attention, attention_variants},
+        {OpKind::SoftmaxBackward, [] { return softmax_backward_variants(OpKind::SoftmaxBackward); }},
+        {OpKind::LogSoftmaxBackward, [] { return softmax_backward_variants(OpKind::LogSoftmaxBackward); }},
+        {OpKind::LayerNormBackward, [] { return norm_backward_variants(OpKind::LayerNormBackward); }},
+        {OpKind::RmsNormBackward, [] { return norm_backward_variants(OpKind::RmsNormBackward); }},
         {OpKind::Custom, custom_variants},
+        {OpKind::Scan, scan_variants},
+        {OpKind::If, if_variants},
+        {OpKind::While, while_variants},
     };
     for (OpKind op : ir::kAllOps) {
       auto cls = ir::op_info(op).cls;

@@ -9,6 +9,7 @@
 
 #include "rlx/backends/cpu/cpu_backend.hpp"
 #include "rlx/compile/pipeline.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "support/testing.hpp"
 
 namespace {
@@ -79,6 +80,44 @@ TEST(CpuNoAlloc, RunAllocatesNothing) {
   before = g_news.load();
   auto again = backend->compile_lir(result.lir, opts);
   EXPECT_GT(g_news.load() - before, 0);
+}
+
+// Host loops (scan, if, while) run nested executables from their pools.
+TEST(CpuNoAlloc, HostLoopsAllocateNothing) {
+  ir::Graph step("step"), cond("cond"), inc("inc");
+  auto h = step.input("h", {8}), xt = step.input("x", {8});
+  step.set_outputs({step.unary(OpKind::Tanh, step.add(h, xt)), step.mul(h, xt)});
+  auto i = cond.input("i", {}, DType::I32);
+  cond.add_output(cond.binary(OpKind::Lt, i, cond.scalar(7, DType::I32)));
+  auto j = inc.input("i", {}, DType::I32);
+  inc.add_output(inc.add(j, inc.scalar(1, DType::I32)));
+  ir::Graph g("loops");
+  auto x0 = g.input("h0", {8});
+  auto r = ir::scan(g, ir::body_ref(step), {x0}, {g.input("xs", {300, 8})});
+  auto p = g.binary(OpKind::Gt, g.sum(r[0], {0}), g.scalar(0));
+  auto chosen = ir::if_else(g, p, ir::body_ref(cond), ir::body_ref(cond), {g.scalar(3, DType::I32)});
+  auto counted = ir::while_loop(g, ir::body_ref(cond), ir::body_ref(inc), {g.scalar(0, DType::I32)});
+  for (auto o : {r[0], r[1], chosen[0], counted[0]}) g.add_output(o);
+
+  auto backend = make_cpu_backend();
+  compile::CompileOptions opts;
+  opts.scan_unroll_budget = 0;
+  auto result = compile::compile(g, backend->traits(), opts);
+  auto exe = backend->compile_lir(result.lir, opts);
+  std::mt19937_64 rng(testing::test_seed());
+  std::vector<ir::Tensor> inputs, outputs;
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  for (auto id : result.lir.inputs)
+    inputs.push_back(testing::random_tensor(DType::F32, result.lir.buffer(id).shape, rng));
+  for (auto id : result.lir.outputs) outputs.emplace_back(result.lir.buffer(id).dtype, result.lir.buffer(id).shape);
+  for (auto& t : inputs) in_ptrs.push_back(t.data());
+  for (auto& t : outputs) out_ptrs.push_back(t.data());
+  exe->run(in_ptrs, out_ptrs);
+  long before = g_news.load();
+  for (int k = 0; k < 5; ++k) exe->run(in_ptrs, out_ptrs);
+  EXPECT_EQ(g_news.load() - before, 0) << "run() allocated";
+  EXPECT_EQ(outputs[3].data_as<std::int32_t>()[0], 7);
 }
 
 }  // namespace

@@ -15,12 +15,24 @@
 #include <string>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/graph.hpp"
 #include "rlx/ir/text.hpp"
 #include "support/testing.hpp"
 
 namespace rlx::ir {
 namespace {
+
+// Attributes are equal, bodies (graph attributes) by their text: a parsed body is a new graph.
+bool same_attrs(const Attrs& a, const Attrs& b) {
+  if (a.items().size() != b.items().size()) return false;
+  for (auto x = a.items().begin(), y = b.items().begin(); x != a.items().end(); ++x, ++y) {
+    if (x->first != y->first) return false;
+    const auto *gx = std::get_if<GraphRef>(&x->second), *gy = std::get_if<GraphRef>(&y->second);
+    if (gx && gy ? to_text(**gx) != to_text(**gy) : !(x->second == y->second)) return false;
+  }
+  return true;
+}
 
 ::testing::AssertionResult same_graph(const Graph& a, const Graph& b) {
   auto fail = [](const std::string& what) { return ::testing::AssertionFailure() << what; };
@@ -31,7 +43,7 @@ namespace {
     const std::string at = "node %" + std::to_string(i) + " (" + std::string(op_name(x.op)) + "): ";
     if (x.id != y.id || x.op != y.op) return fail(at + "id/op differ");
     if (x.inputs != y.inputs) return fail(at + "inputs differ");
-    if (!(x.attrs == y.attrs)) return fail(at + "attrs differ");
+    if (!same_attrs(x.attrs, y.attrs)) return fail(at + "attrs differ");
     if (x.dtype != y.dtype) return fail(at + "dtype differs");
     if (x.shape != y.shape) return fail(at + "shape " + x.shape.str() + " vs " + y.shape.str());
     if (bool(x.value) != bool(y.value)) return fail(at + "value presence differs");
@@ -107,6 +119,11 @@ Graph all_ops_graph() {
   g.log_softmax(x, 1);
   g.layer_norm(x, g.param("gamma", {4}), g.param("beta", {4}), 1e-5, -1);
   g.rms_norm(x, g.param("rms_gamma", {4}), 1e-6);
+  // Backward ops (emitted by autodiff's VJP rules).
+  g.add(OpKind::SoftmaxBackward, {x, p}, {{"axis", std::int64_t(-1)}});
+  g.add(OpKind::LogSoftmaxBackward, {x, p}, {{"axis", std::int64_t(0)}});
+  g.add(OpKind::LayerNormBackward, {x, p, g.param("ln_gamma", {3, 4})}, {{"axis", std::int64_t(1)}, {"eps", 1e-5}});
+  g.add(OpKind::RmsNormBackward, {x, p}, {{"eps", 1e-6}});
   g.conv1d(g.input("seq", {1, 2, 8}), g.param("k1", {3, 2, 3}), g.param("kb", {3}), 1, 1);
   const NodeId img = g.input("img", {1, 2, 6, 6});
   g.conv2d(img, g.param("k2", {4, 2, 3, 3}), std::nullopt, {2, 2}, {1, 1});
@@ -117,6 +134,17 @@ Graph all_ops_graph() {
   const NodeId att = g.attention(q, q, q, g.input("amask", {1, 2, 3, 3}, DType::Bool), true, 0.5);
   rlx::testing::register_test_ops();
   g.custom_op("test_scaled_silu", {{"alpha", 1.5}}, {x});
+  {  // control flow, with bodies that the text nests
+    Graph step("step"), neg("neg"), small("small");
+    const NodeId c = step.input("c", {4}), e = step.input("e", {4});
+    step.set_outputs({step.add(c, e), step.mul(c, e)});
+    neg.add_output(neg.unary(OpKind::Neg, neg.input("v", {4})));
+    small.add_output(small.binary(OpKind::Lt, small.sum(small.input("v", {4}), {0}), small.scalar(10)));
+    const auto r = scan(g, body_ref(std::move(step)), {g.input("c0", {4})}, {g.input("cs", {3, 4})}, -1, true);
+    const GraphRef nb = body_ref(std::move(neg));
+    if_else(g, g.input("flag", {}, DType::Bool), nb, nb, {r[0]});
+    while_loop(g, body_ref(std::move(small)), nb, {r[0]}, {}, 5);
+  }
   g.add_output(emb, "emb");
   g.add_output(att);
   g.add_output(x, "x again");

@@ -4,6 +4,7 @@
 // inputs), so a derivative compiles, fuses and plans like any other graph;
 // differentiating a result again gives higher derivatives. docs/autodiff.md
 // lists the rules and what is not covered yet.
+#include <cstdint>
 #include <initializer_list>
 #include <set>
 #include <span>
@@ -14,6 +15,19 @@
 
 namespace rlx::autodiff {
 
+// Gradient checkpointing (reverse mode): the forward pass is cut into
+// segments, in node order; only values that cross from one segment into a
+// later one are kept for the backward pass, and each segment's other values
+// are recomputed right before its backward part runs. Less memory (the
+// arena's peak), one more forward pass of compute.
+struct Checkpoint {
+  // A segment ends after every `every` ops (nodes that are not leaves); 0: never.
+  std::int64_t every = 0;
+  // A segment also ends at each of these nodes of the source graph.
+  std::set<ir::NodeId> boundaries;
+  bool enabled() const { return every > 0 || !boundaries.empty(); }
+};
+
 struct Options {
   // Nodes of the source graph whose value is taken as a constant: no
   // cotangent flows back through them and their tangent is zero (JAX's
@@ -21,6 +35,9 @@ struct Options {
   // non-differentiable op (argmax, a comparison, a cast to an integer) is
   // accepted when its zero derivative is what is meant.
   std::set<ir::NodeId> stop_gradient;
+  // Recompute instead of store (vjp, grad, value_and_grad; jvp keeps nothing
+  // for later and ignores it). Off by default.
+  Checkpoint checkpoint;
 };
 
 // Reverse mode. The graph's FIRST output must be a float scalar (rank 0)
@@ -55,5 +72,39 @@ inline ir::Graph value_and_grad(const ir::Graph& g, std::initializer_list<std::s
 inline ir::Graph jvp(const ir::Graph& g, std::initializer_list<std::string> wrt, const Options& options = {}) {
   return jvp(g, std::span<const std::string>(wrt.begin(), wrt.size()), options);
 }
+
+// ---- vmap ---------------------------------------------------------------------
+
+struct VmapOptions {
+  // Inputs and params that carry the batch axis, by name. Empty: every input
+  // (params are then shared by all examples).
+  std::vector<std::string> batched;
+  // The batch extent: static, or a symbol bound at compile time
+  // (CompileOptions::bind). A few rules (conv, pooling and attention merged
+  // into one call, index_select with batched table and indices) need it static.
+  ir::Dim size = ir::Dim::symbol("batch");
+  std::int64_t in_axis = 0;   // where the batched inputs carry the batch axis
+  std::int64_t out_axis = 0;  // where every output carries it
+};
+
+// The graph mapped over a batch: each batched input gets a batch axis of
+// `size` at in_axis, and every output gets one at out_axis (an output that
+// depends on no batched input is broadcast). Example i of the outputs is g
+// applied to example i of the batched inputs and to the shared ones. Inputs
+// and params keep their names and order. An op without a batching rule (and
+// without a decomposition or lowering to batch through) throws rlx::Error
+// naming it; custom ops use OpExtension::vmap when they give one.
+ir::Graph vmap(const ir::Graph& g, const VmapOptions& options = {});
+
+// ---- backward ops ---------------------------------------------------------------
+
+// The composites the VJP rules emit for the backward pass of softmax,
+// log_softmax, layer_norm and rms_norm (HIR ops like the others: a backend
+// runs them natively or the pipeline decomposes them).
+const std::set<ir::OpKind>& backward_ops();
+// Decomposes the backward ops not in `supported` into primitives, leaving
+// everything else as it is: for a backend (or a graph-level consumer) that
+// lacks some of them.
+ir::Graph decompose_backward_ops_except(const ir::Graph& g, const std::set<ir::OpKind>& supported);
 
 }  // namespace rlx::autodiff

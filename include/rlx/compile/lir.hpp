@@ -45,6 +45,7 @@ enum class KernelKind : std::uint8_t {
   Movement,     // copy-like: permute, slice with steps, concat, pad, gather...
   Native,       // one op a backend runs natively (softmax, layer_norm, conv2d, attention...)
   Leaf,         // fills a buffer: iota, random
+  ControlFlow,  // scan / if / while run as a host loop: the sibling nodes of one op (rlx/ir/control_flow.hpp)
 };
 std::string_view kernel_kind_name(KernelKind k);
 

@@ -68,6 +68,11 @@ struct CompileOptions {
   // stderr; defaults to the RLX_DUMP environment variable.
   std::string dump;
   int num_threads = 0;  // backend threads; 0 = all cores
+  // lower_control_flow: a scan is unrolled into its body's ops when its length
+  // is at most scan_unroll_max_length, or when length x body nodes is at most
+  // scan_unroll_budget (0 turns either rule off); otherwise it runs as a host loop.
+  std::int64_t scan_unroll_max_length = 64;
+  std::int64_t scan_unroll_budget = 4096;
 };
 
 enum class DispatchTier : std::uint8_t {
@@ -139,6 +144,11 @@ namespace passes {
 // for (`native`); records each decision in `report`.
 ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::less<>>& native,
                         DispatchReport* report = nullptr);
+// Unrolls scans (by CompileOptions' unroll rules, nested ones too) and
+// resolves ifs with a constant condition; the other control-flow ops stay for
+// a host loop. Records one dispatch entry per op.
+ir::Graph lower_control_flow(const ir::Graph& g, const CompileOptions& options, const BackendTraits& backend,
+                             DispatchReport* report = nullptr);
 ir::Graph param_specialize(const ir::Graph& g, const std::map<std::string, ir::Tensor, std::less<>>& bindings);
 // Decomposes composites not in `keep` into primitives, filling `report`.
 ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report = nullptr);

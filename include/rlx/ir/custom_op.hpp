@@ -52,10 +52,10 @@ class OpExtension {
                                     const Attrs& /*attrs*/) const {
     return std::nullopt;
   }
-  // Optional batching rule for vmap (issue 4): the op applied to inputs that
-  // carry an extra batch axis at `batch_axes[i]` (-1: not batched). Returns the
-  // batched result, whose batch axis is 0. Until vmap lands nothing calls it;
-  // without it vmap will batch the op through its lowering.
+  // Optional batching rule for autodiff::vmap: the op applied to inputs that
+  // carry an extra batch axis at `batch_axes[i]` (-1: not batched; vmap passes
+  // 0 or -1). Returns the batched result, whose batch axis is 0. Without it
+  // vmap batches the op through its lowering.
   virtual std::optional<NodeId> vmap(Graph& /*g*/, std::span<const NodeId> /*inputs*/,
                                      std::span<const std::int64_t> /*batch_axes*/, const Attrs& /*attrs*/) const {
     return std::nullopt;

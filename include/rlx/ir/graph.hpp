@@ -28,6 +28,10 @@
 //           embedding(table, ids), attention{causal,scale}(q,k,v [B,H,S,D], mask?) where a
 //           bool mask keeps True positions and a float mask is added to the scores.
 //   custom{op, ...}: an op from the extension registry (rlx/ir/custom_op.hpp).
+//   control flow (rlx/ir/control_flow.hpp), bodies held as graph attributes, one sibling node per
+//           result {result=k}: scan{body,length,num_carries,num_consts,reverse}(carries, xs, consts)
+//           (jax.lax.scan), if{then,else}(cond, operands), while{cond,body,num_carries,
+//           max_trip_count?}(carries, consts).
 #include <cstdint>
 #include <memory>
 #include <optional>

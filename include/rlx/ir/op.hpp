@@ -5,6 +5,7 @@
 // docs/architecture.md ("Adding an op").
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,7 @@ enum class OpClass : std::uint8_t {
   Movement,   // reshape, permute, slice, ...
   Composite,  // HIR-only: decomposed to primitives unless a backend claims it
   Custom,     // an op from the extension registry (rlx/ir/custom_op.hpp), by name
+  ControlFlow,// scan, if, while: bodies are subgraphs held as attributes (rlx/ir/control_flow.hpp)
 };
 
 // X(Enum, "text name", OpClass, min_inputs, max_inputs)
@@ -108,7 +110,14 @@ enum class OpClass : std::uint8_t {
   X(AvgPool2d, "avg_pool2d", Composite, 1, 1)        \
   X(Embedding, "embedding", Composite, 2, 2)         \
   X(Attention, "attention", Composite, 3, 4)         \
-  X(Custom, "custom", Custom, 0, 64)
+  X(SoftmaxBackward, "softmax_backward", Composite, 2, 2)        \
+  X(LogSoftmaxBackward, "log_softmax_backward", Composite, 2, 2) \
+  X(LayerNormBackward, "layer_norm_backward", Composite, 2, 3)   \
+  X(RmsNormBackward, "rms_norm_backward", Composite, 2, 3)       \
+  X(Custom, "custom", Custom, 0, 64)                 \
+  X(Scan, "scan", ControlFlow, 0, 64)                \
+  X(If, "if", ControlFlow, 1, 64)                    \
+  X(While, "while", ControlFlow, 0, 64)
 
 enum class OpKind : std::uint8_t {
 #define RLX_OP_ENUM(e, s, c, lo, hi) e,
@@ -141,10 +150,13 @@ bool is_comparison(OpKind k);  // eq ne lt le gt ge: output bool
 
 // ---- attributes ----------------------------------------------------------
 // Typed attribute values. Each op's schema (see op_attr_schema) says which
-// keys it takes and their types; the verifier enforces it.
-using AttrValue = std::variant<std::int64_t, double, bool, std::string, std::vector<std::int64_t>, DType>;
+// keys it takes and their types; the verifier enforces it. A Graph value is a
+// control-flow body: immutable and shared, so equal attributes mean the same body.
+class Graph;
+using GraphRef = std::shared_ptr<const Graph>;
+using AttrValue = std::variant<std::int64_t, double, bool, std::string, std::vector<std::int64_t>, DType, GraphRef>;
 
-enum class AttrType : std::uint8_t { Int, Float, Bool, String, Ints, DType };
+enum class AttrType : std::uint8_t { Int, Float, Bool, String, Ints, DType, Graph };
 
 class Attrs {
  public:
@@ -163,6 +175,7 @@ class Attrs {
   const std::string& get_str(std::string_view k) const;
   const std::vector<std::int64_t>& get_ints(std::string_view k) const;
   DType get_dtype(std::string_view k) const;
+  const GraphRef& get_graph(std::string_view k) const;  // never null
   // Getters with a default when the key is absent.
   std::int64_t int_or(std::string_view k, std::int64_t d) const { return has(k) ? get_int(k) : d; }
   double float_or(std::string_view k, double d) const { return has(k) ? get_float(k) : d; }

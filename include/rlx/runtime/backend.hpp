@@ -3,8 +3,11 @@
 // (supported ops and dtypes) and compiles an LIR module into an executable.
 // Everything shared (legalization, fusion, memory planning, input checking)
 // lives once, in rlx::compile and rlx::runtime::CompiledGraph.
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +22,36 @@ enum class Device : std::uint8_t { Cpu, Cuda, Rocm, Metal, Mlx, Gpu, Vulkan, Cor
 std::string_view device_label(Device d);     // "cpu", "cuda", ...
 Device parse_device(std::string_view name);  // aliases nvidia->cuda, wgpu->gpu; throws rlx::Error
 
+// What an executable offers beyond set_param and run. Each method below has a
+// bit; a method whose bit is false throws rlx::Error naming the method, the
+// backend and the bit (never a silent no-op). gpu_handles only describes where
+// handles live. Confirm after compile: advisory_capabilities is only typical.
+struct ExecutableCapabilities {
+  bool clone = false;               // clone(): shares params, owns its arena
+  bool persistent_handles = false;  // bind_handle / read_handle
+  bool gpu_handles = false;         // handles live in device memory (no staging per run)
+  bool kv_resident = false;         // feed_handle: an output written back into a handle after each run
+  bool typed_io = false;            // set_param_typed / run_typed: values in another dtype, converted
+  bool async_pipeline = false;      // commit_no_wait / sync_pending / run_pipelined
+  bool active_extent = false;       // set_active_extent
+  bool read_outputs = false;        // run_read_outputs: only the outputs asked for come back
+  bool rng = false;                 // set_rng / rng
+  bool copy_params = false;         // copy_params_from
+  std::vector<std::string_view> names() const;  // the bits that are set, in declaration order
+  static const std::vector<std::string_view>& all_names();
+  bool has(std::string_view name) const;  // by name; throws rlx::Error on an unknown name
+  bool operator==(const ExecutableCapabilities&) const = default;
+};
+
+// The run-time seed of a graph's random ops. seed 0 keeps the seeds written in
+// the graph; otherwise a random op with seed s draws from effective_seed(s, rng),
+// so one compiled graph yields fresh samples (e.g. dropout masks) per step.
+struct RngOptions {
+  std::uint64_t seed = 0;
+  bool operator==(const RngOptions&) const = default;
+};
+std::uint64_t effective_seed(std::uint64_t graph_seed, const RngOptions& rng);
+
 // A compiled graph on one backend. Inputs and outputs are in LIR order
 // (LirModule::inputs / outputs); CompiledGraph maps names and checks them.
 class ExecutableGraph {
@@ -32,6 +65,50 @@ class ExecutableGraph {
   // A copy that shares params (weights) but owns its arena, so that clones
   // can run concurrently from different threads.
   virtual std::unique_ptr<ExecutableGraph> clone() const = 0;
+
+  // ---- optional surface: each default throws naming the capability bit ----
+  virtual ExecutableCapabilities capabilities() const { return {}; }
+  // typed_io: `value` has the param's shape in any dtype; converted to the declared one.
+  virtual void set_param_typed(std::size_t param_index, const ir::TensorView& value);
+  // typed_io: inputs in LIR order with their shapes, in any dtype; outputs in their declared dtypes.
+  virtual std::vector<ir::Tensor> run_typed(std::span<const ir::TensorView> inputs);
+  // read_outputs: like run, but only outputs[j] != nullptr are written back.
+  virtual void run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs);
+  // async_pipeline: starts a run and returns; the pointers must stay valid and
+  // untouched until sync_pending, which waits and rethrows the run's error.
+  // Any other call while a run is pending throws.
+  virtual void commit_no_wait(std::span<const void* const> inputs, std::span<void* const> outputs);
+  virtual void sync_pending();
+  // async_pipeline: runs input set k into output set k, overlapping where the backend can.
+  virtual void run_pipelined(std::span<const std::vector<const void*>> inputs,
+                             std::span<const std::vector<void*>> outputs);
+  // persistent_handles: input `input_index` is read from a buffer the executable
+  // keeps between runs (a KV cache, a state); run ignores inputs[input_index].
+  virtual void bind_handle(std::size_t input_index, const void* data, std::size_t nbytes);
+  virtual void read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const;
+  // kv_resident: after every run, output `output_index` is copied into the
+  // bound handle of `input_index` (same dtype and shape), without a host round trip.
+  virtual void feed_handle(std::size_t input_index, std::size_t output_index);
+  // active_extent: runs use `extent` (<= the compiled bound) for the graph's
+  // bound symbolic dim; nullopt restores the full bound.
+  virtual void set_active_extent(std::optional<std::int64_t> extent);
+  // rng: see RngOptions.
+  virtual void set_rng(const RngOptions& rng);
+  virtual RngOptions rng() const;
+  // copy_params: takes every param's value from `src`, an executable of the
+  // same backend compiled from the same graph.
+  virtual void copy_params_from(const ExecutableGraph& src);
+
+  // The backend's name in errors; Backend::compile and Session set it.
+  const std::string& backend_name() const { return backend_name_; }
+  void set_backend_name(std::string name) { backend_name_ = std::move(name); }
+
+ protected:
+  // Throws: "<method>: backend '<name>' does not offer it (capability '<bit>' is false)".
+  [[noreturn]] void not_offered(std::string_view method, std::string_view bit) const;
+
+ private:
+  std::string backend_name_ = "unnamed";
 };
 
 class Backend {
@@ -43,6 +120,18 @@ class Backend {
   virtual std::string unavailable_reason() const { return {}; }
   virtual std::unique_ptr<ExecutableGraph> compile_lir(const compile::LirModule& lir,
                                                        const compile::CompileOptions& options) = 0;
+  // Which device of its kind this backend drives ("llvmpipe (LLVM 15, 256 bits)"):
+  // names its calibration cache. Defaults to the backend's name.
+  virtual std::string device_name() const { return std::string(name()); }
+
+  // The shared pipeline against traits(), then compile_lir.
+  struct Compiled {
+    std::shared_ptr<compile::CompileResult> result;
+    std::unique_ptr<ExecutableGraph> exe;
+  };
+  Compiled compile(const ir::Graph& graph, const compile::CompileOptions& options = {});
+  // Ops a graph may use here: every op whose dispatch tier is not unsupported.
+  std::set<ir::OpKind> supported_ops() const;
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>()>;
@@ -55,6 +144,18 @@ bool is_available(Device device);
 std::vector<Device> registered_devices();
 inline constexpr Device kAllDevices[] = {Device::Cpu, Device::Cuda,   Device::Rocm,   Device::Metal, Device::Mlx,
                                          Device::Gpu, Device::Vulkan, Device::CoreMl, Device::Tpu};
+
+// The tier `op` takes on a backend with `traits`, as the pipeline decides it
+// (docs/op-coverage.md and the dispatch report both use this).
+compile::DispatchTier dispatch_tier(ir::OpKind op, const compile::BackendTraits& traits);
+// The tier of every op of `hir` and why, in HIR node order: the compile's own
+// entries (composites, custom ops) plus one per primitive, including dtype
+// rewrites around ops the backend computes in f32 or does not compute natively.
+using KernelDispatchReport = compile::DispatchReport;
+KernelDispatchReport kernel_dispatch_report(const compile::CompileResult& result,
+                                            const compile::BackendTraits& traits);
+// Capability bits typical of a device's backend, before anything is compiled.
+ExecutableCapabilities advisory_capabilities(Device device);
 
 // docs/op-coverage.md, generated from the registered backends' traits: each
 // op's dispatch tier per backend. A test fails when the checked-in file drifts.

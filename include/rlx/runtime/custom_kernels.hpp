@@ -49,6 +49,7 @@ struct CudaKernel {
 void register_vulkan_kernel(std::string op_name, VulkanKernel kernel);
 void register_cuda_kernel(std::string op_name, CudaKernel kernel);
 const VulkanKernel* find_vulkan_kernel(std::string_view op_name);
+std::vector<std::string> vulkan_kernel_names();
 const CudaKernel* find_cuda_kernel(std::string_view op_name);
 
 // How a custom op runs on `device`, by the precedence above.

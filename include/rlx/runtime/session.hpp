@@ -2,6 +2,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,7 +18,8 @@ struct NamedTensor {
 
 class CompiledGraph {
  public:
-  CompiledGraph(std::shared_ptr<const compile::CompileResult> result, std::unique_ptr<ExecutableGraph> exe);
+  CompiledGraph(std::shared_ptr<const compile::CompileResult> result, std::unique_ptr<ExecutableGraph> exe,
+                Device device = Device::Cpu);
   CompiledGraph(const CompiledGraph&) = delete;
   CompiledGraph& operator=(const CompiledGraph&) = delete;
   CompiledGraph(CompiledGraph&&) noexcept = default;
@@ -49,8 +51,36 @@ class CompiledGraph {
   const std::vector<IoSpec>& output_specs() const { return outputs_; }
   const compile::CompileResult& compile_result() const { return *result_; }
   std::string ir(std::string_view level) const;  // "hir" | "mir" | "lir"
+  Device device() const { return device_; }
+  const std::string& backend_name() const { return exe_->backend_name(); }
+
+  // ---- the optional surface (ExecutableGraph): a method the backend does not
+  // offer throws rlx::Error naming the method, the backend and the capability bit.
+  ExecutableCapabilities capabilities() const { return exe_->capabilities(); }
+  // typed_io: a value of the param's (input's) shape in any dtype, converted by the backend.
+  void set_param_typed(std::string_view name, const ir::TensorView& value);
+  std::vector<ir::Tensor> run_typed(std::span<const NamedTensor> inputs);
+  // read_outputs: runs and returns only the outputs at `indices`, in that order.
+  std::vector<ir::Tensor> run_read_outputs(std::span<const NamedTensor> inputs, std::span<const std::size_t> indices);
+  // async_pipeline: starts a run; the inputs' memory must stay alive and
+  // unchanged until sync_pending, which returns the outputs.
+  void commit_no_wait(std::span<const NamedTensor> inputs);
+  std::vector<ir::Tensor> sync_pending();
+  std::vector<std::vector<ir::Tensor>> run_pipelined(std::span<const std::vector<NamedTensor>> input_sets);
+  // persistent_handles: the input is kept by the executable between runs and
+  // is left out of later runs' inputs.
+  void bind_handle(std::string_view input, const ir::TensorView& value);
+  ir::Tensor read_handle(std::string_view input) const;
+  // kv_resident: after each run, `output` is written back into the handle of `input`.
+  void feed_handle(std::string_view input, std::string_view output);
+  void set_active_extent(std::optional<std::int64_t> extent) { exe_->set_active_extent(extent); }
+  void set_rng(const RngOptions& rng) { exe_->set_rng(rng); }
+  RngOptions rng() const { return exe_->rng(); }
+  // copy_params: every param's value from `src`, compiled from the same graph for the same backend.
+  void copy_params_from(const CompiledGraph& src);
 
  private:
+  std::size_t input_index(std::string_view name, std::string_view method) const;
   // Checks inputs and fills in_ptrs_. A CompiledGraph runs one call at a time
   // (clones run concurrently), so the scratch vectors make runs allocation-free.
   void bind_inputs(std::span<const NamedTensor> inputs);
@@ -60,11 +90,15 @@ class CompiledGraph {
   std::shared_ptr<std::vector<bool>> params_set_;  // shared by clones, like the weights
   std::vector<const void*> in_ptrs_;
   std::vector<void*> out_ptrs_;
+  Device device_ = Device::Cpu;
+  std::vector<bool> handles_;              // per input: bound with bind_handle
+  std::optional<std::vector<ir::Tensor>> pending_;  // outputs of a commit_no_wait
 };
 
 class Session {
  public:
   explicit Session(Device device = Device::Cpu);
+  // RLX_DISPATCH_REPORT=1 prints the dispatch report (kernel_dispatch_report) to stderr.
   CompiledGraph compile(const ir::Graph& graph, const compile::CompileOptions& options = {}) const;
   Device device() const { return device_; }
   const Backend& backend() const { return *backend_; }

@@ -6,9 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <utility>
 
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/kernels.hpp"
@@ -72,6 +76,16 @@ struct Plan {
   std::vector<Output> outputs;
   std::size_t n_inputs = 0;
   std::vector<PackedOperand> packs;  // pointer table entries after the buffers' (gemm_pack.hpp)
+  struct Io {
+    ir::DType dtype;
+    std::vector<std::int64_t> shape;
+  };
+  std::vector<Io> input_io, param_io, output_io;  // for typed I/O and handles
+  // set_rng rebuilds the random leaf kernels with other seeds from this copy
+  // of the LIR (constants dropped); null when the graph has no random op.
+  std::vector<std::size_t> random_kernels;
+  std::shared_ptr<const compile::LirModule> random_lir;
+  std::int64_t stream = 0;
 };
 
 struct ParamStore {
@@ -109,7 +123,11 @@ class CpuExecutable final : public runtime::ExecutableGraph {
         shared_(plan_->shared_bytes),
         stride_(align_up(plan_->thread_bytes)),
         threads_(stride_ * std::size_t(ThreadPool::instance().size())),
-        ptrs_(plan_->refs.size() + plan_->packs.size(), nullptr) {
+        ptrs_(plan_->refs.size() + plan_->packs.size(), nullptr),
+        handles_(plan_->n_inputs),
+        out_scratch_(plan_->outputs.size()) {
+    for (const auto& k : plan_->kernels) kernels_.push_back(k.get());
+    set_backend_name("cpu");
     for (std::size_t i = 0; i < plan_->refs.size(); ++i) {
       const Ref& r = plan_->refs[i];
       std::byte* base = nullptr;
@@ -125,6 +143,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   }
 
   void set_param(std::size_t index, const void* data, std::size_t nbytes) override {
+    require_idle("set_param");
     if (index >= plan_->param_bytes.size())
       throw Error("cpu: param index " + std::to_string(index) + " out of range (" +
                   std::to_string(plan_->param_bytes.size()) + " params)");
@@ -139,19 +158,184 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   }
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs) override {
+    require_idle("run");
+    execute(inputs, outputs, false);
+  }
+
+  runtime::ExecutableCapabilities capabilities() const override {
+    runtime::ExecutableCapabilities c;
+    c.clone = c.persistent_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =
+        c.copy_params = true;
+    return c;
+  }
+
+  void set_param_typed(std::size_t index, const ir::TensorView& value) override {
+    require_idle("set_param_typed");
+    if (index >= plan_->param_io.size())
+      throw Error("cpu: param index " + std::to_string(index) + " out of range (" +
+                  std::to_string(plan_->param_io.size()) + " params)");
+    auto t = converted(plan_->param_io[index], value, "set_param_typed: param " + std::to_string(index));
+    set_param(index, t ? t->data() : value.data, t ? t->nbytes() : value.nbytes);
+  }
+
+  std::vector<ir::Tensor> run_typed(std::span<const ir::TensorView> inputs) override {
+    require_idle("run_typed");
+    if (inputs.size() != plan_->n_inputs)
+      throw Error("cpu: run_typed got " + std::to_string(inputs.size()) + " inputs, expected " +
+                  std::to_string(plan_->n_inputs));
+    std::vector<std::optional<ir::Tensor>> conv(inputs.size());
+    std::vector<const void*> in(inputs.size(), this);  // any non-null pointer for handles and zero-size inputs
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (handles_[i]) continue;
+      conv[i] = converted(plan_->input_io[i], inputs[i], "run_typed: input " + std::to_string(i));
+      if (conv[i]) in[i] = conv[i]->data();
+      else if (inputs[i].data) in[i] = inputs[i].data;
+    }
+    std::vector<ir::Tensor> outs;
+    std::vector<void*> out;
+    outs.reserve(plan_->output_io.size());
+    for (const auto& io : plan_->output_io) out.push_back(outs.emplace_back(io.dtype, io.shape).data());
+    execute(in, out, false);
+    return outs;
+  }
+
+  void run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) override {
+    require_idle("run_read_outputs");
+    execute(inputs, outputs, true);
+  }
+
+  // The run happens on a thread of its own; the pool's workers serve it as they serve any caller.
+  void commit_no_wait(std::span<const void* const> inputs, std::span<void* const> outputs) override {
+    require_idle("commit_no_wait");
+    pending_in_.assign(inputs.begin(), inputs.end());
+    pending_out_.assign(outputs.begin(), outputs.end());
+    pending_ = std::async(std::launch::async, [this] { execute(pending_in_, pending_out_, false); });
+  }
+
+  void sync_pending() override {
+    if (pending_.valid()) std::exchange(pending_, {}).get();
+  }
+
+  // No overlap to gain on the CPU: the sets run back to back.
+  void run_pipelined(std::span<const std::vector<const void*>> inputs,
+                     std::span<const std::vector<void*>> outputs) override {
+    require_idle("run_pipelined");
+    if (inputs.size() != outputs.size())
+      throw Error("cpu: run_pipelined got " + std::to_string(inputs.size()) + " input sets and " +
+                  std::to_string(outputs.size()) + " output sets");
+    for (std::size_t k = 0; k < inputs.size(); ++k) execute(inputs[k], outputs[k], false);
+  }
+
+  void bind_handle(std::size_t index, const void* data, std::size_t nbytes) override {
+    require_idle("bind_handle");
+    const std::size_t want = index < plan_->input_io.size() ? io_bytes(plan_->input_io[index]) : 0;
+    if (index >= plan_->n_inputs || nbytes != want)
+      throw Error("cpu: bind_handle: input " + std::to_string(index) + " expects " + std::to_string(want) +
+                  " bytes, got " + std::to_string(nbytes));
+    if (!handles_[index]) handles_[index].emplace(nbytes);
+    if (nbytes) std::memcpy(handles_[index]->data(), data, nbytes);
+  }
+
+  void read_handle(std::size_t index, void* dst, std::size_t nbytes) const override {
+    require_idle("read_handle");
+    if (index >= plan_->n_inputs || !handles_[index])
+      throw Error("cpu: read_handle: input " + std::to_string(index) + " has no handle (bind_handle first)");
+    if (nbytes != handles_[index]->size())
+      throw Error("cpu: read_handle: input " + std::to_string(index) + " holds " +
+                  std::to_string(handles_[index]->size()) + " bytes, asked for " + std::to_string(nbytes));
+    if (nbytes) std::memcpy(dst, handles_[index]->data(), nbytes);
+  }
+
+  void feed_handle(std::size_t index, std::size_t output) override {
+    require_idle("feed_handle");
+    if (index >= plan_->n_inputs || !handles_[index] || output >= plan_->outputs.size() ||
+        plan_->outputs[output].bytes != handles_[index]->size())
+      throw Error("cpu: feed_handle: input " + std::to_string(index) + " needs a bound handle the size of output " +
+                  std::to_string(output));
+    feeds_.emplace_back(index, output);
+  }
+
+  void set_rng(const runtime::RngOptions& rng) override {
+    require_idle("set_rng");
+    reseeded_.clear();
+    for (std::size_t i = 0; i < kernels_.size(); ++i) kernels_[i] = plan_->kernels[i].get();
+    rng_ = rng;
+    if (rng.seed == 0) return;
+    for (std::size_t i : plan_->random_kernels) {
+      compile::Kernel k = plan_->random_lir->kernels[i];
+      ir::Graph body(k.body.name());
+      for (ir::Node n : k.body.nodes()) {
+        if (n.op == ir::OpKind::RandomUniform || n.op == ir::OpKind::RandomNormal)
+          n.attrs.set("seed", std::int64_t(runtime::effective_seed(std::uint64_t(n.attrs.get_int("seed")), rng)));
+        body.add_raw(std::move(n));
+      }
+      for (const auto& o : k.body.outputs()) body.add_output(o.node, o.name);
+      k.body = std::move(body);
+      auto kernel = build_leaf(BuildCtx{*plan_->random_lir, k, plan_->threads, plan_->stream, nullptr});
+      assert(kernel->shared_bytes == 0 && kernel->thread_bytes == 0);
+      kernels_[i] = reseeded_.emplace_back(std::move(kernel)).get();
+    }
+  }
+
+  runtime::RngOptions rng() const override { return rng_; }
+
+  void copy_params_from(const runtime::ExecutableGraph& src) override {
+    require_idle("copy_params_from");
+    const auto* cpu = dynamic_cast<const CpuExecutable*>(&src);
+    if (!cpu) throw Error("cpu: copy_params_from: the source is an executable of backend '" + src.backend_name() + "'");
+    if (cpu->params_ == params_) return;  // clones share their params already
+    if (cpu->plan_->param_bytes != plan_->param_bytes)
+      throw Error("cpu: copy_params_from: the source's params differ in number or size");
+    for (std::size_t i = 0; i < plan_->param_bytes.size(); ++i)
+      set_param(i, cpu->params_->data[i].data(), plan_->param_bytes[i]);
+  }
+
+ private:
+  static std::size_t io_bytes(const Plan::Io& io) { return std::size_t(numel(io.shape)) * ir::dtype_size(io.dtype); }
+
+  void require_idle(const char* method) const {
+    if (pending_.valid()) throw Error(std::string("cpu: ") + method + ": a commit_no_wait is pending; call sync_pending first");
+  }
+
+  // `value` converted to `io`'s dtype, or nullopt when it has that dtype already.
+  static std::optional<ir::Tensor> converted(const Plan::Io& io, const ir::TensorView& value, const std::string& what) {
+    const std::size_t n = std::size_t(numel(io.shape));
+    if (value.nbytes != n * ir::dtype_size(value.dtype) || (n && !value.data))
+      throw Error("cpu: " + what + " expects " + std::to_string(n) + " elements of " +
+                  std::string(ir::dtype_name(value.dtype)) + ", got " + std::to_string(value.nbytes) + " bytes");
+    if (value.dtype == io.dtype) return std::nullopt;
+    ir::Tensor src(value.dtype, io.shape, {static_cast<const std::byte*>(value.data), value.nbytes});
+    ir::Tensor dst(io.dtype, io.shape);
+    for (std::int64_t i = 0; i < dst.numel(); ++i) dst.set(i, src.get(i));
+    return dst;
+  }
+
+  // One run. With `sparse`, outputs[j] == nullptr means output j is not read
+  // back: in-place outputs then land in scratch, allocated on first use.
+  void execute(std::span<const void* const> inputs, std::span<void* const> outputs, bool sparse) {
     if (inputs.size() != plan_->n_inputs || outputs.size() != plan_->outputs.size())
       throw Error("cpu: run() got " + std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
                   " outputs, expected " + std::to_string(plan_->n_inputs) + " and " +
                   std::to_string(plan_->outputs.size()));
     for (const auto& [buffer, r] : plan_->dynamic) {
-      const void* base = r.base == Base::Input ? inputs[std::size_t(r.index)] : outputs[std::size_t(r.index)];
+      const auto i = std::size_t(r.index);
+      const void* base = nullptr;
+      if (r.base == Base::Input) {
+        base = handles_[i] ? handles_[i]->data() : inputs[i];
+      } else {
+        base = outputs[i];
+        if (!base && sparse) {
+          if (!out_scratch_[i]) out_scratch_[i].emplace(plan_->outputs[i].bytes);
+          base = out_scratch_[i]->data();
+        }
+      }
       ptrs_[std::size_t(buffer)] = static_cast<std::byte*>(const_cast<void*>(base)) + r.offset;
     }
     const RunCtx ctx{ptrs_.data(), shared_.data(), threads_.data(), stride_, plan_->threads, plan_->isa};
-    for (const auto& k : plan_->kernels) k->run(ctx);
+    for (const CpuKernel* k : kernels_) k->run(ctx);
     for (std::size_t j = 0; j < plan_->outputs.size(); ++j) {
       const Output& o = plan_->outputs[j];
-      if (o.in_place || o.bytes == 0) continue;
+      if (o.in_place || o.bytes == 0 || (sparse && !outputs[j])) continue;
       const std::byte* src = ptrs_[std::size_t(o.buffer)];
       auto* dst = static_cast<std::byte*>(outputs[j]);
       constexpr std::size_t kPiece = 1 << 20;
@@ -163,10 +347,17 @@ class CpuExecutable final : public runtime::ExecutableGraph {
           },
           plan_->threads);
     }
+    for (const auto& [in, out] : feeds_)
+      std::memmove(handles_[in]->data(), ptrs_[std::size_t(plan_->outputs[out].buffer)], handles_[in]->size());
   }
 
+ public:
+  // Handles, feeds and pending runs are per executable; the rng setting carries over.
   std::unique_ptr<runtime::ExecutableGraph> clone() const override {
-    return std::make_unique<CpuExecutable>(plan_, params_);
+    auto c = std::make_unique<CpuExecutable>(plan_, params_);
+    c->set_backend_name(backend_name());
+    if (rng_.seed) c->set_rng(rng_);
+    return c;
   }
 
   std::size_t packed_operands() const { return plan_->packs.size(); }
@@ -178,6 +369,15 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   std::size_t stride_;
   AlignedBytes threads_;
   std::vector<std::byte*> ptrs_;
+  std::vector<const CpuKernel*> kernels_;  // plan_->kernels, with set_rng's reseeded ones swapped in
+  std::vector<std::unique_ptr<CpuKernel>> reseeded_;
+  runtime::RngOptions rng_;
+  std::vector<std::optional<AlignedBytes>> handles_;  // per input
+  std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output) copied after each run
+  std::vector<std::optional<AlignedBytes>> out_scratch_;   // per output, for outputs not read back
+  std::vector<const void*> pending_in_;
+  std::vector<void*> pending_out_;
+  std::future<void> pending_;  // last: destroyed first, so a pending run finishes before the rest goes
 };
 
 // OpenBLAS runs single-threaded inside the pool's tasks (matmul panels, conv
@@ -208,7 +408,8 @@ class CpuBackend final : public runtime::Backend {
     for (OpKind op : ir::kAllOps)
       if (ir::op_info(op).cls != ir::OpClass::Composite) t.native_ops.insert(op);
     for (OpKind op : {OpKind::Softmax, OpKind::LogSoftmax, OpKind::LayerNorm, OpKind::RmsNorm, OpKind::Conv1d,
-                      OpKind::Conv2d, OpKind::MaxPool2d, OpKind::AvgPool2d, OpKind::Attention}) {
+                      OpKind::Conv2d, OpKind::MaxPool2d, OpKind::AvgPool2d, OpKind::Attention,
+                      OpKind::SoftmaxBackward, OpKind::LayerNormBackward, OpKind::RmsNormBackward}) {
       t.native_ops.insert(op);
       t.f32_compute_ops.insert(op);
     }
@@ -230,6 +431,11 @@ class CpuBackend final : public runtime::Backend {
     plan->arena_bytes = std::size_t(std::max<std::int64_t>(lir.memory.arena_bytes, 0));
     plan->n_inputs = lir.inputs.size();
     const std::int64_t stream = stream_threshold();
+    plan->stream = stream;
+    auto io = [&](BufferId id) { return Plan::Io{lir.buffer(id).dtype, lir.buffer(id).shape}; };
+    for (BufferId id : lir.inputs) plan->input_io.push_back(io(id));
+    for (BufferId id : lir.params) plan->param_io.push_back(io(id));
+    for (BufferId id : lir.outputs) plan->output_io.push_back(io(id));
     PackRegistry packs{plan->isa, lir.buffers.size(), {}};
 
     for (const auto& k : lir.kernels) {
@@ -244,7 +450,11 @@ class CpuBackend final : public runtime::Backend {
           ck = b.anchor().op == ir::OpKind::Custom ? build_custom(b) : build_native(b);
           break;
         case compile::KernelKind::Leaf: ck = build_leaf(b); break;
+        case compile::KernelKind::ControlFlow: ck = build_control_flow(b, options); break;
       }
+      if (k.kind == compile::KernelKind::Leaf &&
+          (b.anchor().op == ir::OpKind::RandomUniform || b.anchor().op == ir::OpKind::RandomNormal))
+        plan->random_kernels.push_back(plan->kernels.size());
       plan->shared_bytes = std::max(plan->shared_bytes, align_up(ck->shared_bytes));
       plan->thread_bytes = std::max(plan->thread_bytes, align_up(ck->thread_bytes));
       plan->kernels.push_back(std::move(ck));
@@ -311,6 +521,12 @@ class CpuBackend final : public runtime::Backend {
       }
       plan->refs[std::size_t(b.id)] = r;
       if (r.base == Base::Input || r.base == Base::Output) plan->dynamic.emplace_back(b.id, r);
+    }
+
+    if (!plan->random_kernels.empty()) {
+      auto copy = std::make_shared<compile::LirModule>(lir);
+      copy->constant_values.clear();
+      plan->random_lir = std::move(copy);
     }
 
     // Params start zeroed, and so do their packed copies until set_param.

@@ -54,7 +54,6 @@ class MatMulKernel final : public CpuKernel {
   bool pack_per_run = false, b_in_place = false;
   bool b_per_batch = false;
   std::size_t pack_offset = 0, pack_floats = 0;
-  std::vector<compile::BufferId> outs;  // several when the epilogue has several outputs
   std::size_t row_bytes() const { return (std::size_t(N) * 8 + 63) / 64 * 64; }
 
   // The epilogue over rows [m0, m1) x columns [n0, n1) of matrix bi.

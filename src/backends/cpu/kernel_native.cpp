@@ -516,6 +516,8 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
     case OpKind::MaxPool2d:
     case OpKind::AvgPool2d: return f32 ? make_pool<float>(b, n) : make_pool<double>(b, n);
     case OpKind::Attention: return f32 ? make_attention<float>(b, n) : make_attention<double>(b, n);
+    case OpKind::SoftmaxBackward: case OpKind::LayerNormBackward: case OpKind::RmsNormBackward:
+      return build_backward(b);
     default: b.fail("op " + std::string(ir::op_name(n.op)) + " has no native CPU kernel");
   }
 }

@@ -11,6 +11,7 @@
 #include "backends/cpu/program.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "rlx/compile/lir.hpp"
+#include "rlx/compile/pipeline.hpp"
 
 namespace rlx::backends::cpu {
 
@@ -67,8 +68,11 @@ std::unique_ptr<CpuKernel> build_reduce(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_movement(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_native(const BuildCtx& b);
+std::unique_ptr<CpuKernel> build_backward(const BuildCtx& b);  // the backward ops (kernel_backward.cpp)
 std::unique_ptr<CpuKernel> build_leaf(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_custom(const BuildCtx& b);  // custom ops with a host kernel
+// scan / if / while as host loops over nested executables of this backend (kernel_control.cpp)
+std::unique_ptr<CpuKernel> build_control_flow(const BuildCtx& b, const compile::CompileOptions& options);
 
 // Grain (in elements) that amortizes a parallel task's overhead.
 inline constexpr std::int64_t kGrain = 16 * kBlock;

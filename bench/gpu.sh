@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The Vulkan backend on a GPU machine (docs/backends/vulkan.md, "On an NVIDIA GPU").
+#
+#   bash bench/gpu.sh pack [build-dir]   here: packs the built binaries and the shared libraries they need
+#                                        (ldd, minus what every glibc system has) into .gpu/rlx-gpu.tar.xz, and
+#                                        downloads the Vulkan loader packages into .gl/ (both git-ignored)
+#   bash bench/gpu.sh run                there: unpacks the loader and the build, runs the Vulkan conformance
+#                                        suites and vulkan_bench, then bench/gpu_peers.py (PyTorch); results
+#                                        also go to $OUT when it is set
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+pack() {
+  local build=${1:-build}
+  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
+  grep -qx '/.gl/' .git/info/exclude 2>/dev/null || echo '/.gl/' >>.git/info/exclude
+  local stage
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib" .gpu
+  local bins=("$build/vulkan_bench" "$build/tests/conformance_test_op_parity" "$build/tests/conformance_test_random_graphs"
+              "$build/tests/conformance_test_errors")
+  mapfile -t -O ${#bins[@]} bins < <(find "$build/tests" -maxdepth 1 -type f -executable -name 'vulkan_test_*')
+  cp "${bins[@]}" "$stage/bin/"
+  cp "$build/librlx.so" "$stage/lib/"
+  # Non-system libraries the binaries load (the GPU machine's glibc and libstdc++ are newer than ours).
+  ldd "${bins[@]}" "$build/librlx.so" | awk '/=> \// {print $3}' | sort -u |
+    grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
+    grep -v librlx | xargs -r -I{} cp -L {} "$stage/lib/"
+  strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null
+  tar cJf .gpu/rlx-gpu.tar.xz -C "$stage" bin lib
+  rm -rf "$stage"
+  if ! ls .gl/*.deb >/dev/null 2>&1; then
+    mkdir -p .gl /tmp/amd64/partial
+    local o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+    apt-get $o update -qq && (cd .gl && apt-get $o download libvulkan1)
+  fi
+  ls -la .gpu/rlx-gpu.tar.xz .gl
+}
+
+run() {
+  local out=${OUT:-/tmp/rlx-out} r=/tmp/rlx
+  mkdir -p "$out" "$r"
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  [ -f "$icd" ] && export VK_DRIVER_FILES=$icd
+  echo "Vulkan ICD: ${VK_DRIVER_FILES:-none at $icd}; loader: $(ldconfig -p | grep -c libvulkan.so.1) found"
+  tar xJf .gpu/rlx-gpu.tar.xz -C "$r"
+  export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$r/cache
+  nvidia-smi -L
+  echo "## conformance on Vulkan (test binaries' summaries)"
+  for t in conformance_test_op_parity conformance_test_random_graphs conformance_test_errors "$(cd "$r/bin" && ls vulkan_test_*)"; do
+    for b in $t; do
+      "$r/bin/$b" --gtest_filter='*vulkan*:*Vulkan*' --gtest_brief=1 >"$out/$b.log" 2>&1
+      echo "$b: exit $? | $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]' "$out/$b.log" | tr '\n' ' ')"
+      grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | head -20
+    done
+  done
+  echo "## vulkan_bench"
+  "$r/bin/vulkan_bench" | tee "$out/rlx_bench.txt"
+  echo "## RLX Vulkan vs PyTorch"
+  PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py --rlx "$out/rlx_bench.txt" | tee "$out/table.txt"
+}
+
+case "${1:-}" in
+  pack) shift; pack "$@" ;;
+  run) run ;;
+  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run" >&2; exit 2 ;;
+esac

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""PyTorch peers for bench/vulkan_bench.cpp on the same GPU, printed next to RLX's figures as one table.
+
+    python3 bench/gpu_peers.py --rlx rlx_bench.txt
+
+Measures with CUDA events (best of several runs after warm-up): f32 GEMM 4096^3 with TF32 off and on, a
+device-to-device copy, the same 8-op elementwise chain on 256M floats eager and under torch.compile, and the
+rlx::models encoder block eager (wall time per call, synchronized). Sizes follow vulkan_bench's full sizes.
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def gpu_seconds(fn, warmup=2, reps=5):
+    for _ in range(warmup):
+        fn()
+    best = math.inf
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e-3)
+    return best
+
+
+def wall_seconds(fn, warmup=3, reps=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def chain(x):  # the ops of vulkan_bench's chain8, in order
+    y = x * 1.5
+    y = y + 0.25
+    y = y * y
+    y = y - 0.5
+    y = torch.clamp_min(y, -1.0)
+    y = y + x
+    y = y * 0.75
+    return torch.clamp_max(y, 4.0)
+
+
+def encoder(x, p, B, S, D, H, eps=1e-5):  # rlx::models::encoder_block: pre-LN, weights [in, out]
+    ln = lambda v, n: F.layer_norm(v, (D,), p[n + "_g"], p[n + "_b"], eps)
+    proj = lambda v, n: v @ p[n] + p[n + "_bias"]
+    heads = lambda v: v.view(B, S, H, D // H).transpose(1, 2)
+    h = ln(x, "ln1")
+    a = F.scaled_dot_product_attention(heads(proj(h, "wq")), heads(proj(h, "wk")), heads(proj(h, "wv")))
+    x1 = x + proj(a.transpose(1, 2).reshape(B, S, D), "wo")
+    f = proj(F.gelu(proj(ln(x1, "ln2"), "w1")), "w2")
+    return x1 + f
+
+
+def encoder_params(D, FF, dev):
+    p = {}
+    for n in ("ln1", "ln2"):
+        p[n + "_g"], p[n + "_b"] = torch.ones(D, device=dev), torch.zeros(D, device=dev)
+    for n, i, o in (("wq", D, D), ("wk", D, D), ("wv", D, D), ("wo", D, D), ("w1", D, FF), ("w2", FF, D)):
+        p[n] = (torch.rand(i, o, device=dev) * 2 - 1) * math.sqrt(3.0 / i)
+        p[n + "_bias"] = torch.zeros(o, device=dev)
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rlx", required=True, help="vulkan_bench output")
+    args = ap.parse_args()
+    rlx = {}
+    for line in open(args.rlx):
+        parts = line.split()
+        if len(parts) >= 2 and not line.startswith("#"):
+            rlx[parts[0]] = float(parts[1])
+    dev = torch.device("cuda")
+    print(f"# PyTorch {torch.__version__} on {torch.cuda.get_device_name()}")
+
+    n = 4096
+    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+    gemm = {}
+    for tf32 in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        gemm[tf32] = 2 * n**3 / gpu_seconds(lambda: a @ b) * 1e-12
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+    m = 1 << 28
+    x = torch.rand(m, device=dev)
+    dst = torch.empty_like(x)
+    copy = 8 * m / gpu_seconds(lambda: dst.copy_(x)) * 1e-9
+    eager = 8 * m / gpu_seconds(lambda: chain(x)) * 1e-9
+    compiled = torch.compile(chain)
+    fused = 8 * m / gpu_seconds(lambda: compiled(x), warmup=3) * 1e-9
+    del x, dst
+
+    enc = {}
+    for name, (B, S, D, H, FF) in (("encoder", (1, 128, 512, 8, 2048)), ("encoder_large", (8, 512, 1024, 16, 4096))):
+        p = encoder_params(D, FF, dev)
+        xe = torch.rand(B, S, D, device=dev) * 2 - 1
+        with torch.no_grad():
+            enc[name] = wall_seconds(lambda: encoder(xe, p, B, S, D, H)) * 1e6
+
+    g = rlx.get(f"gemm_f32_{n}_tflops", float("nan"))
+    rows = [
+        ("f32 GEMM 4096^3 (TFLOP/s)", f"{g:.1f}", f"cuBLAS TF32 off {gemm[False]:.1f} / on {gemm[True]:.1f}",
+         f"{g / gemm[False]:.2f}x of TF32-off (target >= 0.5)"),
+        ("device-to-device copy (GB/s)", f"{rlx.get('copy_d2d_gbps', float('nan')):.0f}", f"{copy:.0f}", ""),
+        ("8-op chain, 256M f32 (GB/s)", f"{rlx.get('chain8_gbps', float('nan')):.0f}",
+         f"eager {eager:.0f} / torch.compile {fused:.0f}",
+         f"{rlx.get('chain8_vs_copy', float('nan')):.2f}x of copy (target >= 0.8)"),
+    ]
+    for name, label in (("encoder", "encoder B1 S128 D512 (us)"), ("encoder_large", "encoder B8 S512 D1024 (us)")):
+        wall, gpu = rlx.get(name + "_wall_us", float("nan")), rlx.get(name + "_gpu_us", float("nan"))
+        rows.append((label, f"{wall:.0f} wall / {gpu:.0f} GPU", f"eager {enc[name]:.0f}", f"{enc[name] / wall:.2f}x eager's speed"))
+    widths = [max(len(r[i]) for r in rows + [("figure", "RLX Vulkan", "PyTorch", "ratio")]) for i in range(4)]
+    for r in [("figure", "RLX Vulkan", "PyTorch", "ratio")] + rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+// The Vulkan backend's headline figures (docs/backends/vulkan.md): f32 GEMM,
+// a fused 8-op elementwise chain against a device-to-device copy, and the
+// transformer encoder block from rlx::models. Kernel figures are GPU time
+// from timestamp queries; the encoder also reports wall time per run
+// (staging, submit, fence included). Prints one `key value unit` line per
+// figure for bench/gpu_peers.py, which puts them next to PyTorch's.
+//
+//   vulkan_bench            full sizes (GEMM 4096^3, chain on 256M floats)
+//   vulkan_bench small      quick sizes, for a CPU device (lavapipe)
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rlx/backends/vulkan/vulkan_backend.hpp"
+#include "rlx/error.hpp"
+#include "rlx/models/demo_models.hpp"
+
+using namespace rlx;
+namespace vk = backends::vulkan;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+void report(const std::string& key, double value, const std::string& unit) { fmt::print("{} {:.6g} {}\n", key, value, unit); }
+
+struct Timing {
+  double gpu_s = 1e30, wall_s = 1e30;
+  int host_kernels = 0;
+};
+
+// Best of `reps` runs after `warmup`: GPU time (sum of kernel timestamps) and wall time.
+Timing time_runs(runtime::ExecutableGraph& exe, std::span<const void* const> in, std::span<void* const> out, int warmup,
+                 int reps) {
+  Timing t;
+  for (int r = 0; r < warmup + reps; ++r) {
+    auto t0 = Clock::now();
+    exe.run(in, out);
+    double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r < warmup) continue;
+    double gpu = 0;
+    t.host_kernels = 0;
+    for (const auto& k : vk::last_run_times(exe)) {
+      gpu += k.micros * 1e-6;
+      t.host_kernels += k.host;
+    }
+    t.gpu_s = std::min(t.gpu_s, gpu);
+    t.wall_s = std::min(t.wall_s, wall);
+  }
+  return t;
+}
+
+// Params get deterministic values; outputs land in vectors the caller keeps.
+struct Prepared {
+  runtime::Backend::Compiled compiled;
+  std::vector<std::vector<std::byte>> inputs, outputs;
+  std::vector<const void*> in;
+  std::vector<void*> out;
+};
+
+Prepared prepare(runtime::Backend& backend, const ir::Graph& g) {
+  Prepared p{backend.compile(g), {}, {}, {}, {}};
+  const auto& lir = p.compiled.result->lir;
+  auto params = models::random_params(g, 7);
+  for (std::size_t i = 0; i < lir.params.size(); ++i) {
+    const auto& t = params.at(lir.buffer(lir.params[i]).name);
+    p.compiled.exe->set_param(i, t.data(), t.nbytes());
+  }
+  auto inputs = models::random_inputs(g, 11);
+  for (auto id : lir.inputs) {
+    const auto& t = inputs.at(lir.buffer(id).name);
+    p.inputs.emplace_back(t.data(), t.data() + t.nbytes());
+    p.in.push_back(p.inputs.back().data());
+  }
+  for (auto id : lir.outputs) {
+    p.outputs.emplace_back(std::size_t(lir.buffer(id).nbytes()));
+    p.out.push_back(p.outputs.back().data());
+  }
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool small = argc > 1 && std::string(argv[1]) == "small";
+  try {
+    if (auto why = vk::unavailable_reason(); !why.empty()) {
+      fmt::print(stderr, "vulkan is unavailable: {}\n", why);
+      return 2;
+    }
+    auto dev = vk::selected_device();
+    fmt::print("# device '{}' ({}, Vulkan {})\n", dev.name, dev.type, dev.api_version);
+    auto backend = vk::make_vulkan_backend();
+
+    // f32 GEMM.
+    const std::int64_t n = small ? 512 : 4096;
+    ir::Graph mm("gemm");
+    mm.add_output(mm.matmul(mm.param("a", ir::Shape{n, n}), mm.param("b", ir::Shape{n, n})), "c");
+    auto gemm = prepare(*backend, mm);
+    auto tg = time_runs(*gemm.compiled.exe, gemm.in, gemm.out, 2, 5);
+    report(fmt::format("gemm_f32_{}_tflops", n), 2.0 * double(n * n * n) / tg.gpu_s * 1e-12, "TFLOP/s");
+
+    // A fused chain of 8 elementwise ops against a device-to-device copy of the same bytes.
+    const std::int64_t m = small ? (std::int64_t(1) << 22) : (std::int64_t(1) << 28);
+    ir::Graph ch("chain8");
+    auto x = ch.param("x", ir::Shape{m});
+    auto s = [&](double v) { return ch.scalar(v); };
+    auto y = ch.mul(x, s(1.5));
+    y = ch.add(y, s(0.25));
+    y = ch.mul(y, y);
+    y = ch.sub(y, s(0.5));
+    y = ch.binary(ir::OpKind::Max, y, s(-1.0));
+    y = ch.add(y, x);
+    y = ch.mul(y, s(0.75));
+    y = ch.binary(ir::OpKind::Min, y, s(4.0));
+    ch.add_output(y, "y");
+    auto chain = prepare(*backend, ch);
+    const double bytes = 8.0 * double(m);  // one f32 read and one written per element
+    auto tc = time_runs(*chain.compiled.exe, chain.in, chain.out, 1, 3);
+    const double copy = vk::copy_bandwidth_gbps(std::uint64_t(4 * m));
+    report("chain8_kernels", double(chain.compiled.result->lir.kernels.size()), "kernels");
+    report("chain8_gbps", bytes / tc.gpu_s * 1e-9, "GB/s");
+    report("copy_d2d_gbps", copy, "GB/s");
+    report("chain8_vs_copy", bytes / tc.gpu_s * 1e-9 / copy, "x");
+
+    // The encoder block: the default config and a larger one.
+    for (auto [name, cfg] : {std::pair<const char*, models::EncoderConfig>{"encoder", {}},
+                             {"encoder_large", {8, 512, 1024, 16, 4096, 1e-5}}}) {
+      if (small && std::string(name) == "encoder_large") continue;
+      auto enc = prepare(*backend, models::encoder_block(cfg));
+      auto te = time_runs(*enc.compiled.exe, enc.in, enc.out, 3, 20);
+      report(std::string(name) + "_wall_us", te.wall_s * 1e6, "us");
+      report(std::string(name) + "_gpu_us", te.gpu_s * 1e6, "us");
+      report(std::string(name) + "_kernels", double(enc.compiled.result->lir.kernels.size()), "kernels");
+      report(std::string(name) + "_host_kernels", double(te.host_kernels), "kernels");
+      for (const auto& kt : vk::last_run_times(*enc.compiled.exe)) fmt::print("#   {:9.1f} us  {}\n", kt.micros, kt.kernel);
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "vulkan_bench: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,120 @@
+#ifdef RLX_HAVE_VULKAN
+// One-time device measurements for the cost model. GEMM and bandwidth are
+// timed with GPU timestamps (kernel time only); the round trip is wall-clock
+// time for a one-element graph, staging and fences included.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "backends/vulkan/context.hpp"
+#include "rlx/backends/vulkan/vulkan_backend.hpp"
+#include "rlx/error.hpp"
+
+namespace rlx::backends::vulkan {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The fastest GPU time of an executable's kernels over a few runs, in seconds.
+double best_kernel_seconds(runtime::ExecutableGraph& exe, std::span<void* const> outputs, int runs) {
+  double best = INFINITY;
+  for (int r = 0; r < runs; ++r) {
+    exe.run({}, outputs);
+    double us = 0;
+    for (const auto& t : last_run_times(exe)) us += t.micros;
+    best = std::min(best, us * 1e-6);
+  }
+  return best;
+}
+
+}  // namespace
+
+double copy_bandwidth_gbps(std::uint64_t bytes, int reps) {
+  auto ctx = Context::get();
+  Context& c = *ctx;
+  if (!c.caps.timestamps) throw Error("vulkan: '" + c.info.name + "' has no timestamps on its compute queue");
+  GpuBuffer src(c, bytes, false, "a bandwidth probe"), dst(c, bytes, false, "a bandwidth probe");
+  VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+  qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+  qi.queryCount = 2;
+  VkQueryPool qp = VK_NULL_HANDLE;
+  c.check(c.vk.vkCreateQueryPool(c.device, &qi, nullptr, &qp), "vkCreateQueryPool");
+  double best = INFINITY;
+  for (int r = 0; r < reps; ++r) {
+    c.run_once(
+        [&](VkCommandBuffer cb) {
+          c.vk.vkCmdResetQueryPool(cb, qp, 0, 2);
+          c.vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, qp, 0);
+          VkBufferCopy region{0, 0, bytes};
+          c.vk.vkCmdCopyBuffer(cb, src.get(), dst.get(), 1, &region);
+          c.vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, qp, 1);
+        },
+        "timing a copy");
+    std::uint64_t ts[2];
+    c.check(c.vk.vkGetQueryPoolResults(c.device, qp, 0, 2, sizeof ts, ts, 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+            "vkGetQueryPoolResults");
+    best = std::min(best, double(ts[1] - ts[0]) * c.caps.timestamp_period_ns * 1e-9);
+  }
+  c.vk.vkDestroyQueryPool(c.device, qp, nullptr);
+  return 2.0 * double(bytes) / best * 1e-9;
+}
+
+std::string calibration_path() { return runtime::calibration_path("vulkan", Context::get()->info.name).string(); }
+
+runtime::Calibration calibrate(bool force) {
+  auto ctx = Context::get();
+  const std::string device = ctx->info.name;
+  const auto path = runtime::calibration_path("vulkan", device);
+  std::string why = "forced";
+  if (!force) {
+    auto c = runtime::load_calibration(path, &why);
+    if (c && c->backend == "vulkan" && c->device == device) return *c;
+    if (c) why = "the file describes another device";
+  }
+  const bool cpu_device = ctx->info.type == "cpu";
+  runtime::Calibration c;
+  c.backend = "vulkan";
+  c.device = device;
+  auto backend = make_vulkan_backend();
+
+  // f32 GEMM through RLX's own matmul kernel (params start zeroed: the speed does not depend on values).
+  const std::int64_t n = cpu_device ? 512 : 4096;
+  ir::Graph mm("calib_sgemm");
+  mm.add_output(mm.matmul(mm.param("a", ir::Shape{n, n}), mm.param("b", ir::Shape{n, n})));
+  auto gemm = backend->compile(mm);
+  std::vector<float> gemm_out(std::size_t(n * n));
+  void* gemm_ptr = gemm_out.data();
+  c.sgemm_gflops = 2.0 * double(n) * double(n) * double(n) / best_kernel_seconds(*gemm.exe, {&gemm_ptr, 1}, 3) * 1e-9;
+
+  c.memory_bw_gbps = copy_bandwidth_gbps(cpu_device ? (std::uint64_t(16) << 20) : (std::uint64_t(1) << 30), 3);
+
+  // Round trip: upload, one dispatch, fence, download.
+  ir::Graph tiny("calib_roundtrip");
+  tiny.add_output(tiny.add(tiny.input("x", ir::Shape{1}), tiny.scalar(1)));
+  auto trip = backend->compile(tiny);
+  float x = 0, y = 0;
+  const void* in = &x;
+  void* out = &y;
+  std::vector<double> ns;
+  for (int r = 0; r < 50; ++r) {
+    auto t0 = Clock::now();
+    trip.exe->run({&in, 1}, {&out, 1});
+    ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count());
+  }
+  std::nth_element(ns.begin(), ns.begin() + std::ptrdiff_t(ns.size() / 2), ns.end());
+  c.roundtrip_overhead_ns = ns[ns.size() / 2];
+  c.measured_at = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  c.source = "measured (" + why + ")";
+  try {
+    runtime::save_calibration(c, path);
+  } catch (const Error& e) {
+    c.source += "; not saved: " + std::string(e.what());
+  }
+  return c;
+}
+
+}  // namespace rlx::backends::vulkan
+#endif

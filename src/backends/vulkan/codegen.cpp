@@ -1,0 +1,136 @@
+#ifdef RLX_HAVE_VULKAN
+// generate(): picks the generator for a kernel's kind; elementwise and leaf
+// kernels, which are one grid-stride loop over the output, live here too.
+#include "backends/vulkan/codegen.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace rlx::backends::vulkan {
+
+using ir::DType;
+using ir::OpKind;
+
+namespace {
+
+constexpr std::uint32_t kLocal = 256;
+
+std::int64_t numel(const std::vector<std::int64_t>& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+// The grid-stride loop over `n` elements with index `i`, around `body`.
+std::string loop(std::int64_t n, const std::string& body) {
+  return fmt::format("uint rlx_n = gl_NumWorkGroups.x * {}u;\nfor (uint i = gl_GlobalInvocationID.x; i < {}; i += rlx_n) {{\n{}}}\n",
+                     kLocal, u(n), body);
+}
+
+void check_size(std::int64_t n, const Caps& caps) {
+  if (n + std::int64_t(kLocal) * caps.max_groups[0] >= (std::int64_t(1) << 32))
+    throw NoShader{"more than 2^32 elements"};
+}
+
+}  // namespace
+
+std::array<std::uint32_t, 3> groups_for(std::uint64_t n, std::uint32_t local, const Caps& caps) {
+  std::uint64_t g = (n + local - 1) / local;
+  return {std::uint32_t(std::clamp<std::uint64_t>(g, 1, std::min<std::uint32_t>(caps.max_groups[0], 65535))), 1, 1};
+}
+
+KernelCode gen_elementwise(const GenCtx& c) {
+  const auto& k = c.kernel;
+  auto iter = c.lir.buffer(k.outputs.at(0)).shape;
+  std::int64_t n = numel(iter);
+  if (n == 0) return {};
+  check_size(n, c.caps);
+  Shader sh(c);
+  Space sp{iter, "i", {}};
+  std::string body = coords_code(sp, "c");
+  Emitter em(sh, k.body, sp, "v");
+  std::string stores;
+  for (std::size_t j = 0; j < k.outputs.size(); ++j) stores += sh.store(k.outputs[j], "i", em.value(k.body.outputs()[j].node));
+  body += em.take_code() + stores;
+  return {{{sh.source({kLocal, 1, 1}, "", loop(n, body)), groups_for(std::uint64_t(n), kLocal, c.caps)}}, {}};
+}
+
+KernelCode gen_leaf(const GenCtx& c) {
+  const auto& k = c.kernel;
+  const ir::Node* leaf = nullptr;
+  for (const auto& nd : k.body.nodes())
+    if (nd.op == OpKind::Iota || nd.op == OpKind::RandomUniform || nd.op == OpKind::RandomNormal) leaf = &nd;
+  if (!leaf || k.outputs.size() != 1) throw NoShader{"not a leaf kernel"};
+  auto shape = c.lir.buffer(k.outputs[0]).shape;
+  std::int64_t n = numel(shape);
+  if (n == 0) return {};
+  check_size(n, c.caps);
+  Shader sh(c);
+  Space sp{shape, "i", {}};
+  std::string body, decls, value;
+  const auto& at = leaf->attrs;
+  if (leaf->op == OpKind::Iota) {
+    body = coords_code(sp, "c");
+    auto axis = at.get_int("axis");
+    if (axis < 0) axis += std::int64_t(shape.size());
+    value = sh.convert("int64_t(" + sp.coords.at(std::size_t(axis)) + ")", DType::I64, leaf->dtype);
+  } else {
+    decls = R"(uint64_t rlx_mix(uint64_t seed, uint64_t index) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ul + index * 0xD1B54A32D192ED03ul + 0x632BE59BD9B4E019ul;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ul;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBul;
+  return z ^ (z >> 31);
+}
+)";
+    std::string seed = fmt::format("0x{:016x}ul", std::uint64_t(at.get_int("seed")));
+    // f64 outputs follow the reference's double formula; the rest compute in f32.
+    const bool dbl = leaf->dtype == DType::F64;
+    const DType rt = dbl ? DType::F64 : DType::F32;
+    const std::string real = dbl ? "double" : "float", one = dbl ? "1.0lf" : "1.0";
+    std::string r;
+    if (leaf->op == OpKind::RandomUniform) {
+      double lo = at.float_or("low", 0.0), hi = at.float_or("high", 1.0);
+      r = fmt::format("{} u = {}(float(rlx_mix({}, uint64_t(i)) >> 40) * (1.0 / 16777216.0));\n", real, real, seed);
+      value = fmt::format("({} + {} * u)", literal(lo, rt), literal(hi - lo, rt));
+    } else {
+      double mean = at.float_or("mean", 0.0), sd = at.float_or("std", 1.0);
+      r = fmt::format(
+          "{0} u1 = ({0}(rlx_mix({1}, 2ul * uint64_t(i)) >> 40) + {2}) * ({2} / 16777216.0);\n"
+          "{0} u2 = {0}(rlx_mix({1}, 2ul * uint64_t(i) + 1ul) >> 40) * ({2} / 16777216.0);\n",
+          real, seed, one);
+      if (dbl) {
+        sh.use("d_log");
+        sh.use("d_sincos");
+      }
+      value = fmt::format("({} + {} * (sqrt({} * {}(u1)) * {}({} * u2)))", literal(mean, rt), literal(sd, rt), literal(-2.0, rt),
+                          dbl ? "rlx_log" : "log", dbl ? "rlx_cos" : "cos", literal(6.283185307179586, rt));
+    }
+    body = r;
+    value = sh.convert(value, rt, leaf->dtype);
+  }
+  body += sh.store(k.outputs[0], "i", value);
+  return {{{sh.source({kLocal, 1, 1}, decls, loop(n, body)), groups_for(std::uint64_t(n), kLocal, c.caps)}}, {}};
+}
+
+std::optional<KernelCode> generate(const GenCtx& c, std::string* why) {
+  try {
+    for (const auto& nd : c.kernel.body.nodes())
+      if (nd.dtype == DType::F64 && !c.caps.fp64) throw NoShader{"f64 needs shaderFloat64"};
+    switch (c.kernel.kind) {
+      case compile::KernelKind::Elementwise: return gen_elementwise(c);
+      case compile::KernelKind::Reduce: return gen_reduce(c);
+      case compile::KernelKind::MatMul: return gen_matmul(c);
+      case compile::KernelKind::Movement: return gen_movement(c);
+      case compile::KernelKind::Native: return gen_native(c);
+      case compile::KernelKind::Leaf: return gen_leaf(c);
+      default: throw NoShader{"no shader for this kernel kind"};
+    }
+  } catch (const NoShader& e) {
+    if (why) *why = e.why;
+    return std::nullopt;
+  }
+}
+
+}  // namespace rlx::backends::vulkan
+#endif

@@ -1,0 +1,149 @@
+#pragma once
+// GLSL compute shaders generated from LIR kernel bodies. Every shader sees
+// the same two storage buffers, aliased with one typed array per element type
+// it touches: binding 0 is the executable's arena (intermediates, then the
+// inputs region and the status words), binding 1 the weights (params and
+// constants). Buffer offsets and shapes are baked into the source, so a
+// shader is specific to its kernel and layout; identical kernels share SPIR-V
+// and pipelines through the caches.
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backends/vulkan/context.hpp"
+#include "rlx/compile/lir.hpp"
+
+namespace rlx::backends::vulkan {
+
+// Where a buffer's bytes are: binding 0 (arena) or 1 (weights), at a byte offset.
+struct Loc {
+  int binding = 0;
+  std::int64_t offset = 0;
+};
+
+struct GenCtx {
+  const compile::LirModule& lir;
+  const compile::Kernel& kernel;
+  const std::vector<Loc>& locs;  // per buffer id
+  const Caps& caps;
+  std::uint32_t code = 0;        // this kernel's code in the status words (index + 1)
+  std::int64_t status_offset = 0;  // byte offset of the status words in the arena
+};
+
+struct Dispatch {
+  std::string glsl;
+  std::array<std::uint32_t, 3> groups{1, 1, 1};
+};
+
+// A kernel's dispatches (run in order, with barriers between them).
+struct KernelCode {
+  std::vector<Dispatch> dispatches;
+  // For run-time errors a shader reports through the status words: what the
+  // recorded value means (the message after "index <v> ").
+  std::string status_message;
+};
+
+// The shaders for `c.kernel`, or nullopt with the reason in *why when it has
+// none (the kernel then runs on the host).
+std::optional<KernelCode> generate(const GenCtx& c, std::string* why);
+
+// ---- shared by the generators (glsl.cpp) ----------------------------------
+
+enum class CT : std::uint8_t { F32, F64, I32, I64, Bool };  // compute types
+CT compute_type(ir::DType t);
+std::string_view ct_name(CT t);
+
+// Thrown by generators for kernels they cannot express; generate() turns it into nullopt.
+struct NoShader {
+  std::string why;
+};
+
+// Literal of `v` in dtype `t`'s compute type.
+std::string literal(double v, ir::DType t);
+
+// An iteration space: the linear index and per-dim coordinates as GLSL uint expressions.
+struct Space {
+  std::vector<std::int64_t> dims;
+  std::string linear;
+  std::vector<std::string> coords;
+};
+// Declares coordinate variables `<prefix>0..` for `dims` from the linear index `lin`.
+std::string coords_code(Space& s, const std::string& prefix);
+// The element index, in a buffer of shape `shape` broadcast to `s`, of the space's current point.
+std::string bcast_index(const Space& s, const std::vector<std::int64_t>& shape);
+
+class Shader {
+ public:
+  explicit Shader(const GenCtx& c) : c_(c) {}
+  const GenCtx& ctx() const { return c_; }
+  // Element `idx` of buffer `id` in its storage type (an lvalue).
+  std::string at(compile::BufferId id, const std::string& idx);
+  // The same, as an unsigned integer of the element's size (for dtype-agnostic copies).
+  std::string raw(compile::BufferId id, const std::string& idx);
+  std::string raw_type(ir::DType t) const;
+  // The 32-bit words of binding `binding` (atomics on narrow elements), its vec4s (16-byte
+  // loads), and a buffer's byte offset.
+  std::string words(int binding);
+  std::string vec4s(int binding);
+  std::int64_t byte_offset(compile::BufferId id) const { return c_.locs.at(std::size_t(id)).offset; }
+  // Element `idx` of buffer `id`, converted to its compute type.
+  std::string load(compile::BufferId id, const std::string& idx);
+  // Statement storing compute-type value `v` into element `idx` of buffer `id`.
+  std::string store(compile::BufferId id, const std::string& idx, const std::string& v);
+  // Statement recording a run-time error (first one wins) with an int64 value.
+  std::string fail(const std::string& value);
+  // `v` (compute type of `from`) as dtype `to`'s compute type, rounded to `to`.
+  std::string convert(const std::string& v, ir::DType from, ir::DType to);
+  // `v` rounded to what storing it in `t` gives (f16, bf16, i8, u8), else `v`.
+  std::string narrow(const std::string& v, ir::DType t);
+  void use(const std::string& helper) { helpers_.insert(helper); }
+  // The whole shader: header, buffer declarations, helpers, `decls` and `main`.
+  std::string source(std::array<std::uint32_t, 3> local, const std::string& decls, const std::string& main_body) const;
+
+ private:
+  std::string array(int binding, ir::DType storage_of, bool raw);
+  std::int64_t elem_offset(compile::BufferId id) const;
+  const GenCtx& c_;
+  std::set<std::string> arrays_;   // declared "<binding>:<suffix>:<type>"
+  std::set<std::string> helpers_;
+  bool uses_fp64_ = false;
+};
+
+// Evaluates body nodes in one iteration space, lazily and in dependency order:
+// value(id) emits whatever `id` needs that is not computed yet.
+class Emitter {
+ public:
+  Emitter(Shader& sh, const ir::Graph& body, const Space& space, std::string prefix)
+      : sh_(sh), body_(body), space_(space), prefix_(std::move(prefix)) {}
+  // A node computed elsewhere (the reduce or matmul result), by GLSL name.
+  void preset(ir::NodeId id, std::string name) { names_[id] = std::move(name); }
+  std::string value(ir::NodeId id);
+  std::string take_code() { return std::move(code_); }
+
+ private:
+  std::string op_expr(const ir::Node& n, const std::vector<std::string>& a);
+  Shader& sh_;
+  const ir::Graph& body_;
+  const Space& space_;
+  std::string prefix_;
+  std::map<ir::NodeId, std::string> names_;
+  std::string code_;
+};
+
+// The kind-specific generators (gen_*.cpp).
+KernelCode gen_elementwise(const GenCtx& c);
+KernelCode gen_leaf(const GenCtx& c);
+KernelCode gen_reduce(const GenCtx& c);
+KernelCode gen_matmul(const GenCtx& c);
+KernelCode gen_movement(const GenCtx& c);
+KernelCode gen_native(const GenCtx& c);
+
+// Groups for `n` invocations of `local` threads, capped for grid-stride loops.
+std::array<std::uint32_t, 3> groups_for(std::uint64_t n, std::uint32_t local, const Caps& caps);
+std::string u(std::int64_t v);  // "123u"
+
+}  // namespace rlx::backends::vulkan

@@ -1,0 +1,191 @@
+#ifdef RLX_HAVE_VULKAN
+// MatMul kernels. f32 products of at least 32 rows and columns use a tiled
+// GEMM: a workgroup computes a BM x BN tile through shared-memory tiles of A
+// (stored k-major) and B, each thread a TM x TN block of registers, with the
+// next K tile prefetched into registers while the current one is used. Other
+// shapes and dtypes (f64, integers with wrapping int64 sums) take one thread
+// per output element. The epilogue runs per element before its store.
+#include <fmt/format.h>
+
+#include "backends/vulkan/codegen.hpp"
+
+namespace rlx::backends::vulkan {
+
+using ir::DType;
+using ir::OpKind;
+
+namespace {
+
+struct Tile {
+  std::uint32_t bm, bn, bk, tm, tn;
+  std::uint32_t threads() const { return (bm / tm) * (bn / tn); }
+};
+
+std::size_t slot_of(const ir::Node& input) { return std::size_t(std::stoul(input.attrs.get_str("name").substr(2))); }
+
+}  // namespace
+
+KernelCode gen_matmul(const GenCtx& c) {
+  const auto& k = c.kernel;
+  const ir::Graph& body = k.body;
+  const ir::Node* mm = nullptr;
+  for (const auto& n : body.nodes())
+    if (n.op == OpKind::MatMul) mm = &n;
+  if (!mm || k.outputs.size() != 1) throw NoShader{"not a matmul kernel"};
+  const ir::Node& an = body.node(mm->inputs[0]);
+  const ir::Node& bn = body.node(mm->inputs[1]);
+  if (an.op != OpKind::Input || bn.op != OpKind::Input) throw NoShader{"matmul operands are not buffers"};
+  const auto as = an.shape.extents(), bs = bn.shape.extents(), os = mm->shape.extents();
+  const std::size_t r = os.size();
+  const std::int64_t M = os[r - 2], N = os[r - 1], K = as[as.size() - 1];
+  std::int64_t B = 1;
+  for (std::size_t d = 0; d + 2 < r; ++d) B *= os[d];
+  if (as.size() != r || (bs.size() != r && bs.size() != 2)) throw NoShader{"matmul operands of unexpected rank"};
+  if (B * M * N == 0) return {};
+  const bool b_batched = bs.size() == r && B > 1;
+  const auto abuf = k.inputs.at(slot_of(an)), bbuf = k.inputs.at(slot_of(bn));
+
+  Shader sh(c);
+  const CT ct = compute_type(an.dtype);
+  const bool fl = ct == CT::F32 || ct == CT::F64;
+  const std::string acc_t = fl ? std::string(ct_name(ct)) : "int64_t";
+
+  // rlx_store(o, acc): the epilogue at output element o, then the store.
+  Space out_sp{os, "o", {}};
+  std::string fn = coords_code(out_sp, "y");
+  Emitter em(sh, body, out_sp, "e");
+  em.preset(mm->id, "mmv");
+  std::string ov = em.value(body.outputs()[0].node);
+  std::string result = fl ? sh.narrow("acc", mm->dtype) : sh.convert("acc", DType::I64, mm->dtype);
+  fn = fmt::format("void rlx_store(uint o, {} acc) {{\n{} mmv = {};\n{}{}{}}}\n", acc_t, ct_name(compute_type(mm->dtype)),
+                   result, fn, em.take_code(), sh.store(k.outputs[0], "o", ov));
+  const std::string a_at = u(M * K), b_at = b_batched ? u(K * N) : "0u";
+
+  // The fast path: 16-byte loads, a 128x128 tile, each thread 8x8 outputs as 2x2 blocks of 4x4 (vec4
+  // reads from shared memory). Needs rows of A and B that start on 16 bytes.
+  const bool aligned = K % 4 == 0 && N % 4 == 0 && sh.byte_offset(abuf) % 16 == 0 && sh.byte_offset(bbuf) % 16 == 0;
+  if (ct == CT::F32 && aligned && M >= 128 && N >= 128 && std::uint64_t((N + 127) / 128) <= c.caps.max_groups[0] &&
+      std::uint64_t((M + 127) / 128) <= c.caps.max_groups[1] && std::uint64_t(B) <= c.caps.max_groups[2]) {
+    const std::int64_t KT = (K + 7) / 8;
+    const std::string A4 = sh.vec4s(c.locs.at(std::size_t(abuf)).binding), B4 = sh.vec4s(c.locs.at(std::size_t(bbuf)).binding);
+    std::string decls = "shared vec4 As[8][32];\nshared vec4 Bs[8][32];\n" + fn;
+    std::string main = fmt::format(
+        "uint tid = gl_LocalInvocationID.x, tx = tid & 15u, ty = tid >> 4;\n"
+        "uint n0 = gl_WorkGroupID.x * 128u, m0 = gl_WorkGroupID.y * 128u, z = gl_WorkGroupID.z;\n"
+        "uint am = tid >> 1, ak = (tid & 1u) * 4u, bk = tid >> 5, bn = (tid & 31u) * 4u;\n"
+        "uint arow = {aoff}u + z * {a_at} + (m0 + am) * {K}, bcol = {boff}u + z * {b_at} + n0 + bn;\n"
+        "bool ain = m0 + am < {M}, bin = n0 + bn < {N};\n"
+        "vec4 acc[8][2];\n"
+        "[[unroll]] for (uint i = 0u; i < 8u; ++i) {{ acc[i][0] = vec4(0.0); acc[i][1] = vec4(0.0); }}\n"
+        "vec4 ra = (ain && ak < {K}) ? {A4}[(arow + ak) >> 2] : vec4(0.0);\n"
+        "vec4 rb = (bin && bk < {K}) ? {B4}[(bcol + bk * {N}) >> 2] : vec4(0.0);\n"
+        "for (uint kt = 1u; kt <= {KT}; ++kt) {{\n"
+        "  As[ak][am >> 2][am & 3u] = ra.x; As[ak + 1u][am >> 2][am & 3u] = ra.y;\n"
+        "  As[ak + 2u][am >> 2][am & 3u] = ra.z; As[ak + 3u][am >> 2][am & 3u] = ra.w;\n"
+        "  Bs[bk][bn >> 2] = rb;\n"
+        "  barrier();\n"
+        "  if (kt < {KT}) {{\n"
+        "    uint k0 = kt * 8u;\n"
+        "    ra = (ain && k0 + ak < {K}) ? {A4}[(arow + k0 + ak) >> 2] : vec4(0.0);\n"
+        "    rb = (bin && k0 + bk < {K}) ? {B4}[(bcol + (k0 + bk) * {N}) >> 2] : vec4(0.0);\n"
+        "  }}\n"
+        "  [[unroll]] for (uint kk = 0u; kk < 8u; ++kk) {{\n"
+        "    vec4 a0 = As[kk][ty], a1 = As[kk][ty + 16u], b0 = Bs[kk][tx], b1 = Bs[kk][tx + 16u];\n"
+        "    [[unroll]] for (uint i = 0u; i < 4u; ++i) {{\n"
+        "      acc[i][0] = fma(vec4(a0[i]), b0, acc[i][0]); acc[i][1] = fma(vec4(a0[i]), b1, acc[i][1]);\n"
+        "      acc[i + 4u][0] = fma(vec4(a1[i]), b0, acc[i + 4u][0]); acc[i + 4u][1] = fma(vec4(a1[i]), b1, acc[i + 4u][1]);\n"
+        "    }}\n"
+        "  }}\n"
+        "  barrier();\n"
+        "}}\n"
+        "[[unroll]] for (uint i = 0u; i < 8u; ++i) {{\n"
+        "  uint m = m0 + (i < 4u ? ty * 4u + i : 64u + ty * 4u + i - 4u);\n"
+        "  if (m >= {M}) continue;\n"
+        "  [[unroll]] for (uint h = 0u; h < 2u; ++h)\n"
+        "    [[unroll]] for (uint j = 0u; j < 4u; ++j) {{\n"
+        "      uint n = n0 + h * 64u + tx * 4u + j;\n"
+        "      if (n < {N}) rlx_store((z * {M} + m) * {N} + n, acc[i][h][j]);\n"
+        "    }}\n"
+        "}}\n",
+        fmt::arg("aoff", sh.byte_offset(abuf) / 4), fmt::arg("boff", sh.byte_offset(bbuf) / 4), fmt::arg("a_at", a_at),
+        fmt::arg("b_at", b_at), fmt::arg("K", u(K)), fmt::arg("M", u(M)), fmt::arg("N", u(N)), fmt::arg("KT", u(KT)),
+        fmt::arg("A4", A4), fmt::arg("B4", B4));
+    return {{{sh.source({256, 1, 1}, decls, main),
+              {std::uint32_t((N + 127) / 128), std::uint32_t((M + 127) / 128), std::uint32_t(B)}}}, {}};
+  }
+
+  if (ct == CT::F32 && M >= 32 && N >= 32) {
+    const Tile t = M >= 128 && N >= 128 ? Tile{128, 128, 8, 8, 8} : Tile{64, 64, 16, 4, 4};
+    const std::uint32_t nt = t.threads(), la = t.bm * t.bk / nt, lb = t.bk * t.bn / nt;
+    std::uint64_t gx = std::uint64_t((N + t.bn - 1) / t.bn), gy = std::uint64_t((M + t.bm - 1) / t.bm);
+    if (gx <= c.caps.max_groups[0] && gy <= c.caps.max_groups[1] && std::uint64_t(B) <= c.caps.max_groups[2]) {
+      const std::int64_t KT = (K + t.bk - 1) / t.bk;
+      std::string decls = fmt::format("shared float As[{}][{}];\nshared float Bs[{}][{}];\n", t.bk, t.bm, t.bk, t.bn) + fn;
+      // Global loads of tile kt into registers (zero outside the matrices), and their stores into shared memory.
+      std::string load = fmt::format(
+          "for (uint q = 0u; q < {la}u; ++q) {{\n"
+          "  uint e = tid + q * {nt}u, mr = e / {bk}u, kc = e % {bk}u, gm = m0 + mr, gk = kt * {bk}u + kc;\n"
+          "  ra[q] = (gm < {M} && gk < {K}) ? {aload} : 0.0;\n}}\n"
+          "for (uint q = 0u; q < {lb}u; ++q) {{\n"
+          "  uint e = tid + q * {nt}u, kr = e / {bn}u, nc = e % {bn}u, gk = kt * {bk}u + kr, gn = n0 + nc;\n"
+          "  rb[q] = (gk < {K} && gn < {N}) ? {bload} : 0.0;\n}}\n",
+          fmt::arg("la", la), fmt::arg("lb", lb), fmt::arg("nt", nt), fmt::arg("bk", t.bk), fmt::arg("bn", t.bn),
+          fmt::arg("M", u(M)), fmt::arg("N", u(N)), fmt::arg("K", u(K)),
+          fmt::arg("aload", sh.load(abuf, "abase + gm * " + u(K) + " + gk")),
+          fmt::arg("bload", sh.load(bbuf, "bbase + gk * " + u(N) + " + gn")));
+      std::string stash = fmt::format(
+          "for (uint q = 0u; q < {la}u; ++q) {{ uint e = tid + q * {nt}u; As[e % {bk}u][e / {bk}u] = ra[q]; }}\n"
+          "for (uint q = 0u; q < {lb}u; ++q) {{ uint e = tid + q * {nt}u; Bs[e / {bn}u][e % {bn}u] = rb[q]; }}\n",
+          fmt::arg("la", la), fmt::arg("lb", lb), fmt::arg("nt", nt), fmt::arg("bk", t.bk), fmt::arg("bn", t.bn));
+      std::string main = fmt::format(
+          "uint tid = gl_LocalInvocationID.x, tx = tid % {cx}u, ty = tid / {cx}u;\n"
+          "uint n0 = gl_WorkGroupID.x * {bn}u, m0 = gl_WorkGroupID.y * {bm}u, z = gl_WorkGroupID.z;\n"
+          "uint abase = z * {a_at}, bbase = z * {b_at};\n"
+          "float acc[{tm}][{tn}];\n"
+          "for (uint i = 0u; i < {tm}u; ++i) for (uint j = 0u; j < {tn}u; ++j) acc[i][j] = 0.0;\n"
+          "float ra[{la}], rb[{lb}];\n"
+          "uint kt = 0u;\n{load}{stash}barrier();\n"
+          "for (kt = 1u; kt <= {KT}; ++kt) {{\n"
+          "  if (kt < {KT}) {{\n{load}  }}\n"
+          "  [[unroll]] for (uint kk = 0u; kk < {bk}u; ++kk) {{\n"
+          "    float av[{tm}], bv[{tn}];\n"
+          "    [[unroll]] for (uint i = 0u; i < {tm}u; ++i) av[i] = As[kk][ty + i * {cy}u];\n"
+          "    [[unroll]] for (uint j = 0u; j < {tn}u; ++j) bv[j] = Bs[kk][tx + j * {cx}u];\n"
+          "    [[unroll]] for (uint i = 0u; i < {tm}u; ++i) [[unroll]] for (uint j = 0u; j < {tn}u; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);\n"
+          "  }}\n"
+          "  barrier();\n"
+          "  if (kt < {KT}) {{\n{stash}  barrier();\n  }}\n"
+          "}}\n"
+          "for (uint i = 0u; i < {tm}u; ++i) {{\n"
+          "  uint m = m0 + ty + i * {cy}u;\n"
+          "  if (m >= {M}) break;\n"
+          "  for (uint j = 0u; j < {tn}u; ++j) {{\n"
+          "    uint n = n0 + tx + j * {cx}u;\n"
+          "    if (n < {N}) rlx_store((z * {M} + m) * {N} + n, acc[i][j]);\n"
+          "  }}\n}}\n",
+          fmt::arg("cx", t.bn / t.tn), fmt::arg("cy", t.bm / t.tm), fmt::arg("bn", t.bn), fmt::arg("bm", t.bm),
+          fmt::arg("bk", t.bk), fmt::arg("tm", t.tm), fmt::arg("tn", t.tn), fmt::arg("la", la), fmt::arg("lb", lb),
+          fmt::arg("a_at", a_at), fmt::arg("b_at", b_at), fmt::arg("KT", u(KT)), fmt::arg("M", u(M)), fmt::arg("N", u(N)),
+          fmt::arg("load", load), fmt::arg("stash", stash));
+      return {{{sh.source({nt, 1, 1}, decls, main), {std::uint32_t(gx), std::uint32_t(gy), std::uint32_t(B)}}}, {}};
+    }
+  }
+
+  // One thread per output element.
+  const std::int64_t total = B * M * N;
+  std::string main = fmt::format(
+      "uint rlx_n = gl_NumWorkGroups.x * 256u;\n"
+      "for (uint o = gl_GlobalInvocationID.x; o < {total}; o += rlx_n) {{\n"
+      "  uint n = o % {N}, m = (o / {N}) % {M}, z = o / {MN};\n"
+      "  uint abase = z * {a_at} + m * {K}, bbase = z * {b_at} + n;\n"
+      "  {acc_t} acc = {acc_t}(0);\n"
+      "  for (uint kk = 0u; kk < {K}; ++kk) acc += {acc_t}({aload}) * {acc_t}({bload});\n"
+      "  rlx_store(o, acc);\n}}\n",
+      fmt::arg("total", u(total)), fmt::arg("N", u(N)), fmt::arg("M", u(M)), fmt::arg("MN", u(M * N)),
+      fmt::arg("a_at", a_at), fmt::arg("b_at", b_at), fmt::arg("K", u(K)), fmt::arg("acc_t", acc_t),
+      fmt::arg("aload", sh.load(abuf, "abase + kk")), fmt::arg("bload", sh.load(bbuf, "bbase + kk * " + u(N))));
+  return {{{sh.source({256, 1, 1}, fn, main), groups_for(std::uint64_t(total), 256, c.caps)}}, {}};
+}
+
+}  // namespace rlx::backends::vulkan
+#endif

@@ -1,0 +1,297 @@
+#ifdef RLX_HAVE_VULKAN
+// Native composites, in f32 or f64 (f16/bf16 are legalized to f32 around
+// them). Row ops (softmax, log_softmax, layer_norm, rms_norm) take a workgroup
+// per row with tree reductions in shared memory; conv and pools one thread per
+// output element; attention a workgroup per query row, streaming over chunks
+// of keys with a running max and sum (the online softmax), so any key length
+// fits in shared memory.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "backends/vulkan/codegen.hpp"
+
+namespace rlx::backends::vulkan {
+
+using ir::DType;
+using ir::OpKind;
+using Ints = std::vector<std::int64_t>;
+
+namespace {
+
+std::int64_t numel(const Ints& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+std::size_t slot_of(const ir::Node& input) { return std::size_t(std::stoul(input.attrs.get_str("name").substr(2))); }
+
+// Names and constants of one real type (float or double).
+struct Real {
+  bool dbl;
+  Shader& sh;
+  std::string t() const { return dbl ? "double" : "float"; }
+  std::string k(double v) const { return literal(v, dbl ? DType::F64 : DType::F32); }
+  std::string exp(const std::string& x) const {
+    if (!dbl) return "exp(" + x + ")";
+    sh.use("d_exp");
+    return "rlx_exp(" + x + ")";
+  }
+  std::string log(const std::string& x) const {
+    if (!dbl) return "log(" + x + ")";
+    sh.use("d_log");
+    return "rlx_log(" + x + ")";
+  }
+};
+
+// A tree reduction of `v` over the workgroup into red[0]; `op` combines "a" and "b".
+std::string tree(std::uint32_t wg, const std::string& v, const std::string& op) {
+  return fmt::format(
+      "red[l] = {};\nbarrier();\nfor (uint s = {}u; s > 0u; s >>= 1) {{\n  if (l < s) {{ {} a = red[l], b = red[l + s]; red[l] = {}; }}\n"
+      "  barrier();\n}}\n",
+      v, wg / 2, "REAL", op);
+}
+
+std::string finish_tree(std::string code, const Real& r) {
+  for (std::size_t p; (p = code.find("REAL")) != std::string::npos;) code.replace(p, 4, r.t());
+  return code;
+}
+
+}  // namespace
+
+KernelCode gen_native(const GenCtx& c) {
+  const auto& k = c.kernel;
+  const ir::Graph& body = k.body;
+  const ir::Node* op = nullptr;
+  for (const auto& n : body.nodes())
+    if (n.op != OpKind::Input) op = &n;
+  if (!op || k.outputs.size() != 1 || op->op == OpKind::Custom) throw NoShader{"no shader for this native kernel"};
+  if (op->dtype != DType::F32 && op->dtype != DType::F64) throw NoShader{"native kernels run in f32 or f64"};
+  const compile::BufferId out = k.outputs[0];
+  const Ints os = op->shape.extents();
+  if (numel(os) == 0) return {};
+  auto in = [&](std::size_t i) { return k.inputs.at(slot_of(body.node(op->inputs.at(i)))); };
+  auto has = [&](std::size_t i) { return op->inputs.size() > i; };
+  const Ints xs = body.node(op->inputs[0]).shape.extents();
+  const auto& at = op->attrs;
+  Shader sh(c);
+  const Real R{op->dtype == DType::F64, sh};
+  const std::string T = R.t();
+
+  switch (op->op) {
+    case OpKind::Softmax: case OpKind::LogSoftmax: case OpKind::LayerNorm: case OpKind::RmsNorm: {
+      // rows x L elements, element j of row r at base(r) + j * inner.
+      std::int64_t outer = 1, L = 1, inner = 1;
+      std::size_t axis = xs.size() - 1;
+      if (op->op == OpKind::Softmax || op->op == OpKind::LogSoftmax || op->op == OpKind::LayerNorm) {
+        auto a = at.get_int("axis");
+        axis = std::size_t(a < 0 ? a + std::int64_t(xs.size()) : a);
+      }
+      const bool norm = op->op == OpKind::LayerNorm || op->op == OpKind::RmsNorm;
+      for (std::size_t d = 0; d < xs.size(); ++d) {
+        if (d < axis) outer *= xs[d];
+        else if (d == axis || norm) L *= xs[d];
+        else inner *= xs[d];
+      }
+      const std::uint32_t wg = L > 512 ? 256 : 64;
+      const std::int64_t rows = outer * inner;
+      const std::string base = inner == 1 ? "row * " + u(L) : "(row / " + u(inner) + ") * " + u(L * inner) + " + row % " + u(inner);
+      auto x = [&](const std::string& j) { return sh.load(in(0), "base + " + j + (inner == 1 ? "" : " * " + u(inner))); };
+      auto y = [&](const std::string& j, const std::string& v) {
+        return sh.store(out, "base + " + j + (inner == 1 ? "" : " * " + u(inner)), v);
+      };
+      std::string body_code;
+      if (op->op == OpKind::Softmax || op->op == OpKind::LogSoftmax) {
+        body_code = fmt::format("{T} m = {ninf};\nfor (uint j = l; j < {L}; j += {wg}u) m = max(m, {x});\n", fmt::arg("T", T),
+                                fmt::arg("ninf", R.k(-INFINITY)), fmt::arg("L", u(L)), fmt::arg("wg", wg), fmt::arg("x", x("j"))) +
+                    tree(wg, "m", "max(a, b)") + "m = red[0];\nbarrier();\n" +
+                    fmt::format("{T} s = {zero};\nfor (uint j = l; j < {L}; j += {wg}u) s += {e};\n", fmt::arg("T", T),
+                                fmt::arg("zero", R.k(0)), fmt::arg("L", u(L)), fmt::arg("wg", wg), fmt::arg("e", R.exp(x("j") + " - m"))) +
+                    tree(wg, "s", "a + b") + "s = red[0];\nbarrier();\n" +
+                    fmt::format("for (uint j = l; j < {}; j += {}u) {{\n{}}}\n", u(L), wg,
+                                y("j", op->op == OpKind::Softmax ? R.exp(x("j") + " - m") + " / s"
+                                                                 : "(" + x("j") + " - m) - " + R.log("s")));
+      } else {
+        const bool ln = op->op == OpKind::LayerNorm;
+        const double eps = at.float_or("eps", ln ? 1e-5 : 1e-6);
+        std::string scale = has(1) ? " * " + sh.load(in(1), "j") : "";
+        std::string shift = ln && has(2) ? " + " + sh.load(in(2), "j") : "";
+        if (ln)
+          body_code = fmt::format("{T} s = {zero};\nfor (uint j = l; j < {L}; j += {wg}u) s += {x};\n", fmt::arg("T", T),
+                                  fmt::arg("zero", R.k(0)), fmt::arg("L", u(L)), fmt::arg("wg", wg), fmt::arg("x", x("j"))) +
+                      tree(wg, "s", "a + b") + fmt::format("{} mean = red[0] / {};\nbarrier();\n", T, R.k(double(L)));
+        else
+          body_code = fmt::format("{} mean = {};\n", T, R.k(0));
+        body_code += fmt::format("{T} q = {zero};\nfor (uint j = l; j < {L}; j += {wg}u) {{ {T} d = {x} - mean; q += d * d; }}\n",
+                                 fmt::arg("T", T), fmt::arg("zero", R.k(0)), fmt::arg("L", u(L)), fmt::arg("wg", wg), fmt::arg("x", x("j"))) +
+                     tree(wg, "q", "a + b") +
+                     fmt::format("{} rs = {} / sqrt(red[0] / {} + {});\nbarrier();\n", T, R.k(1), R.k(double(L)), R.k(eps)) +
+                     fmt::format("for (uint j = l; j < {}; j += {}u) {{\n{}}}\n", u(L), wg, y("j", "(" + x("j") + " - mean) * rs" + scale + shift));
+      }
+      std::string main = fmt::format("uint l = gl_LocalInvocationID.x;\nfor (uint row = gl_WorkGroupID.x; row < {}; row += gl_NumWorkGroups.x) {{\nuint base = {};\n{}}}\n",
+                                     u(rows), base, body_code);
+      std::string decls = fmt::format("shared {} red[{}];\n", T, wg);
+      return {{{sh.source({wg, 1, 1}, decls, finish_tree(main, R)), groups_for(std::uint64_t(rows) * wg, wg, c.caps)}}, {}};
+    }
+
+    case OpKind::Conv1d: case OpKind::Conv2d: {
+      const bool one = op->op == OpKind::Conv1d;
+      const Ints ws = body.node(op->inputs[1]).shape.extents();
+      auto pair = [&](const char* key, std::int64_t dflt) {
+        Ints v = at.has(key) ? at.get_ints(key) : Ints{};
+        if (one) return Ints{dflt == 0 ? 0 : 1, v.empty() ? dflt : v[0]};  // conv1d is conv2d with H = 1
+        if (v.size() == 1) v.push_back(v[0]);
+        return v.empty() ? Ints{dflt, dflt} : v;
+      };
+      const Ints st = pair("stride", 1), pd = pair("padding", 0), dl = pair("dilation", 1);
+      const std::int64_t N = xs[0], C = xs[1], H = one ? 1 : xs[2], W = xs.back(), O = ws[0], Cg = ws[1];
+      const std::int64_t KH = one ? 1 : ws[2], KW = ws.back(), OH = one ? 1 : os[2], OW = os.back();
+      const std::int64_t G = at.int_or("groups", 1), per = O / G;
+      const std::int64_t total = N * O * OH * OW;
+      std::string main = fmt::format(
+          "uint rlx_n = gl_NumWorkGroups.x * 256u;\n"
+          "for (uint i = gl_GlobalInvocationID.x; i < {total}; i += rlx_n) {{\n"
+          "  int ow = int(i % {OW}), oh = int((i / {OW}) % {OH}); uint o = (i / {OHW}) % {O}, n = i / {OOHW};\n"
+          "  {T} acc = {bias};\n"
+          "  uint ch0 = (o / {per}) * {Cg};\n"
+          "  for (uint ci = 0u; ci < {Cg}; ++ci)\n"
+          "    for (int kh = 0; kh < {KH}; ++kh) {{\n"
+          "      int ih = oh * {sh} - {ph} + kh * {dh};\n"
+          "      if (ih < 0 || ih >= {H}) continue;\n"
+          "      for (int kw = 0; kw < {KW}; ++kw) {{\n"
+          "        int iw = ow * {sw} - {pw} + kw * {dw};\n"
+          "        if (iw < 0 || iw >= {W}) continue;\n"
+          "        acc += {xv} * {wv};\n"
+          "      }}\n"
+          "    }}\n"
+          "  {store}}}\n",
+          fmt::arg("total", u(total)), fmt::arg("OW", u(OW)), fmt::arg("OH", u(OH)), fmt::arg("OHW", u(OH * OW)),
+          fmt::arg("O", u(O)), fmt::arg("OOHW", u(O * OH * OW)), fmt::arg("T", T),
+          fmt::arg("bias", has(2) ? sh.load(in(2), "o") : R.k(0)), fmt::arg("per", u(per)), fmt::arg("Cg", u(Cg)),
+          fmt::arg("KH", KH), fmt::arg("KW", KW), fmt::arg("H", H), fmt::arg("W", W), fmt::arg("sh", st[0]),
+          fmt::arg("sw", st[1]), fmt::arg("ph", pd[0]), fmt::arg("pw", pd[1]), fmt::arg("dh", dl[0]), fmt::arg("dw", dl[1]),
+          fmt::arg("xv", sh.load(in(0), "((n * " + u(C) + " + ch0 + ci) * " + u(H) + " + uint(ih)) * " + u(W) + " + uint(iw)")),
+          fmt::arg("wv", sh.load(in(1), "((o * " + u(Cg) + " + ci) * " + u(KH) + " + uint(kh)) * " + u(KW) + " + uint(kw)")),
+          fmt::arg("store", sh.store(out, "i", "acc")));
+      return {{{sh.source({256, 1, 1}, "", main), groups_for(std::uint64_t(total), 256, c.caps)}}, {}};
+    }
+
+    case OpKind::MaxPool2d: case OpKind::AvgPool2d: {
+      const bool mx = op->op == OpKind::MaxPool2d;
+      const Ints kr = at.get_ints("kernel"), st = at.has("stride") ? at.get_ints("stride") : kr,
+                 pd = at.has("padding") ? at.get_ints("padding") : Ints{0, 0};
+      const std::int64_t H = xs[xs.size() - 2], W = xs.back(), OH = os[os.size() - 2], OW = os.back();
+      const std::int64_t total = numel(os);
+      std::string accum = mx ? "if (!isnan(acc) && (isnan(v) || v > acc)) acc = v;" : "acc += v;";
+      std::string main = fmt::format(
+          "uint rlx_n = gl_NumWorkGroups.x * 256u;\n"
+          "for (uint i = gl_GlobalInvocationID.x; i < {total}; i += rlx_n) {{\n"
+          "  int ow = int(i % {OW}), oh = int((i / {OW}) % {OH}); uint p = i / {OHW};\n"
+          "  {T} acc = {init};\n"
+          "  for (int kh = 0; kh < {KH}; ++kh) {{\n"
+          "    int h = oh * {sh} - {ph} + kh;\n"
+          "    if (h < 0 || h >= {H}) continue;\n"
+          "    for (int kw = 0; kw < {KW}; ++kw) {{\n"
+          "      int w = ow * {sw} - {pw} + kw;\n"
+          "      if (w < 0 || w >= {W}) continue;\n"
+          "      {T} v = {xv};\n      {accum}\n"
+          "    }}\n  }}\n"
+          "  {store}}}\n",
+          fmt::arg("total", u(total)), fmt::arg("OW", u(OW)), fmt::arg("OH", u(OH)), fmt::arg("OHW", u(OH * OW)),
+          fmt::arg("T", T), fmt::arg("init", R.k(mx ? -INFINITY : 0)), fmt::arg("KH", kr[0]), fmt::arg("KW", kr[1]),
+          fmt::arg("sh", st[0]), fmt::arg("sw", st[1]), fmt::arg("ph", pd[0]), fmt::arg("pw", pd[1]), fmt::arg("H", H),
+          fmt::arg("W", W), fmt::arg("xv", sh.load(in(0), "(p * " + u(H) + " + uint(h)) * " + u(W) + " + uint(w)")),
+          fmt::arg("accum", accum),
+          fmt::arg("store", sh.store(out, "i", mx ? "acc" : "acc / " + R.k(double(kr[0] * kr[1])))));
+      return {{{sh.source({256, 1, 1}, "", main), groups_for(std::uint64_t(total), 256, c.caps)}}, {}};
+    }
+
+    case OpKind::Attention: {
+      const Ints qs = xs, ks = body.node(op->inputs[1]).shape.extents(), vs = body.node(op->inputs[2]).shape.extents();
+      const std::size_t r2 = qs.size() - 2;
+      if (!std::equal(qs.begin(), qs.begin() + std::ptrdiff_t(r2), ks.begin()) ||
+          !std::equal(qs.begin(), qs.begin() + std::ptrdiff_t(r2), vs.begin()))
+        throw NoShader{"attention with broadcast batch dims"};
+      const std::int64_t Sq = qs[r2], D = qs[r2 + 1], Sk = ks[r2], Dv = vs[r2 + 1];
+      std::int64_t Bt = 1;
+      for (std::size_t d = 0; d < r2; ++d) Bt *= qs[d];
+      double scale = at.float_or("scale", 0.0);
+      if (scale == 0) scale = 1 / std::sqrt(double(D));
+      const bool causal = at.bool_or("causal", false);
+      const std::uint32_t wg = 64, na = std::uint32_t((Dv + wg - 1) / wg);
+      const std::int64_t chunk = std::min<std::int64_t>(Sk, R.dbl ? 1024 : 2048);
+      // The mask, broadcast over the scores [batch..., Sq, Sk] at (b..., i, j).
+      std::string mask;
+      if (has(3)) {
+        Ints ss(qs.begin(), qs.begin() + std::ptrdiff_t(r2));
+        ss.push_back(Sq);
+        ss.push_back(Sk);
+        Space sp{ss, "((z * " + u(Sq) + " + qi) * " + u(Sk) + " + j)", {}};
+        std::string cc;
+        std::int64_t inner = 1;
+        std::vector<std::string> names(ss.size());
+        for (std::size_t d = ss.size(); d-- > 0;) {
+          names[d] = d == ss.size() - 1 ? "j" : d == ss.size() - 2 ? "qi" : "bz" + std::to_string(d);
+          if (d + 2 < ss.size()) {
+            std::int64_t bi = 1;
+            for (std::size_t e = d + 1; e < r2; ++e) bi *= ss[e];
+            cc += fmt::format("uint {} = (z / {}) % {};\n", names[d], u(bi), u(ss[d]));
+          }
+          inner *= ss[d];
+        }
+        sp.coords = names;
+        const auto mt = body.node(op->inputs[3]).dtype;
+        std::string mv = sh.load(in(3), bcast_index(sp, body.node(op->inputs[3]).shape.extents()));
+        mask = cc + (mt == DType::Bool ? "if (!" + mv + ") sc = " + R.k(-INFINITY) + ";\n" : "sc += " + T + "(" + mv + ");\n");
+      }
+      std::string score = fmt::format(
+          "{T} sc = {zero};\nfor (uint d = 0u; d < {D}; ++d) sc += {qv} * {kv};\nsc *= {scale};\n{causal}{mask}",
+          fmt::arg("T", T), fmt::arg("zero", R.k(0)), fmt::arg("D", u(D)),
+          fmt::arg("qv", sh.load(in(0), "(z * " + u(Sq) + " + qi) * " + u(D) + " + d")),
+          fmt::arg("kv", sh.load(in(1), "(z * " + u(Sk) + " + j) * " + u(D) + " + d")), fmt::arg("scale", R.k(scale)),
+          fmt::arg("causal", causal ? "if (j > qi) sc = " + R.k(-INFINITY) + ";\n" : ""), fmt::arg("mask", mask));
+      std::string main = fmt::format(
+          "uint l = gl_LocalInvocationID.x;\n"
+          "for (uint row = gl_WorkGroupID.x; row < {rows}; row += gl_NumWorkGroups.x) {{\n"
+          "uint z = row / {Sq}, qi = row % {Sq};\n"
+          "{T} m = {ninf}, lsum = {zero};\n{T} acc[{na}];\n"
+          "for (uint a = 0u; a < {na}u; ++a) acc[a] = {zero};\n"
+          "for (uint c0 = 0u; c0 < {Sk}; c0 += {CH}) {{\n"
+          "  uint cn = min({CH}, {Sk} - c0);\n"
+          "  for (uint jj = l; jj < cn; jj += {wg}u) {{\n    uint j = c0 + jj;\n{score}    s[jj] = sc;\n  }}\n"
+          "  barrier();\n"
+          "  {T} tm = {ninf};\n  for (uint jj = l; jj < cn; jj += {wg}u) tm = max(tm, s[jj]);\n"
+          "{tmax}"
+          "  {T} mn = max(m, red[0]);\n  barrier();\n"
+          "  {T} ps = {zero};\n"
+          "  for (uint jj = l; jj < cn; jj += {wg}u) {{ {T} p = mn == {ninf} ? {zero} : {pexp}; s[jj] = p; ps += p; }}\n"
+          "{tsum}"
+          "  {T} alpha = mn == {ninf} ? {one} : {aexp};\n"
+          "  lsum = lsum * alpha + red[0];\n"
+          "  for (uint a = 0u; a < {na}u; ++a) {{\n"
+          "    uint d = l + a * {wg}u;\n"
+          "    if (d >= {Dv}) break;\n"
+          "    {T} t = {zero};\n"
+          "    for (uint jj = 0u; jj < cn; ++jj) t += s[jj] * {vv};\n"
+          "    acc[a] = acc[a] * alpha + t;\n"
+          "  }}\n"
+          "  m = mn;\n  barrier();\n"
+          "}}\n"
+          "for (uint a = 0u; a < {na}u; ++a) {{\n  uint d = l + a * {wg}u;\n  if (d < {Dv}) {store}}}\n"
+          "}}\n",
+          fmt::arg("rows", u(Bt * Sq)), fmt::arg("Sq", u(Sq)), fmt::arg("T", T), fmt::arg("ninf", R.k(-INFINITY)),
+          fmt::arg("zero", R.k(0)), fmt::arg("one", R.k(1)), fmt::arg("na", na), fmt::arg("Sk", u(Sk)),
+          fmt::arg("CH", u(chunk)), fmt::arg("wg", wg), fmt::arg("score", score),
+          fmt::arg("tmax", tree(wg, "tm", "max(a, b)")), fmt::arg("tsum", tree(wg, "ps", "a + b")),
+          fmt::arg("pexp", R.exp("s[jj] - mn")), fmt::arg("aexp", R.exp("m - mn")), fmt::arg("Dv", u(Dv)),
+          fmt::arg("vv", sh.load(in(2), "(z * " + u(Sk) + " + c0 + jj) * " + u(Dv) + " + d")),
+          fmt::arg("store", sh.store(out, "(z * " + u(Sq) + " + qi) * " + u(Dv) + " + d", "acc[a] / lsum")));
+      std::string decls = fmt::format("shared {} s[{}];\nshared {} red[{}];\n", T, chunk, T, wg);
+      return {{{sh.source({wg, 1, 1}, decls, finish_tree(main, R)), groups_for(std::uint64_t(Bt * Sq) * wg, wg, c.caps)}}, {}};
+    }
+    default: throw NoShader{"no shader for " + std::string(ir::op_name(op->op))};
+  }
+}
+
+}  // namespace rlx::backends::vulkan
+#endif

@@ -1,0 +1,24 @@
+#pragma once
+// GLSL compute source -> SPIR-V with shaderc, through a cache keyed by a hash
+// of the source and the compiler's version: in memory for this process, and on
+// disk under <cache>/vulkan-spirv/<hash>.spv across processes.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rlx::backends::vulkan {
+
+// Throws rlx::Error naming `kernel` and quoting shaderc's message when the source does not compile.
+std::vector<std::uint32_t> compile_glsl(const std::string& source, std::string_view kernel);
+
+// runtime::cache_dir(): RLX_CACHE_DIR, else $XDG_CACHE_HOME/rlx, else $HOME/.cache/rlx.
+std::string cache_root();
+
+// The in-process cache is dropped (the disk cache stays): for tests of the disk cache.
+void forget_compiled_shaders();
+
+// A stable 128-bit hash of `s` as 32 hex digits.
+std::string hash_hex(std::string_view s);
+
+}  // namespace rlx::backends::vulkan

@@ -1,0 +1,241 @@
+// The optional ExecutableGraph surface behaves as each capability bit says:
+// every bit a backend claims works (checked against the reference), every bit
+// it does not claim throws rlx::Error naming the method, the backend and the
+// bit. Runs on the CPU, on a forwarding twin, on a twin that offers nothing,
+// and on Vulkan when it is available.
+#include <gtest/gtest.h>
+
+#include "rlx/reference/interpreter.hpp"
+#include "rlx/runtime/session.hpp"
+#include "runtime/test_backends.hpp"
+#include "support/testing.hpp"
+
+using namespace rlx;
+using runtime::Device;
+
+namespace {
+
+// y = x @ w + state (state is feedable from y), noise = uniform(seed 7), s = sum(x).
+ir::Graph cap_graph(std::uint64_t seed = 7) {
+  ir::Graph g("caps");
+  auto x = g.input("x", {4, 8});
+  auto state = g.input("state", {4, 8});
+  auto w = g.param("w", {8, 8});
+  g.add_output(g.add(g.matmul(x, w), state), "y");
+  g.add_output(g.random_uniform(ir::Shape{4, 8}, seed), "noise");
+  g.add_output(g.sum(x, {0, 1}), "s");
+  return g;
+}
+
+std::vector<runtime::NamedTensor> named(const reference::TensorMap& m) {
+  std::vector<runtime::NamedTensor> out;
+  for (const auto& [k, v] : m) out.push_back({k, ir::view(v)});
+  return out;
+}
+
+ir::Tensor as(ir::DType t, const ir::Tensor& v) {
+  ir::Tensor o(t, v.shape());
+  for (std::int64_t i = 0; i < v.numel(); ++i) o.set(i, v.get(i));
+  return o;
+}
+
+// Asserts that `f` throws rlx::Error naming the method, the backend and the bit.
+template <class F>
+void expect_refused(F&& f, std::string_view method, std::string_view backend, std::string_view bit) {
+  try {
+    f();
+    ADD_FAILURE() << method << " did not throw although '" << bit << "' is not claimed";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    for (auto part : {method, backend, bit})
+      EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' missing from: " << msg;
+  }
+}
+
+class Capabilities : public rlx::testing::MultiBackendTest, public ::testing::WithParamInterface<Device> {
+ protected:
+  void SetUp() override {
+    MultiBackendTest::SetUp();
+    twin(Device::Gpu);
+    twin(Device::Tpu, {.name = "bare", .forward_optional = false});
+    try {
+      runtime::make_backend(GetParam());
+    } catch (const Error& e) {
+      GTEST_SKIP() << e.what();
+    }
+    std::mt19937_64 rng(rlx::testing::test_seed());
+    for (const char* n : {"x", "state"}) in_[n] = rlx::testing::random_tensor(ir::DType::F32, {4, 8}, rng);
+    params_["w"] = rlx::testing::random_tensor(ir::DType::F32, {8, 8}, rng);
+    want_ = reference::run(g_, in_, params_);
+  }
+  CompiledGraph compile() {
+    auto c = Session(GetParam()).compile(g_);
+    c.set_param("w", params_.at("w"));
+    return c;
+  }
+  void expect_outputs(const std::vector<ir::Tensor>& got, const std::vector<ir::Tensor>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(rlx::testing::tensors_close(got[i], want[i])) << "output " << i;
+  }
+  ir::Graph g_ = cap_graph();
+  reference::TensorMap in_, params_;
+  std::vector<ir::Tensor> want_;
+};
+
+TEST_P(Capabilities, ClaimedBitsWorkAndOthersRefuse) {
+  auto c = compile();
+  const auto caps = c.capabilities();
+  const auto backend = c.backend_name();
+  expect_outputs(c.run(named(in_)), want_);
+
+  if (caps.clone)
+    expect_outputs(c.clone().run(named(in_)), want_);
+  else
+    expect_refused([&] { c.clone(); }, "clone", backend, "clone");
+
+  if (caps.typed_io) {
+    auto t = compile();
+    t.set_param_typed("w", ir::view(as(ir::DType::F64, params_.at("w"))));
+    auto typed_in = in_;
+    typed_in["x"] = as(ir::DType::F64, in_.at("x"));
+    expect_outputs(t.run_typed(named(typed_in)), want_);
+  } else {
+    expect_refused([&] { c.set_param_typed("w", ir::view(as(ir::DType::F64, params_.at("w")))); }, "set_param_typed",
+                   backend, "typed_io");
+    expect_refused([&] { c.run_typed(named(in_)); }, "run_typed", backend, "typed_io");
+  }
+
+  const std::size_t pick[] = {2, 0};
+  if (caps.read_outputs) {
+    auto got = c.run_read_outputs(named(in_), pick);
+    expect_outputs(got, {want_[2], want_[0]});
+  } else {
+    expect_refused([&] { c.run_read_outputs(named(in_), pick); }, "run_read_outputs", backend, "read_outputs");
+  }
+
+  if (caps.async_pipeline) {
+    auto inputs = named(in_);
+    c.commit_no_wait(inputs);
+    EXPECT_THROW(c.run(inputs), Error);  // one run at a time
+    expect_outputs(c.sync_pending(), want_);
+    std::mt19937_64 rng(rlx::testing::test_seed() + 1);
+    auto in2 = in_;
+    in2["x"] = rlx::testing::random_tensor(ir::DType::F32, {4, 8}, rng);
+    std::vector<std::vector<runtime::NamedTensor>> sets{named(in_), named(in2)};
+    auto outs = c.run_pipelined(sets);
+    ASSERT_EQ(outs.size(), 2u);
+    expect_outputs(outs[0], want_);
+    expect_outputs(outs[1], reference::run(g_, in2, params_));
+  } else {
+    expect_refused([&] { c.commit_no_wait(named(in_)); }, "commit_no_wait", backend, "async_pipeline");
+    expect_refused([&] { c.sync_pending(); }, "sync_pending", backend, "async_pipeline");
+    std::vector<std::vector<runtime::NamedTensor>> sets{named(in_)};
+    expect_refused([&] { c.run_pipelined(sets); }, "run_pipelined", backend, "async_pipeline");
+  }
+
+  if (caps.persistent_handles) {
+    auto h = compile();
+    h.bind_handle("state", ir::view(in_.at("state")));
+    EXPECT_TRUE(rlx::testing::tensors_close(h.read_handle("state"), in_.at("state")));
+    reference::TensorMap without_state{{"x", in_.at("x")}};
+    expect_outputs(h.run(named(without_state)), want_);
+    EXPECT_THROW(h.run(named(in_)), Error);  // a bound input is not passed again
+    if (caps.kv_resident) {
+      // The state accumulates: after run k, state = y_k, and y_{k+1} = x w + y_k.
+      h.feed_handle("state", "y");
+      auto y1 = h.run(named(without_state))[0];
+      EXPECT_TRUE(rlx::testing::tensors_close(y1, want_[0]));
+      EXPECT_TRUE(rlx::testing::tensors_close(h.read_handle("state"), y1));
+      auto y2 = h.run(named(without_state))[0];
+      auto in_k = in_;
+      in_k["state"] = y1;
+      EXPECT_TRUE(rlx::testing::tensors_close(y2, reference::run(g_, in_k, params_)[0]));
+    } else {
+      expect_refused([&] { h.feed_handle("state", "y"); }, "feed_handle", backend, "kv_resident");
+    }
+  } else {
+    expect_refused([&] { c.bind_handle("state", ir::view(in_.at("state"))); }, "bind_handle", backend,
+                   "persistent_handles");
+    expect_refused([&] { c.read_handle("state"); }, "read_handle", backend, "persistent_handles");
+    if (!caps.kv_resident) expect_refused([&] { c.feed_handle("state", "y"); }, "feed_handle", backend, "kv_resident");
+  }
+
+  if (caps.active_extent) {
+    c.set_active_extent(std::nullopt);  // the full bound: results unchanged
+    expect_outputs(c.run(named(in_)), want_);
+  } else {
+    expect_refused([&] { c.set_active_extent(2); }, "set_active_extent", backend, "active_extent");
+  }
+
+  if (caps.rng) {
+    auto r = compile();
+    EXPECT_EQ(r.rng(), runtime::RngOptions{});
+    r.set_rng({12345});
+    EXPECT_EQ(r.rng(), runtime::RngOptions{12345});
+    auto reseeded = cap_graph(runtime::effective_seed(7, {12345}));
+    auto want = reference::run(reseeded, in_, params_);
+    auto got = r.run(named(in_));
+    EXPECT_TRUE(rlx::testing::tensors_close(got[1], want[1]));
+    EXPECT_FALSE(rlx::testing::tensors_close(got[1], want_[1]));  // other samples than the graph's seed
+    expect_outputs(r.clone().run(named(in_)), want);                // the setting carries over to clones
+    r.set_rng({});
+    expect_outputs(r.run(named(in_)), want_);
+  } else {
+    expect_refused([&] { c.set_rng({3}); }, "set_rng", backend, "rng");
+    expect_refused([&] { c.rng(); }, "rng", backend, "rng");
+  }
+
+  auto fresh = Session(GetParam()).compile(g_);
+  if (caps.copy_params) {
+    fresh.copy_params_from(c);
+    expect_outputs(fresh.run(named(in_)), want_);
+  } else {
+    expect_refused([&] { fresh.copy_params_from(c); }, "copy_params_from", backend, "copy_params");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, Capabilities, ::testing::Values(Device::Cpu, Device::Gpu, Device::Tpu, Device::Vulkan),
+                         [](const auto& info) { return std::string(runtime::device_label(info.param)); });
+
+TEST(CpuCapabilities, ClaimsWhatItImplementsAndMatchesTheAdvisoryBits) {
+  auto c = Session(Device::Cpu).compile(cap_graph());
+  const auto caps = c.capabilities();
+  EXPECT_EQ(caps.names(), (std::vector<std::string_view>{"clone", "persistent_handles", "kv_resident", "typed_io",
+                                                         "async_pipeline", "read_outputs", "rng", "copy_params"}));
+  EXPECT_FALSE(caps.gpu_handles);   // host memory
+  EXPECT_FALSE(caps.active_extent);  // kernels are planned for one static extent
+  EXPECT_EQ(runtime::advisory_capabilities(Device::Cpu), caps);
+  EXPECT_TRUE(caps.has("typed_io"));
+  EXPECT_THROW(caps.has("warp_drive"), Error);
+  EXPECT_EQ(c.backend_name(), "cpu");
+  EXPECT_EQ(c.device(), Device::Cpu);
+}
+
+TEST(CpuCapabilities, TypedIoConvertsNarrowParamsAndChecksSizes) {
+  ir::Graph g("half");
+  auto x = g.input("x", {3, 4}, ir::DType::F16);
+  g.add_output(g.add(x, g.param("b", {3, 4}, ir::DType::F16)));
+  auto c = Session().compile(g);
+  std::mt19937_64 rng(rlx::testing::test_seed());
+  auto b = rlx::testing::random_tensor(ir::DType::F32, {3, 4}, rng);
+  auto xin = rlx::testing::random_tensor(ir::DType::F32, {3, 4}, rng);
+  c.set_param_typed("b", ir::view(b));  // f32 values into an f16 param
+  auto got = c.run_typed(std::vector<runtime::NamedTensor>{{"x", ir::view(xin)}});
+  auto want = reference::run(g, {{"x", as(ir::DType::F16, xin)}}, {{"b", as(ir::DType::F16, b)}});
+  EXPECT_TRUE(rlx::testing::tensors_close(got[0], want[0]));
+  ir::Tensor wrong(ir::DType::F32, {4, 3});
+  EXPECT_THROW(c.set_param_typed("b", ir::view(wrong)), Error);
+  EXPECT_THROW(c.set_param_typed("nope", ir::view(b)), Error);
+}
+
+TEST(CpuCapabilities, CommitChecksInputsBeforeStarting) {
+  auto g = cap_graph();
+  auto c = Session().compile(g);  // w never set: the CompiledGraph refuses before anything is pending
+  std::mt19937_64 rng(rlx::testing::test_seed());
+  reference::TensorMap in{{"x", rlx::testing::random_tensor(ir::DType::F32, {4, 8}, rng)},
+                          {"state", rlx::testing::random_tensor(ir::DType::F32, {4, 8}, rng)}};
+  EXPECT_THROW(c.commit_no_wait(named(in)), Error);
+  EXPECT_TRUE(c.sync_pending().empty());  // nothing was pending
+}
+
+}  // namespace
