@@ -29,10 +29,11 @@ pack() {
   strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null
   tar cJf .gpu/rlx-gpu.tar.xz -C "$stage" bin lib
   rm -rf "$stage"
-  if ! ls .gl/*.deb >/dev/null 2>&1; then
+  # The loader and the GL vendor-neutral libraries NVIDIA's Vulkan driver (libGLX_nvidia) loads.
+  if ! ls .gl/libglvnd0*.deb >/dev/null 2>&1; then
     mkdir -p .gl /tmp/amd64/partial
     local o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
-    apt-get $o update -qq && (cd .gl && apt-get $o download libvulkan1)
+    apt-get $o update -qq && (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
   fi
   ls -la .gpu/rlx-gpu.tar.xz .gl
 }
@@ -48,6 +49,9 @@ run() {
   tar xJf .gpu/rlx-gpu.tar.xz -C "$r"
   export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$r/cache
   nvidia-smi -L
+  # The Vulkan loader's own view when the backend reports itself unavailable.
+  VK_LOADER_DEBUG=error,warn "$r/bin/vulkan_test_vulkan_backend" --gtest_filter='Vulkan.EnvironmentSelectsTheDevice' 2>&1 |
+    grep -E 'ERROR|WARNING|SKIPPED|OK \]' | head -12
   echo "## conformance on Vulkan (test binaries' summaries)"
   for t in conformance_test_op_parity conformance_test_random_graphs conformance_test_errors "$(cd "$r/bin" && ls vulkan_test_*)"; do
     for b in $t; do

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "rlx/backends/vulkan/vulkan_backend.hpp"
+#include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
 #include "support/test_ops.hpp"
@@ -89,17 +90,16 @@ TEST_F(VulkanKernels, ReductionsShortAndLongRunOnTheDevice) {
   expect_on_device(run_checked(g, {1e-4, 1e-3}));
 }
 
-TEST_F(VulkanKernels, MatmulsTiledAndSimpleRunOnTheDevice) {
+TEST_F(VulkanKernels, EveryMatmulPathRunsOnTheDevice) {
   Graph g;
-  auto a = g.input("a", Shape{2, 150, 67});
-  auto w = g.param("w", Shape{67, 130});
-  auto bias = g.param("bias", Shape{130});
-  g.add_output(g.relu(g.add(g.matmul(a, w), bias)));                       // the 128x128 tile, ragged edges, epilogue
-  g.add_output(g.matmul(g.input("p", Shape{2, 200, 44}), g.input("q", Shape{2, 44, 136})));  // the vec4 tile
-  g.add_output(g.matmul(g.input("c", Shape{3, 40, 9}), g.input("d", Shape{3, 9, 50})));  // 64x64 tiles, batched
-  g.add_output(g.matmul(g.input("e", Shape{5, 3}), g.input("f", Shape{3, 7})));          // a thread per element
+  auto bias = g.param("bias", Shape{264});
+  // The vec4 128x128 tile (aligned rows), ragged edges on both sides, with an epilogue.
+  g.add_output(g.relu(g.add(g.matmul(g.input("a", Shape{300, 16}), g.param("w", Shape{16, 264})), bias)));
+  g.add_output(g.matmul(g.input("p", Shape{300, 17}), g.input("q", Shape{17, 260})));  // scalar 128x128 tile
+  g.add_output(g.matmul(g.input("c", Shape{2, 100, 9}), g.input("d", Shape{2, 9, 120})));  // 64x64 tiles, batched
+  g.add_output(g.matmul(g.input("e", Shape{5, 3}), g.input("f", Shape{3, 7})));             // a thread per element
   auto i = g.input("i", Shape{4, 6}, DType::I32);
-  g.add_output(g.matmul(i, g.input("j", Shape{6, 3}, DType::I32)));                      // integers
+  g.add_output(g.matmul(i, g.input("j", Shape{6, 3}, DType::I32)));                         // integers
   expect_on_device(run_checked(g, {2e-4, 2e-4}));
 }
 
@@ -119,6 +119,12 @@ TEST_F(VulkanKernels, MovementRunsOnTheDevice) {
   auto h = g.cast(x, DType::F16);
   g.add_output(g.cast(g.scatter_add(h, idx, g.cast(g.input("v", Shape{4, 5, 3}), DType::F16), 2), DType::F32));
   expect_on_device(run_checked(g, {2e-2, 2e-2}));
+}
+
+TEST_F(VulkanKernels, EncoderBlockRunsOnTheDevice) {
+  // Layer norms, attention with chunks of keys (S > 64), GELU and residual epilogues.
+  auto g = models::encoder_block({2, 80, 32, 4, 64, 1e-5});
+  expect_on_device(run_checked(g, {2e-4, 2e-4}));
 }
 
 TEST_F(VulkanKernels, IntegerComparisonsAfterWideningCasts) {

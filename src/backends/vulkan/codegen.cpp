@@ -28,16 +28,13 @@ std::string loop(std::int64_t n, const std::string& body) {
                      kLocal, u(n), body);
 }
 
-void check_size(std::int64_t n, const Caps& caps) {
-  if (n + std::int64_t(kLocal) * caps.max_groups[0] >= (std::int64_t(1) << 32))
-    throw NoShader{"more than 2^32 elements"};
-}
-
 }  // namespace
 
 std::array<std::uint32_t, 3> groups_for(std::uint64_t n, std::uint32_t local, const Caps& caps) {
-  std::uint64_t g = (n + local - 1) / local;
-  return {std::uint32_t(std::clamp<std::uint64_t>(g, 1, std::min<std::uint32_t>(caps.max_groups[0], 65535))), 1, 1};
+  // Grid-stride loops over 32-bit indices: the last stride must not wrap around.
+  const std::uint64_t cap = std::min<std::uint32_t>(caps.max_groups[0], 65535);
+  if (n + cap * local >= (std::uint64_t(1) << 32)) throw NoShader{"more than 2^32 - 2^24 elements"};
+  return {std::uint32_t(std::clamp<std::uint64_t>((n + local - 1) / local, 1, cap)), 1, 1};
 }
 
 KernelCode gen_elementwise(const GenCtx& c) {
@@ -45,7 +42,6 @@ KernelCode gen_elementwise(const GenCtx& c) {
   auto iter = c.lir.buffer(k.outputs.at(0)).shape;
   std::int64_t n = numel(iter);
   if (n == 0) return {};
-  check_size(n, c.caps);
   Shader sh(c);
   Space sp{iter, "i", {}};
   std::string body = coords_code(sp, "c");
@@ -65,7 +61,6 @@ KernelCode gen_leaf(const GenCtx& c) {
   auto shape = c.lir.buffer(k.outputs[0]).shape;
   std::int64_t n = numel(shape);
   if (n == 0) return {};
-  check_size(n, c.caps);
   Shader sh(c);
   Space sp{shape, "i", {}};
   std::string body, decls, value;

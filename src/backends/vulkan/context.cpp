@@ -203,7 +203,8 @@ void Context::init(std::uint32_t index) {
   vk.vkGetPhysicalDeviceProperties2(physical, &p2);
   const auto& lim = p2.properties.limits;
   caps.max_storage_range = lim.maxStorageBufferRange;
-  for (int i = 0; i < 3; ++i) caps.max_groups[i] = lim.maxComputeWorkGroupCount[i];
+  // Kernels never need more groups per dimension than every device offers (2D grids and grid-stride loops).
+  for (int i = 0; i < 3; ++i) caps.max_groups[i] = std::min<std::uint32_t>(lim.maxComputeWorkGroupCount[i], 65535);
   caps.max_shared_bytes = lim.maxComputeSharedMemorySize;
   caps.max_invocations = lim.maxComputeWorkGroupInvocations;
   caps.subgroup_size = p11.subgroupSize ? p11.subgroupSize : 32;

@@ -219,8 +219,13 @@ KernelCode gen_native(const GenCtx& c) {
       if (scale == 0) scale = 1 / std::sqrt(double(D));
       const bool causal = at.bool_or("causal", false);
       const std::uint32_t wg = 64, na = std::uint32_t((Dv + wg - 1) / wg);
-      const std::int64_t chunk = std::min<std::int64_t>(Sk, R.dbl ? 1024 : 2048);
-      // The mask, broadcast over the scores [batch..., Sq, Sk] at (b..., i, j).
+      // Keys come in chunks of up to 64, one per thread, their rows staged in shared memory (padded by
+      // one so the threads' rows fall in different banks) within 16 KiB.
+      const std::int64_t elem = R.dbl ? 8 : 4;
+      std::int64_t ch = 64;
+      while (ch > 1 && ch * (D + 1) * elem > 16384) ch /= 2;
+      if (ch * (D + 1) * elem > 16384 || D * elem > 8192) throw NoShader{"attention head dim too large for shared memory"};
+      // The mask, broadcast over the scores [batch..., Sq, Sk] at (b..., qi, j).
       std::string mask;
       if (has(3)) {
         Ints ss(qs.begin(), qs.begin() + std::ptrdiff_t(r2));
@@ -228,43 +233,42 @@ KernelCode gen_native(const GenCtx& c) {
         ss.push_back(Sk);
         Space sp{ss, "((z * " + u(Sq) + " + qi) * " + u(Sk) + " + j)", {}};
         std::string cc;
-        std::int64_t inner = 1;
         std::vector<std::string> names(ss.size());
-        for (std::size_t d = ss.size(); d-- > 0;) {
+        for (std::size_t d = 0; d < ss.size(); ++d) {
           names[d] = d == ss.size() - 1 ? "j" : d == ss.size() - 2 ? "qi" : "bz" + std::to_string(d);
           if (d + 2 < ss.size()) {
             std::int64_t bi = 1;
             for (std::size_t e = d + 1; e < r2; ++e) bi *= ss[e];
             cc += fmt::format("uint {} = (z / {}) % {};\n", names[d], u(bi), u(ss[d]));
           }
-          inner *= ss[d];
         }
         sp.coords = names;
         const auto mt = body.node(op->inputs[3]).dtype;
         std::string mv = sh.load(in(3), bcast_index(sp, body.node(op->inputs[3]).shape.extents()));
         mask = cc + (mt == DType::Bool ? "if (!" + mv + ") sc = " + R.k(-INFINITY) + ";\n" : "sc += " + T + "(" + mv + ");\n");
       }
-      std::string score = fmt::format(
-          "{T} sc = {zero};\nfor (uint d = 0u; d < {D}; ++d) sc += {qv} * {kv};\nsc *= {scale};\n{causal}{mask}",
-          fmt::arg("T", T), fmt::arg("zero", R.k(0)), fmt::arg("D", u(D)),
-          fmt::arg("qv", sh.load(in(0), "(z * " + u(Sq) + " + qi) * " + u(D) + " + d")),
-          fmt::arg("kv", sh.load(in(1), "(z * " + u(Sk) + " + j) * " + u(D) + " + d")), fmt::arg("scale", R.k(scale)),
-          fmt::arg("causal", causal ? "if (j > qi) sc = " + R.k(-INFINITY) + ";\n" : ""), fmt::arg("mask", mask));
       std::string main = fmt::format(
           "uint l = gl_LocalInvocationID.x;\n"
           "for (uint row = gl_WorkGroupID.x; row < {rows}; row += gl_NumWorkGroups.x) {{\n"
           "uint z = row / {Sq}, qi = row % {Sq};\n"
+          "for (uint d = l; d < {D}; d += {wg}u) qv[d] = {qload};\n"
           "{T} m = {ninf}, lsum = {zero};\n{T} acc[{na}];\n"
           "for (uint a = 0u; a < {na}u; ++a) acc[a] = {zero};\n"
           "for (uint c0 = 0u; c0 < {Sk}; c0 += {CH}) {{\n"
           "  uint cn = min({CH}, {Sk} - c0);\n"
-          "  for (uint jj = l; jj < cn; jj += {wg}u) {{\n    uint j = c0 + jj;\n{score}    s[jj] = sc;\n  }}\n"
+          "  for (uint e = l; e < cn * {D}; e += {wg}u) kt[e / {D}][e % {D}] = {kload};\n"
           "  barrier();\n"
-          "  {T} tm = {ninf};\n  for (uint jj = l; jj < cn; jj += {wg}u) tm = max(tm, s[jj]);\n"
+          "  {T} sc = {ninf};\n"
+          "  if (l < cn) {{\n"
+          "    uint j = c0 + l;\n"
+          "    sc = {zero};\n"
+          "    for (uint d = 0u; d < {D}; ++d) sc += qv[d] * kt[l][d];\n"
+          "    sc *= {scale};\n{causal}{mask}"
+          "  }}\n"
           "{tmax}"
           "  {T} mn = max(m, red[0]);\n  barrier();\n"
-          "  {T} ps = {zero};\n"
-          "  for (uint jj = l; jj < cn; jj += {wg}u) {{ {T} p = mn == {ninf} ? {zero} : {pexp}; s[jj] = p; ps += p; }}\n"
+          "  {T} p = (l < cn && mn != {ninf}) ? {pexp} : {zero};\n"
+          "  if (l < {CH}) s[l] = p;\n"
           "{tsum}"
           "  {T} alpha = mn == {ninf} ? {one} : {aexp};\n"
           "  lsum = lsum * alpha + red[0];\n"
@@ -272,21 +276,25 @@ KernelCode gen_native(const GenCtx& c) {
           "    uint d = l + a * {wg}u;\n"
           "    if (d >= {Dv}) break;\n"
           "    {T} t = {zero};\n"
-          "    for (uint jj = 0u; jj < cn; ++jj) t += s[jj] * {vv};\n"
+          "    for (uint jj = 0u; jj < cn; ++jj) t += s[jj] * {vload};\n"
           "    acc[a] = acc[a] * alpha + t;\n"
           "  }}\n"
           "  m = mn;\n  barrier();\n"
           "}}\n"
           "for (uint a = 0u; a < {na}u; ++a) {{\n  uint d = l + a * {wg}u;\n  if (d < {Dv}) {store}}}\n"
           "}}\n",
-          fmt::arg("rows", u(Bt * Sq)), fmt::arg("Sq", u(Sq)), fmt::arg("T", T), fmt::arg("ninf", R.k(-INFINITY)),
-          fmt::arg("zero", R.k(0)), fmt::arg("one", R.k(1)), fmt::arg("na", na), fmt::arg("Sk", u(Sk)),
-          fmt::arg("CH", u(chunk)), fmt::arg("wg", wg), fmt::arg("score", score),
-          fmt::arg("tmax", tree(wg, "tm", "max(a, b)")), fmt::arg("tsum", tree(wg, "ps", "a + b")),
-          fmt::arg("pexp", R.exp("s[jj] - mn")), fmt::arg("aexp", R.exp("m - mn")), fmt::arg("Dv", u(Dv)),
-          fmt::arg("vv", sh.load(in(2), "(z * " + u(Sk) + " + c0 + jj) * " + u(Dv) + " + d")),
+          fmt::arg("rows", u(Bt * Sq)), fmt::arg("Sq", u(Sq)), fmt::arg("D", u(D)), fmt::arg("T", T),
+          fmt::arg("ninf", R.k(-INFINITY)), fmt::arg("zero", R.k(0)), fmt::arg("one", R.k(1)), fmt::arg("na", na),
+          fmt::arg("Sk", u(Sk)), fmt::arg("CH", u(ch)), fmt::arg("wg", wg),
+          fmt::arg("qload", sh.load(in(0), "(z * " + u(Sq) + " + qi) * " + u(D) + " + d")),
+          fmt::arg("kload", sh.load(in(1), "(z * " + u(Sk) + " + c0) * " + u(D) + " + e")), fmt::arg("scale", R.k(scale)),
+          fmt::arg("causal", causal ? "    if (j > qi) sc = " + R.k(-INFINITY) + ";\n" : ""), fmt::arg("mask", mask),
+          fmt::arg("tmax", tree(wg, "sc", "max(a, b)")), fmt::arg("tsum", tree(wg, "p", "a + b")),
+          fmt::arg("pexp", R.exp("sc - mn")), fmt::arg("aexp", R.exp("m - mn")), fmt::arg("Dv", u(Dv)),
+          fmt::arg("vload", sh.load(in(2), "(z * " + u(Sk) + " + c0 + jj) * " + u(Dv) + " + d")),
           fmt::arg("store", sh.store(out, "(z * " + u(Sq) + " + qi) * " + u(Dv) + " + d", "acc[a] / lsum")));
-      std::string decls = fmt::format("shared {} s[{}];\nshared {} red[{}];\n", T, chunk, T, wg);
+      std::string decls = fmt::format("shared {0} qv[{1}];\nshared {0} kt[{2}][{3}];\nshared {0} s[{2}];\nshared {0} red[{4}];\n", T,
+                                      D, ch, D + 1, wg);
       return {{{sh.source({wg, 1, 1}, decls, finish_tree(main, R)), groups_for(std::uint64_t(Bt * Sq) * wg, wg, c.caps)}}, {}};
     }
     default: throw NoShader{"no shader for " + std::string(ir::op_name(op->op))};

@@ -476,7 +476,9 @@ std::string Shader::source(std::array<std::uint32_t, 3> local, const std::string
   for (const auto& a : arrays_) {
     auto p1 = a.find(':'), p2 = a.find(':', p1 + 1);
     std::string binding = a.substr(0, p1), suffix = a.substr(p1 + 1, p2 - p1 - 1), type = a.substr(p2 + 1);
-    s += fmt::format("layout(std430, set = 0, binding = {0}) buffer M{0}_{1} {{ {2} m{0}_{1}[]; }};\n", binding, suffix, type);
+    // Shaders never write the weights (binding 1): readonly lets drivers use their read-only load path.
+    s += fmt::format("layout(std430, set = 0, binding = {0}) {3}buffer M{0}_{1} {{ {2} m{0}_{1}[]; }};\n", binding, suffix, type,
+                     binding == "1" ? "readonly " : "");
   }
   // Helpers in table order, which lists each helper after those it calls.
   std::set<std::string> want = helpers_;
@@ -555,7 +557,8 @@ std::string Emitter::op_expr(const ir::Node& n, const std::vector<std::string>& 
       case OpKind::Reciprocal: e = "(" + K("1.0") + " / " + a[0] + ")"; break;
       case OpKind::Tanh: e = H("tanh", a[0]); break;
       case OpKind::Sigmoid: e = H("sigmoid", a[0]); break;
-      case OpKind::Relu: e = "(" + a[0] + " < " + K("0.0") + " ? " + K("0.0") + " : " + a[0] + ")"; break;
+      // NaN passes through: NVIDIA's compiler turns the plain select into a max that drops it.
+      case OpKind::Relu: e = "(isnan(" + a[0] + ") ? " + a[0] + " : max(" + a[0] + ", " + K("0.0") + "))"; break;
       case OpKind::Gelu:
         e = "(" + K("0.5") + " * " + a[0] + " * (" + K("1.0") + " + " + H("erf", a[0] + " * " + K("0.70710678118654752440")) + "))";
         break;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "backends/vulkan/spirv.hpp"
 #include "rlx/backends/vulkan/vulkan_backend.hpp"
 #include "rlx/error.hpp"
 
@@ -50,7 +51,7 @@ std::size_t pick_device(std::span<const DeviceInfo> devices, std::string_view re
 
 #ifndef RLX_HAVE_VULKAN
 namespace {
-constexpr const char* kNotBuilt = "built without Vulkan support (no Vulkan headers or libshaderc_combined.a at build time)";
+constexpr const char* kNotBuilt = "built without Vulkan support (RLX_VULKAN=OFF, or no Vulkan headers or shaderc at build time)";
 
 class UnavailableBackend final : public runtime::Backend {
  public:
@@ -72,10 +73,12 @@ std::string unavailable_reason() { return kNotBuilt; }
 std::vector<DeviceInfo> list_devices() { return {}; }
 DeviceInfo selected_device() { throw Error(std::string("vulkan: ") + kNotBuilt); }
 SpirvCacheStats spirv_cache_stats() { return {}; }
+void forget_compiled_shaders() {}
 std::string spirv_cache_dir() { return {}; }
 runtime::Calibration calibrate(bool) { throw Error(std::string("vulkan: ") + kNotBuilt); }
 std::string calibration_path() { return {}; }
 std::vector<KernelTime> last_run_times(const runtime::ExecutableGraph&) { throw Error(std::string("vulkan: ") + kNotBuilt); }
+double copy_bandwidth_gbps(std::uint64_t, int) { throw Error(std::string("vulkan: ") + kNotBuilt); }
 #endif
 
 namespace {
