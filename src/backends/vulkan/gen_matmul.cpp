@@ -70,7 +70,11 @@ KernelCode gen_matmul(const GenCtx& c) {
   // reads from shared memory), all in named registers: the code below is unrolled here, so no array is
   // indexed at run time (a driver that cannot unroll one would move it to slow local memory).
   const bool aligned = K % 4 == 0 && N % 4 == 0 && sh.byte_offset(abuf) % 16 == 0 && sh.byte_offset(bbuf) % 16 == 0;
-  if (ct == CT::F32 && aligned && grid_ok && M >= 128 && N >= 128) {
+  // 128 x 128 tiles only when there are enough of them to fill a large GPU
+  // (an H200 has 132 SMs; a 128 x 512 product made 4 workgroups and took 400 us):
+  // smaller products take 64 x 64 tiles, 4x as many workgroups.
+  const bool many_tiles = B * ((M + 127) / 128) * ((N + 127) / 128) >= 64;
+  if (ct == CT::F32 && aligned && grid_ok && M >= 128 && N >= 128 && many_tiles) {
     const std::int64_t KT = (K + 7) / 8;
     const std::string A4 = sh.vec4s(c.locs.at(std::size_t(abuf)).binding), B4 = sh.vec4s(c.locs.at(std::size_t(bbuf)).binding);
     std::string decls = "shared vec4 As[8][32];\nshared vec4 Bs[8][32];\n" + fn;
@@ -121,7 +125,7 @@ KernelCode gen_matmul(const GenCtx& c) {
   }
 
   if (ct == CT::F32 && grid_ok && M >= 32 && N >= 32) {
-    const Tile t = M >= 128 && N >= 128 ? Tile{128, 128, 8, 8, 8} : Tile{64, 64, 16, 4, 4};
+    const Tile t = M >= 128 && N >= 128 && many_tiles ? Tile{128, 128, 8, 8, 8} : Tile{64, 64, 16, 4, 4};
     const std::uint32_t nt = t.threads(), la = t.bm * t.bk / nt, lb = t.bk * t.bn / nt;
     std::uint64_t gx = std::uint64_t((N + t.bn - 1) / t.bn), gy = std::uint64_t((M + t.bm - 1) / t.bm);
     {
