@@ -89,6 +89,7 @@ def test_device_report_and_manifest():
     report = rlx.device_report(g, CPU)
     assert len(report) == 9 and report.recommended == "cpu"
     best = report[0]
+    assert isinstance(best, rlx.DeviceCandidate)
     assert best.label == "cpu" and best.device == "cpu" and best.recommended and best.viable
     assert "clone" in best.capabilities
     assert best.estimate_seconds > 0 and "FLOP" in best.estimate_explain
@@ -130,7 +131,9 @@ def test_graph_devices_run_on_cpu(data):
     assert [d for d, _ in runner.failures()] == ["mlx"]
     assert runner.run_try(["cpu"], {"x": x})[0] == "cpu"
     results = runner.benchmark({"x": x}, runs=2)
-    assert {r.device for r in results} == set(devices) and all(r.ok for r in results)
+    assert all(isinstance(r, rlx.DeviceBenchResult) for r in results)
+    assert {r.device for r in results} == set(devices) and all(r.ok and r.runs == 2 for r in results)
+    assert all(0 < r.min_ms <= r.median_ms for r in results)
     assert runner.benchmark_winner in devices
     assert runner.fastest() in devices and runner.resolve("cpu") == "cpu"
     assert sorted(runner.devices()) == sorted(devices) and runner.report().recommended in devices
