@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace rlx::backends::vulkan {
 
@@ -44,11 +45,69 @@ std::array<std::uint32_t, 3> groups_for(std::uint64_t n, std::uint32_t local, co
 // too few 4-byte loads in flight to cover HBM latency.
 constexpr std::int64_t kUnroll = 4;
 
+// The common case of a large chain: f32 outputs at 16-byte offsets and n a
+// multiple of 4. An invocation takes 4 consecutive elements, reads every dense
+// f32 operand at a 16-byte offset as one vec4 and writes each output as one
+// vec4 (a warp moves 512 contiguous bytes per access); other operands
+// (broadcast, other dtypes) load per element.
+std::optional<KernelCode> gen_elementwise_vec4(const GenCtx& c, std::int64_t n, const std::vector<std::int64_t>& iter) {
+  const auto& k = c.kernel;
+  Shader sh(c);
+  auto vec4_ok = [&](compile::BufferId b) {
+    const auto& buf = c.lir.buffer(b);
+    return buf.dtype == DType::F32 && numel(buf.shape) == n && sh.byte_offset(b) % 16 == 0;
+  };
+  if (n % 4 != 0 || !std::all_of(k.outputs.begin(), k.outputs.end(), vec4_ok)) return std::nullopt;
+  for (const auto& o : k.body.outputs())
+    if (k.body.node(o.node).dtype != DType::F32) return std::nullopt;
+  static constexpr const char* kXyzw[] = {"x", "y", "z", "w"};
+  const auto buffer_of = [&](const ir::Node& in) { return k.inputs.at(std::stoul(in.attrs.get_str("name").substr(2))); };
+  std::vector<Space> spaces;  // referenced by the emitters: reserved so they never move
+  spaces.reserve(4);
+  std::vector<Emitter> ems;
+  ems.reserve(4);
+  std::string head, loads, rest;
+  for (int j = 0; j < 4; ++j) {
+    const std::string i = "rlx_i" + std::to_string(j);
+    head += fmt::format("uint {} = 4u * q + {}u;\n", i, j);
+    spaces.push_back(Space{iter, i, {}});
+    head += coords_code(spaces.back(), "c" + std::to_string(j) + "_");
+    ems.emplace_back(sh, k.body, spaces.back(), "v" + std::to_string(j) + "_");
+  }
+  for (const auto& nd : k.body.nodes()) {
+    if (nd.op != OpKind::Input || !vec4_ok(buffer_of(nd))) continue;
+    const auto b = buffer_of(nd);
+    const std::string name = "rlx_l" + std::to_string(nd.id);
+    loads += fmt::format("vec4 {} = {}[{}u + q];\n", name, sh.vec4s(c.locs.at(std::size_t(b)).binding), sh.byte_offset(b) / 16);
+    for (int j = 0; j < 4; ++j) ems[std::size_t(j)].preset(nd.id, name + "." + kXyzw[j]);
+  }
+  for (auto& em : ems) {
+    for (const auto& nd : k.body.nodes())
+      if (nd.op == OpKind::Input) em.value(nd.id);
+    loads += em.take_code();
+  }
+  std::vector<std::vector<std::string>> values(k.outputs.size());
+  for (auto& em : ems) {
+    for (std::size_t o = 0; o < k.outputs.size(); ++o) values[o].push_back(em.value(k.body.outputs()[o].node));
+    rest += em.take_code();
+  }
+  for (std::size_t o = 0; o < k.outputs.size(); ++o) {
+    const auto b = k.outputs[o];
+    rest += fmt::format("{}[{}u + q] = vec4({});\n", sh.vec4s(c.locs.at(std::size_t(b)).binding), sh.byte_offset(b) / 16,
+                        fmt::join(values[o], ", "));
+  }
+  const std::string main = fmt::format(
+      "for (uint q = gl_GlobalInvocationID.x; q < {}; q += gl_NumWorkGroups.x * {}) {{\n{}{}{}}}\n", u(n / 4),
+      u(kLocal), head, loads, rest);
+  return KernelCode{{{sh.source({kLocal, 1, 1}, "", main), groups_for(std::uint64_t(n / 4), kLocal, c.caps)}}, {}};
+}
+
 KernelCode gen_elementwise(const GenCtx& c) {
   const auto& k = c.kernel;
   auto iter = c.lir.buffer(k.outputs.at(0)).shape;
   std::int64_t n = numel(iter);
   if (n == 0) return {};
+  if (auto code = gen_elementwise_vec4(c, n, iter)) return std::move(*code);
   Shader sh(c);
   const auto groups = groups_for(std::uint64_t((n + kUnroll - 1) / kUnroll), kLocal, c.caps);
   if (std::uint64_t(n) + std::uint64_t(kUnroll) * groups[0] * kLocal >= (std::uint64_t(1) << 32))
