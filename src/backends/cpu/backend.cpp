@@ -469,8 +469,7 @@ class CpuBackend final : public runtime::Backend {
     for (BufferId id : lir.params) {
       std::size_t n = nbytes_of(lir.buffer(id));
       plan->param_bytes.push_back(n);
-      params->data.emplace_back(n);
-      if (n) std::memset(params->data.back().data(), 0, n);
+      params->data.emplace_back(n);  // not cleared: CompiledGraph refuses to run until set_param wrote it
     }
 
     // Arena outputs that own their storage are written straight into the caller's memory.
@@ -529,16 +528,15 @@ class CpuBackend final : public runtime::Backend {
       plan->random_lir = std::move(copy);
     }
 
-    // Params start zeroed, and so do their packed copies until set_param.
+    // Packed copies of params are written by set_param (like the params; a
+    // fresh page is only faulted in once), those of constants here.
     plan->packs = std::move(packs.operands);
     for (std::size_t i = 0; i < plan->packs.size(); ++i) {
       const PackedOperand& op = plan->packs[i];
       const Base base = plan->refs[std::size_t(op.buffer)].base;
       if (base != Base::Param && base != Base::Constant)
         throw Error("cpu: packed GEMM operand " + std::to_string(op.buffer) + " is not a param or constant");
-      AlignedBytes bytes(packed_floats(*plan->isa, op.K, op.N) * sizeof(float));
-      std::memset(bytes.data(), 0, bytes.size());
-      params->packed.push_back(std::move(bytes));
+      params->packed.emplace_back(packed_floats(*plan->isa, op.K, op.N) * sizeof(float));
       if (base == Base::Constant) pack_operand(*plan, *params, i);
     }
     return std::make_unique<CpuExecutable>(std::move(plan), std::move(params));
