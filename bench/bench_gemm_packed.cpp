@@ -7,11 +7,10 @@
 // The medians' ratios justify packed_wins() and packed_per_run_wins() in
 // kernel_matmul.cpp.
 //   bench_gemm_packed [--reps N] [--epilogue 1] [--b-input 1] [--only MxNxK]
-#include <cblas.h>
 
 #include <cstdlib>
 
-#include "common.hpp"
+#include "openblas_peer.hpp"
 #include "rlx/ir/graph.hpp"
 
 namespace {
@@ -56,13 +55,8 @@ Row run_shape(const Session& session, const Shape& sh, bool epilogue, bool b_inp
   ir::Tensor c(ir::DType::F32, {M, N});
   const float* a = packed.input("a").data_as<float>();
   const float* b = b_input ? packed.input("b").data_as<float>() : params.at("b").data_as<float>();
-  auto blas = [&] {
-    const int rlx_threads = openblas_get_num_threads();
-    openblas_set_num_threads(int(cores()));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.0f, a, int(K), b, int(N), 0.0f,
-                c.data_as<float>(), int(N));
-    openblas_set_num_threads(rlx_threads);
-  };
+  auto blas = [&] { openblas_sgemm(M, N, K, a, b, c.data_as<float>()); };
+
   std::vector<Impl> impls{{"packed", std::ref(packed)}, {"rlx_blas", std::ref(blas_rlx)}};
   if (!epilogue) impls.push_back({"openblas", blas});
   auto s = interleave(impls, {.reps = reps, .min_sample_s = 0.02});

@@ -1,9 +1,8 @@
 // Kernel-level workloads whose peers run in this process, interleaved with
 // RLX rep by rep: f32 GEMM/GEMV vs cblas_sgemm on the same buffers, and a
 // fused 8-op elementwise chain vs all-core memcpy and vs the same chain unfused.
-#include <cblas.h>
 
-#include "common.hpp"
+#include "openblas_peer.hpp"
 #include "rlx/ir/graph.hpp"
 
 namespace {
@@ -24,15 +23,8 @@ void gemm(const Session& session, const std::string& name, std::int64_t M, std::
   ir::Tensor c(ir::DType::F32, {M, N});
   const float* a = rlx.input("a").data_as<float>();
   const float* b = rlx.input("b").data_as<float>();
-  // RLX's backend pins OpenBLAS to one thread (it threads GEMM panels itself);
-  // the peer gets all cores for its call, and RLX gets its setting back.
-  auto blas = [&] {
-    const int rlx_threads = openblas_get_num_threads();
-    openblas_set_num_threads(int(cores()));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(N), int(K), 1.0f, a, int(K), b, int(N), 0.0f,
-                c.data_as<float>(), int(N));
-    openblas_set_num_threads(rlx_threads);
-  };
+  auto blas = [&] { openblas_sgemm(M, N, K, a, b, c.data_as<float>()); };
+
   auto s = interleave({{"rlx", std::ref(rlx)}, {"openblas", blas}}, {.reps = reps});
   // GEMV is bound by streaming B once, so its bytes are reported (and its limit is copy bandwidth).
   const double bytes = M == 1 ? double(K * N + K + N) * sizeof(float) : 0;

@@ -699,15 +699,7 @@ std::vector<Tensor> run(const Graph& g, const TensorMap& inputs, const TensorMap
   return reference::run(g, inputs, params);
 }
 
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no rlx::Error thrown";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
+using rlx::testing::expect_error;
 
 TEST(Autodiff, CastGradientIsTheCotangentInTheSourceDType) {
   Graph g("cast");

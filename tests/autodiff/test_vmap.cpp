@@ -547,15 +547,7 @@ TEST(Vmap, CustomOpUsesItsBatchingRule) {
                                      Tensor::from_f64(F, {2, 3}, std::vector<double>{2, 4, 6, 8, 10, 12})));
 }
 
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no rlx::Error thrown";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
+using rlx::testing::expect_error;
 
 TEST(Vmap, NoRuleIsAnErrorNamingTheOp) {
   testing::register_test_ops();

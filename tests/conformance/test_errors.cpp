@@ -15,20 +15,7 @@ using ir::NodeId;
 using ir::OpKind;
 using ir::Shape;
 
-// Runs `f`, which must throw rlx::Error mentioning every needle.
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string_view> needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no rlx::Error was thrown";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (auto needle : needles)
-      EXPECT_NE(msg.find(needle), std::string::npos) << "the message lacks \"" << needle << "\": " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-rlx exception: " << e.what();
-  }
-}
+using rlx::testing::expect_error;
 
 Node raw(OpKind op, std::vector<NodeId> inputs, Shape shape, DType dtype = DType::F32) {
   Node n;

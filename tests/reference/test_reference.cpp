@@ -38,16 +38,7 @@ Tensor run1(Graph& g, NodeId out, const TensorMap& inputs = {}, const TensorMap&
   return testing::tensors_close(t, tensor(std::move(shape), std::move(v), dt));
 }
 
-// Expects the graph to fail with a message containing every `parts`.
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no rlx::Error thrown";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
+using rlx::testing::expect_error;
 
 // ---- leaves ----------------------------------------------------------------
 

@@ -39,14 +39,7 @@ struct Data {
   ir::Tensor want(const ir::Graph& g) const { return reference::run(g, inputs, params)[0]; }
 };
 
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string_view> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    for (auto p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << p << " not in: " << e.what();
-  }
-}
+using rlx::testing::expect_error;
 
 class Selection : public rlx::testing::MultiBackendTest {
  protected:

@@ -5,6 +5,7 @@
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/runtime/policy.hpp"
+#include "support/testing.hpp"
 
 using namespace rlx;
 using runtime::Device;
@@ -23,14 +24,7 @@ struct CleanEnv {
   }
 };
 
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string_view> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    for (auto p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << p << " not in: " << e.what();
-  }
-}
+using rlx::testing::expect_error;
 
 TEST(DevicePolicy, BuiltInCode) {
   auto all = DevicePolicy::all();

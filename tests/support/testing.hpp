@@ -6,10 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "rlx/env.hpp"
+#include "rlx/error.hpp"
 #include "rlx/ir/tensor.hpp"
 
 namespace rlx::testing {
@@ -77,6 +80,21 @@ inline ::testing::AssertionResult tensors_close(const ir::Tensor& actual, const 
 }
 inline ::testing::AssertionResult tensors_close(const ir::Tensor& actual, const ir::Tensor& expected) {
   return tensors_close(actual, expected, tolerance_for(expected.dtype()));
+}
+
+// Runs `f`, which must throw rlx::Error whose message mentions every needle.
+template <class F>
+void expect_error(F&& f, std::initializer_list<std::string_view> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no rlx::Error was thrown";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (auto needle : needles)
+      EXPECT_NE(msg.find(needle), std::string::npos) << "the message lacks \"" << needle << "\": " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-rlx exception: " << e.what();
+  }
 }
 
 }  // namespace rlx::testing

@@ -17,15 +17,6 @@ namespace {
 using ir::DType;
 using ir::OpKind;
 
-template <class T>
-const T* at(const RunCtx& c, compile::BufferId b) {
-  return reinterpret_cast<const T*>(c.ptrs[b]);
-}
-template <class T>
-T* at_mut(const RunCtx& c, compile::BufferId b) {
-  return reinterpret_cast<T*>(c.ptrs[b]);
-}
-
 constexpr int kLanes = 8;
 
 // dx = y (dy - sum(dy y)) over n elements `inner` apart. The sums run in

@@ -42,15 +42,6 @@ void softmax_strided(const double* x, double* y, i64 n, i64 stride, bool log) {
     y[k * stride] = log ? x[k * stride] - m - std::log(sum) : std::exp(x[k * stride] - m) / sum;
 }
 
-template <class T>
-const T* at(const RunCtx& c, compile::BufferId b) {
-  return reinterpret_cast<const T*>(c.ptrs[b]);
-}
-template <class T>
-T* at_mut(const RunCtx& c, compile::BufferId b) {
-  return reinterpret_cast<T*>(c.ptrs[b]);
-}
-
 class SoftmaxKernel final : public CpuKernel {
  public:
   compile::BufferId x = 0, y = 0;

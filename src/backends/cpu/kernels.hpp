@@ -29,6 +29,16 @@ struct RunCtx {
   std::byte* thread_scratch() const { return threads + std::size_t(ThreadPool::slot()) * stride; }
 };
 
+// Buffer `b` of a run as an array of T.
+template <class T>
+const T* at(const RunCtx& c, compile::BufferId b) {
+  return reinterpret_cast<const T*>(c.ptrs[b]);
+}
+template <class T>
+T* at_mut(const RunCtx& c, compile::BufferId b) {
+  return reinterpret_cast<T*>(c.ptrs[b]);
+}
+
 class CpuKernel {
  public:
   virtual ~CpuKernel() = default;

@@ -38,19 +38,63 @@ std::array<std::uint32_t, 3> groups_for(std::uint64_t n, std::uint32_t local, co
   return {std::uint32_t(std::clamp<std::uint64_t>((n + local - 1) / local, 1, cap)), 1, 1};
 }
 
-// Each invocation takes kUnroll elements a grid-stride apart (each group of
-// them coalesced across a warp) and issues all their loads before any
-// arithmetic or store. One dependent load per invocation capped a 256M-element
-// chain at 1.0 TB/s on an H200: a GPU keeps about 270K invocations resident,
-// too few 4-byte loads in flight to cover HBM latency.
+// Elementwise kernels: each invocation takes kUnroll elements ("lanes") and
+// issues every lane's loads before any arithmetic or store. One dependent load
+// per invocation capped a 256M-element chain at 1.0 TB/s on an H200: a GPU
+// keeps about 270K invocations resident, too few 4-byte loads in flight to
+// cover HBM latency.
 constexpr std::int64_t kUnroll = 4;
 
+// kUnroll copies of a kernel body. Lane j's element index is the GLSL
+// variable index(j), which the caller defines before coords().
+class Lanes {
+ public:
+  Lanes(Shader& sh, const ir::Graph& body, const std::vector<std::int64_t>& iter) : body_(body) {
+    spaces_.reserve(std::size_t(kUnroll));  // the emitters hold references into spaces_
+    ems_.reserve(std::size_t(kUnroll));
+    for (std::int64_t j = 0; j < kUnroll; ++j) {
+      spaces_.push_back(Space{iter, index(j), {}});
+      coords_ += coords_code(spaces_.back(), "c" + std::to_string(j) + "_");
+      ems_.emplace_back(sh, body, spaces_.back(), "v" + std::to_string(j) + "_");
+    }
+  }
+  static std::string index(std::int64_t j) { return "rlx_i" + std::to_string(j); }
+  Emitter& operator[](std::int64_t j) { return ems_[std::size_t(j)]; }
+  const std::string& coords() const { return coords_; }
+  // Every lane's loads of every body input (inputs preset by the caller excepted).
+  std::string loads() {
+    std::string code;
+    for (auto& em : ems_) {
+      for (const auto& nd : body_.nodes())
+        if (nd.op == OpKind::Input) em.value(nd.id);
+      code += em.take_code();
+    }
+    return code;
+  }
+  // values[o][j]: body output o in lane j; `code` receives what computes them.
+  std::vector<std::vector<std::string>> outputs(std::string& code) {
+    std::vector<std::vector<std::string>> values(body_.outputs().size());
+    for (auto& em : ems_) {
+      for (std::size_t o = 0; o < values.size(); ++o) values[o].push_back(em.value(body_.outputs()[o].node));
+      code += em.take_code();
+    }
+    return values;
+  }
+
+ private:
+  const ir::Graph& body_;
+  std::vector<Space> spaces_;
+  std::vector<Emitter> ems_;
+  std::string coords_;
+};
+
 // The common case of a large chain: f32 outputs at 16-byte offsets and n a
-// multiple of 4. An invocation takes 4 consecutive elements, reads every dense
-// f32 operand at a 16-byte offset as one vec4 and writes each output as one
-// vec4 (a warp moves 512 contiguous bytes per access); other operands
-// (broadcast, other dtypes) load per element.
+// multiple of 4. The lanes are 4 consecutive elements; every dense f32 operand
+// at a 16-byte offset is read as one vec4 and each output written as one vec4
+// (a warp moves 512 contiguous bytes per access); other operands (broadcast,
+// other dtypes) load per lane.
 std::optional<KernelCode> gen_elementwise_vec4(const GenCtx& c, std::int64_t n, const std::vector<std::int64_t>& iter) {
+  static_assert(kUnroll == 4, "a vec4 holds one element per lane");
   const auto& k = c.kernel;
   Shader sh(c);
   auto vec4_ok = [&](compile::BufferId b) {
@@ -61,47 +105,32 @@ std::optional<KernelCode> gen_elementwise_vec4(const GenCtx& c, std::int64_t n, 
   for (const auto& o : k.body.outputs())
     if (k.body.node(o.node).dtype != DType::F32) return std::nullopt;
   static constexpr const char* kXyzw[] = {"x", "y", "z", "w"};
-  const auto buffer_of = [&](const ir::Node& in) { return k.inputs.at(std::stoul(in.attrs.get_str("name").substr(2))); };
-  std::vector<Space> spaces;  // referenced by the emitters: reserved so they never move
-  spaces.reserve(4);
-  std::vector<Emitter> ems;
-  ems.reserve(4);
-  std::string head, loads, rest;
-  for (int j = 0; j < 4; ++j) {
-    const std::string i = "rlx_i" + std::to_string(j);
-    head += fmt::format("uint {} = 4u * q + {}u;\n", i, j);
-    spaces.push_back(Space{iter, i, {}});
-    head += coords_code(spaces.back(), "c" + std::to_string(j) + "_");
-    ems.emplace_back(sh, k.body, spaces.back(), "v" + std::to_string(j) + "_");
-  }
+  auto vec4_at = [&](compile::BufferId b) {
+    return fmt::format("{}[{}u + q]", sh.vec4s(c.locs.at(std::size_t(b)).binding), sh.byte_offset(b) / 16);
+  };
+  Lanes lanes(sh, k.body, iter);
+  std::string code;
+  for (std::int64_t j = 0; j < kUnroll; ++j) code += fmt::format("uint {} = 4u * q + {}u;\n", Lanes::index(j), j);
+  code += lanes.coords();
   for (const auto& nd : k.body.nodes()) {
-    if (nd.op != OpKind::Input || !vec4_ok(buffer_of(nd))) continue;
-    const auto b = buffer_of(nd);
+    if (nd.op != OpKind::Input) continue;
+    const auto b = k.inputs.at(std::stoul(nd.attrs.get_str("name").substr(2)));
+    if (!vec4_ok(b)) continue;
     const std::string name = "rlx_l" + std::to_string(nd.id);
-    loads += fmt::format("vec4 {} = {}[{}u + q];\n", name, sh.vec4s(c.locs.at(std::size_t(b)).binding), sh.byte_offset(b) / 16);
-    for (int j = 0; j < 4; ++j) ems[std::size_t(j)].preset(nd.id, name + "." + kXyzw[j]);
+    code += fmt::format("vec4 {} = {};\n", name, vec4_at(b));
+    for (std::int64_t j = 0; j < kUnroll; ++j) lanes[j].preset(nd.id, name + "." + kXyzw[j]);
   }
-  for (auto& em : ems) {
-    for (const auto& nd : k.body.nodes())
-      if (nd.op == OpKind::Input) em.value(nd.id);
-    loads += em.take_code();
-  }
-  std::vector<std::vector<std::string>> values(k.outputs.size());
-  for (auto& em : ems) {
-    for (std::size_t o = 0; o < k.outputs.size(); ++o) values[o].push_back(em.value(k.body.outputs()[o].node));
-    rest += em.take_code();
-  }
-  for (std::size_t o = 0; o < k.outputs.size(); ++o) {
-    const auto b = k.outputs[o];
-    rest += fmt::format("{}[{}u + q] = vec4({});\n", sh.vec4s(c.locs.at(std::size_t(b)).binding), sh.byte_offset(b) / 16,
-                        fmt::join(values[o], ", "));
-  }
+  code += lanes.loads();
+  const auto values = lanes.outputs(code);
+  for (std::size_t o = 0; o < k.outputs.size(); ++o)
+    code += fmt::format("{} = vec4({});\n", vec4_at(k.outputs[o]), fmt::join(values[o], ", "));
   const std::string main = fmt::format(
-      "for (uint q = gl_GlobalInvocationID.x; q < {}; q += gl_NumWorkGroups.x * {}) {{\n{}{}{}}}\n", u(n / 4),
-      u(kLocal), head, loads, rest);
+      "for (uint q = gl_GlobalInvocationID.x; q < {}; q += gl_NumWorkGroups.x * {}) {{\n{}}}\n", u(n / 4), u(kLocal),
+      code);
   return KernelCode{{{sh.source({kLocal, 1, 1}, "", main), groups_for(std::uint64_t(n / 4), kLocal, c.caps)}}, {}};
 }
 
+// Otherwise the lanes are a grid stride apart (each coalesced across a warp).
 KernelCode gen_elementwise(const GenCtx& c) {
   const auto& k = c.kernel;
   auto iter = c.lir.buffer(k.outputs.at(0)).shape;
@@ -112,35 +141,23 @@ KernelCode gen_elementwise(const GenCtx& c) {
   const auto groups = groups_for(std::uint64_t((n + kUnroll - 1) / kUnroll), kLocal, c.caps);
   if (std::uint64_t(n) + std::uint64_t(kUnroll) * groups[0] * kLocal >= (std::uint64_t(1) << 32))
     throw NoShader{"more than 2^32 - 2^26 elements"};
-  // Spaces are referenced by their emitters: reserve so they never move.
-  std::vector<Space> spaces;
-  spaces.reserve(std::size_t(kUnroll));
-  std::vector<Emitter> ems;
-  ems.reserve(std::size_t(kUnroll));
-  std::string head = "uint rlx_s = gl_NumWorkGroups.x * " + u(kLocal) + ";\n", loads, rest;
+  Lanes lanes(sh, k.body, iter);
+  std::string code;
+  // Loads past the end read the last element; only the stores are guarded.
+  for (std::int64_t j = 0; j < kUnroll; ++j)
+    code += fmt::format("uint rlx_r{0} = rlx_b + {0}u * rlx_s, {1} = min(rlx_r{0}, {2});\n", j, Lanes::index(j), u(n - 1));
+  code += lanes.coords() + lanes.loads();
+  const auto values = lanes.outputs(code);
   for (std::int64_t j = 0; j < kUnroll; ++j) {
-    const std::string r = "rlx_r" + std::to_string(j), i = "rlx_i" + std::to_string(j);
-    // Loads past the end read the last element; only the stores are guarded.
-    head += fmt::format("uint {0} = rlx_b + {1}u * rlx_s, {2} = min({0}, {3});\n", r, j, i, u(n - 1));
-    spaces.push_back(Space{iter, i, {}});
-    head += coords_code(spaces.back(), "c" + std::to_string(j) + "_");
-    ems.emplace_back(sh, k.body, spaces.back(), "v" + std::to_string(j) + "_");
-  }
-  for (auto& em : ems) {
-    for (const auto& nd : k.body.nodes())
-      if (nd.op == OpKind::Input) em.value(nd.id);
-    loads += em.take_code();
-  }
-  for (std::int64_t j = 0; j < kUnroll; ++j) {
-    auto& em = ems[std::size_t(j)];
-    std::string stores;
+    code += fmt::format("if (rlx_r{} < {}) {{\n", j, u(n));
     for (std::size_t o = 0; o < k.outputs.size(); ++o)
-      stores += sh.store(k.outputs[o], "rlx_i" + std::to_string(j), em.value(k.body.outputs()[o].node));
-    rest += em.take_code() + "if (rlx_r" + std::to_string(j) + " < " + u(n) + ") {\n" + stores + "}\n";
+      code += sh.store(k.outputs[o], Lanes::index(j), values[o][std::size_t(j)]);
+    code += "}\n";
   }
-  const std::string main = fmt::format("uint rlx_step = {}u * gl_NumWorkGroups.x * {};\n"
-                                       "for (uint rlx_b = gl_GlobalInvocationID.x; rlx_b < {}; rlx_b += rlx_step) {{\n{}{}{}}}\n",
-                                       kUnroll, u(kLocal), u(n), head, loads, rest);
+  const std::string main =
+      fmt::format("uint rlx_s = gl_NumWorkGroups.x * {};\n"
+                  "for (uint rlx_b = gl_GlobalInvocationID.x; rlx_b < {}; rlx_b += {}u * rlx_s) {{\n{}}}\n",
+                  u(kLocal), u(n), kUnroll, code);
   return {{{sh.source({kLocal, 1, 1}, "", main), groups}}, {}};
 }
 
