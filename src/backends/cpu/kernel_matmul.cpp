@@ -44,15 +44,18 @@ class MatMulKernel final : public CpuKernel {
   bool c_in_out = true;  // the GEMM writes the output buffer (else shared scratch)
   std::unique_ptr<CompiledProgram> epi;
   i64 pm = 1, pn = 1;  // panels per matrix along M and N
-  // Packed-B GEMM: B's packed copy in the pointer table (gemm_pack.hpp), else -1;
-  // units split each matrix into pm row blocks x pn groups of gemm_nr-column panels.
+  // Where the GEMM takes B from. The packed-B GEMM's units split each matrix
+  // into pm row blocks x pn groups of gemm_nr-column panels.
+  enum class BSource : std::uint8_t {
+    Blas,          // OpenBLAS (or the integer loop) reads B itself
+    PackedOnce,    // a weight packed ahead: pointer-table entry `packed` (gemm_pack.hpp)
+    PackedPerRun,  // an activation packed by each run into shared scratch at pack_offset
+    InPlace,       // an activation read where it is (its rows fill whole vectors)
+  };
+  BSource b_source = BSource::Blas;
   std::int32_t packed = -1;
-  bool b_trans = false;  // b_buf holds B^T: [.., N, K]
-  // A B that changes per run (an activation) is packed by the run itself into
-  // shared scratch at this byte offset: one copy per batch unless B is shared;
-  // or, when its rows fill whole vectors, read in place.
-  bool pack_per_run = false, b_in_place = false;
-  bool b_per_batch = false;
+  bool b_trans = false;      // b_buf holds B^T: [.., N, K]
+  bool b_per_batch = false;  // PackedPerRun: one copy per batch (B is not shared)
   std::size_t pack_offset = 0, pack_floats = 0;
   std::size_t row_bytes() const { return (std::size_t(N) * 8 + 63) / 64 * 64; }
 
@@ -74,7 +77,7 @@ class MatMulKernel final : public CpuKernel {
     const i64 nr = c.isa->gemm_nr, panels = (N + nr - 1) / nr;
     const auto* b_src = reinterpret_cast<const float*>(c.ptrs[b_buf]);
     const float* bp = nullptr;
-    if (pack_per_run) {
+    if (b_source == BSource::PackedPerRun) {
       auto* dst = reinterpret_cast<float*>(c.shared + pack_offset);
       const i64 copies = b_per_batch ? i64(b_off.size()) : 1;
       parallel_for(
@@ -91,14 +94,15 @@ class MatMulKernel final : public CpuKernel {
           },
           c.max_threads);
       bp = dst;
-    } else if (!b_in_place) {
+    } else if (b_source == BSource::PackedOnce) {
       bp = reinterpret_cast<const float*>(c.ptrs[packed]);
     }
-    const i64 ldb = b_in_place ? N : nr, panel_stride = b_in_place ? nr : K * nr;
+    const bool in_place = b_source == BSource::InPlace;
+    const i64 ldb = in_place ? N : nr, panel_stride = in_place ? nr : K * nr;
     auto unit = [&](i64 u) {
       const i64 bi = u / (pm * pn), mi = u / pn % pm, ni = u % pn;
       const i64 m0 = M * mi / pm, m1 = M * (mi + 1) / pm, p0 = panels * ni / pn, p1 = panels * (ni + 1) / pn;
-      const float* b = b_in_place ? b_src + b_off[std::size_t(bi)]
+      const float* b = in_place ? b_src + b_off[std::size_t(bi)]
                                   : bp + (b_per_batch ? std::size_t(bi) * pack_floats : 0);
       c.isa->gemm_packed(a + a_off[std::size_t(bi)], K, b, ldb, panel_stride, K, N, cbase + bi * M * N, N, m0, m1, p0,
                          p1);
@@ -113,7 +117,7 @@ class MatMulKernel final : public CpuKernel {
   }
 
   void run(const RunCtx& c) const override {
-    if (packed >= 0 || pack_per_run || b_in_place) return run_packed(c);
+    if (b_source != BSource::Blas) return run_packed(c);
     const i64 batch = i64(a_off.size());
     std::byte* cbase = c_in_out ? c.ptrs[out_buf] : c.shared;
     std::byte* aux[1] = {cbase};
@@ -336,11 +340,12 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
     const i64 panels = (k->N + isa.gemm_nr - 1) / isa.gemm_nr;
     std::tie(k->pm, k->pn) = packed_units(batch, k->M, panels, flops, b.threads);
     if (pack_once) {
+      k->b_source = MatMulKernel::BSource::PackedOnce;
       k->packed = b.packs->request(B.id, k->K, k->N, b_trans);
     } else if (!b_trans && k->N % isa.simd_width == 0 && in_place_wins(k->M)) {
-      k->b_in_place = true;
+      k->b_source = MatMulKernel::BSource::InPlace;
     } else {
-      k->pack_per_run = true;
+      k->b_source = MatMulKernel::BSource::PackedPerRun;
       k->b_per_batch = !b_shared;
       k->pack_floats = packed_floats(isa, k->K, k->N);
     }
@@ -350,7 +355,7 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
     k->pn = std::clamp<i64>(k->N / 64, 1, (per + k->pm - 1) / k->pm);
   }
   if (!k->c_in_out) k->shared_bytes = std::size_t(batch * k->M * k->N) * ir::dtype_size(mm.dtype);
-  if (k->pack_per_run) {
+  if (k->b_source == MatMulKernel::BSource::PackedPerRun) {
     k->pack_offset = (k->shared_bytes + 63) / 64 * 64;
     k->shared_bytes = k->pack_offset + k->pack_floats * sizeof(float) * (k->b_per_batch ? std::size_t(batch) : 1);
   }
