@@ -98,6 +98,12 @@ TEST_F(VulkanKernels, EveryMatmulPathRunsOnTheDevice) {
   g.add_output(g.matmul(g.input("p", Shape{300, 17}), g.input("q", Shape{17, 260})));  // scalar 128x128 tile
   g.add_output(g.matmul(g.input("c", Shape{2, 100, 9}), g.input("d", Shape{2, 9, 120})));  // 64x64 tiles, batched
   g.add_output(g.matmul(g.input("e", Shape{5, 3}), g.input("f", Shape{3, 7})));             // a thread per element
+  // Few tiles: 32x32 tiles with K split four ways; ragged M, N and K, a broadcast and a batched B.
+  g.add_output(g.unary(OpKind::Tanh, g.matmul(g.input("s", Shape{3, 70, 100}), g.param("t", Shape{100, 45}))));
+  g.add_output(g.matmul(g.input("s2", Shape{2, 33, 64}), g.input("t2", Shape{2, 64, 31})));
+  g.add_output(g.matmul(g.input("s4", Shape{50, 100}), g.param("t4", Shape{100, 36})));  // the same with 16-byte loads
+  // K also split across workgroups (three ranges, the last one short), partials summed before the epilogue.
+  g.add_output(g.relu(g.add(g.matmul(g.input("s3", Shape{2, 30, 1000}), g.input("t3", Shape{1000, 20})), g.param("b3", Shape{20}))));
   auto i = g.input("i", Shape{4, 6}, DType::I32);
   g.add_output(g.matmul(i, g.input("j", Shape{6, 3}, DType::I32)));                         // integers
   expect_on_device(run_checked(g, {2e-4, 2e-4}));
@@ -124,6 +130,25 @@ TEST_F(VulkanKernels, MovementRunsOnTheDevice) {
 TEST_F(VulkanKernels, EncoderBlockRunsOnTheDevice) {
   // Layer norms, attention with chunks of keys (S > 64), GELU and residual epilogues.
   auto g = models::encoder_block({2, 80, 32, 4, 64, 1e-5});
+  expect_on_device(run_checked(g, {2e-4, 2e-4}));
+}
+
+TEST_F(VulkanKernels, TiledAttentionCoversRaggedTilesMasksAndCausality) {
+  Graph g;
+  // Sq and Sk not multiples of the 32- or 64-query and 32-key tiles; Dv != D and not a multiple of 32.
+  auto q = g.input("q", Shape{2, 3, 70, 12}), k = g.input("k", Shape{2, 3, 45, 12}), v = g.input("v", Shape{2, 3, 45, 20});
+  g.add_output(g.attention(q, k, v));
+  g.add_output(g.attention(q, k, v, std::nullopt, /*causal=*/true, 0.3));
+  // An additive mask broadcast over heads, and a boolean one that masks keys from 40 on.
+  g.add_output(g.attention(q, k, v, g.input("m", Shape{2, 1, 70, 45})));
+  auto keys = g.cast(g.iota(Shape{2, 3, 70, 45}, 3), DType::F32);
+  g.add_output(g.attention(q, k, v, g.binary(OpKind::Lt, keys, g.scalar(40.0)), /*causal=*/true));
+  // Enough batch entries for 64-query tiles.
+  auto q3 = g.input("q3", Shape{4, 32, 70, 16}), k3 = g.input("k3", Shape{4, 32, 40, 16});
+  g.add_output(g.attention(q3, k3, g.input("v3", Shape{4, 32, 40, 8})));
+  // A head dim of 64.
+  auto q2 = g.input("q2", Shape{4, 8, 130, 64}), k2 = g.input("k2", Shape{4, 8, 130, 64});
+  g.add_output(g.attention(q2, k2, g.input("v2", Shape{4, 8, 130, 64}), std::nullopt, true));
   expect_on_device(run_checked(g, {2e-4, 2e-4}));
 }
 

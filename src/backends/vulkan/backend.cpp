@@ -72,6 +72,7 @@ struct Plan {
   std::uint64_t arena_bytes = 0, staging_bytes = 0, weights_bytes = 0;
   std::vector<std::uint64_t> in_staging, in_bytes, out_staging, out_bytes, param_off, param_bytes;
   std::uint64_t status_staging = 0;
+  std::uint64_t status_at = 0;  // the status words' arena offset
   std::vector<GpuKernel> gpu;
   std::vector<HostStep> host;
   std::vector<Segment> segments;
@@ -217,7 +218,7 @@ void VulkanExecutable::record(std::size_t s) {
   ctx_.check(vk.vkBeginCommandBuffer(cb, &bi), "vkBeginCommandBuffer");
   if (queries_ && !seg.gpu.empty())
     vk.vkCmdResetQueryPool(cb, queries_, 2 * std::uint32_t(seg.gpu.front()), 2 * std::uint32_t(seg.gpu.size()));
-  if (s == 0) vk.vkCmdFillBuffer(cb, arena_.get(), plan_->arena_bytes - kAlign, kAlign, 0);
+  if (s == 0) vk.vkCmdFillBuffer(cb, arena_.get(), plan_->status_at, kAlign, 0);
   for (const auto& c : seg.head) copy(cb, c);
   barrier(vk, cb);
   for (std::size_t g : seg.gpu) {
@@ -393,14 +394,20 @@ std::shared_ptr<const Plan> build_plan(std::shared_ptr<Context> ctx, const compi
     if (offs.size() > 64) throw Error(fmt::format("vulkan: raw kernel '{}' has more than 64 operands", k.name));
     plan->raw_offsets.push_back(std::move(offs));
   }
+  // The status words, then scratch for kernels that split their work over dispatches (sized once every
+  // kernel has its shaders).
   const std::uint64_t status_at = arena;
-  arena += kAlign;
-  plan->arena_bytes = arena;
+  plan->status_at = status_at;
+  const std::uint64_t scratch_at = status_at + kAlign;
+  std::uint64_t scratch_bytes = 0;
   plan->weights_bytes = std::max<std::uint64_t>(weights_bytes, kAlign);
-  for (auto [what, bytes] : {std::pair<const char*, std::uint64_t>{"arena", arena}, {"weights buffer", weights_bytes}})
+  auto check_range = [&](const char* what, std::uint64_t bytes) {
     if (bytes > c.caps.max_storage_range)
       throw Error(fmt::format("vulkan: the {} needs {} bytes ({:.1f} MiB), more than '{}' binds in one storage buffer ({})",
                               what, bytes, double(bytes) / 1048576.0, c.info.name, c.caps.max_storage_range));
+  };
+  check_range("arena", scratch_at);
+  check_range("weights buffer", weights_bytes);
 
   // Staging: inputs, outputs, host kernels' operands, status words.
   std::uint64_t staging = 0;
@@ -429,7 +436,7 @@ std::shared_ptr<const Plan> build_plan(std::shared_ptr<Context> ctx, const compi
     if (next_raw < raws.size() && raws[next_raw].kernel == ki) {
       const auto* rk = raws[next_raw].vk;
       const std::string label = k.name + " (custom op '" + custom_name(k) + "')";
-      auto spirv = rk->spirv.empty() ? compile_glsl(rk->glsl, label) : rk->spirv;
+      auto spirv = rk->spirv.empty() ? compile_glsl(rk->glsl, label, c.optimize_shaders()) : rk->spirv;
       auto n = std::uint64_t(lir.buffer(k.outputs.at(0)).numel());
       g.raw_n = std::uint32_t(n);
       g.raw_set = int(1 + next_raw);
@@ -441,10 +448,11 @@ std::shared_ptr<const Plan> build_plan(std::shared_ptr<Context> ctx, const compi
       ++next_raw;
       continue;
     }
-    GenCtx gc{lir, k, locs, c.caps, std::uint32_t(ki + 1), std::int64_t(status_at)};
+    GenCtx gc{lir, k, locs, c.caps, std::uint32_t(ki + 1), std::int64_t(status_at), std::int64_t(scratch_at)};
     std::string why;
     if (auto code = generate(gc, &why)) {
-      for (const auto& d : code->dispatches) g.dispatches.push_back({c.pipeline(compile_glsl(d.glsl, k.name), k.name), d.groups});
+      scratch_bytes = std::max(scratch_bytes, code->scratch_bytes);
+      for (const auto& d : code->dispatches) g.dispatches.push_back({c.pipeline(compile_glsl(d.glsl, k.name, c.optimize_shaders()), k.name), d.groups});
       plan->status_messages.back() = code->status_message;
       plan->gpu.push_back(std::move(g));
       seg.gpu.push_back(plan->gpu.size() - 1);
@@ -480,6 +488,8 @@ std::shared_ptr<const Plan> build_plan(std::shared_ptr<Context> ctx, const compi
   staging += kAlign;
   plan->segments.push_back(std::move(seg));
   plan->staging_bytes = staging;
+  plan->arena_bytes = scratch_at + align(scratch_bytes);
+  check_range("arena", plan->arena_bytes);
 
   if (!plan->raw_offsets.empty()) {
     plan->raw_offsets_buf = GpuBuffer(c, 256 * plan->raw_offsets.size(), false, "raw kernel offsets");

@@ -32,6 +32,9 @@ struct GenCtx {
   const Caps& caps;
   std::uint32_t code = 0;        // this kernel's code in the status words (index + 1)
   std::int64_t status_offset = 0;  // byte offset of the status words in the arena
+  // Byte offset in the arena of scratch memory a kernel may use between its
+  // dispatches (KernelCode::scratch_bytes of it); every kernel gets the same.
+  std::int64_t scratch_offset = 0;
 };
 
 struct Dispatch {
@@ -45,6 +48,8 @@ struct KernelCode {
   // For run-time errors a shader reports through the status words: what the
   // recorded value means (the message after "index <v> ").
   std::string status_message;
+  // Scratch the dispatches use (GenCtx::scratch_offset), e.g. split-K partial sums.
+  std::uint64_t scratch_bytes = 0;
 };
 
 // The shaders for `c.kernel`, or nullopt with the reason in *why when it has
@@ -94,6 +99,8 @@ class Shader {
   std::string load(compile::BufferId id, const std::string& idx);
   // Statement storing compute-type value `v` into element `idx` of buffer `id`.
   std::string store(compile::BufferId id, const std::string& idx, const std::string& v);
+  // Element `idx` of the kernel's f32 scratch (an lvalue).
+  std::string scratch(const std::string& idx);
   // Statement recording a run-time error (first one wins) with an int64 value.
   std::string fail(const std::string& value);
   // `v` (compute type of `from`) as dtype `to`'s compute type, rounded to `to`.

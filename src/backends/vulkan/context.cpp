@@ -348,6 +348,11 @@ GpuBuffer::GpuBuffer(Context& ctx, std::uint64_t bytes, bool host_visible, std::
       host_visible ? memory_type(mp, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
                                  VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
                    : memory_type(mp, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
+  // Device buffers (the arena, the weights) get memory of their own: on an H200 a one-vec4-per-thread copy
+  // kernel moved 1.65 TB/s in a dedicated allocation, 1.33 TB/s in a plain one.
+  VkMemoryDedicatedAllocateInfo dedicated{VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO};
+  dedicated.buffer = buf_;
+  if (!host_visible) ai.pNext = &dedicated;
   if (VkResult r = ctx.vk.vkAllocateMemory(ctx.device, &ai, nullptr, &mem_); r != VK_SUCCESS) {
     ctx.vk.vkDestroyBuffer(ctx.device, buf_, nullptr);
     buf_ = VK_NULL_HANDLE;

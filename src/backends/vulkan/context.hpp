@@ -97,6 +97,8 @@ class Context {
   void run_once(const std::function<void(VkCommandBuffer)>& record, std::string_view what);
   void check(VkResult r, std::string_view what);
   bool lost() const { return lost_.load(); }
+  // Shaders get SPIR-V's optimizer on GPUs; a CPU device (lavapipe) optimizes in its own LLVM back end.
+  bool optimize_shaders() const { return info.type != "cpu"; }
 
  private:
   Context() = default;

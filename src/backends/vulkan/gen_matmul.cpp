@@ -7,6 +7,8 @@
 // per output element. The epilogue runs per element before its store.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "backends/vulkan/codegen.hpp"
 
 namespace rlx::backends::vulkan {
@@ -124,6 +126,106 @@ KernelCode gen_matmul(const GenCtx& c) {
               {std::uint32_t((N + 127) / 128), std::uint32_t((M + 127) / 128), std::uint32_t(B)}}}, {}};
   }
 
+  // Products too small to fill the GPU with 64 x 64 tiles (an encoder's 128-row projections): 32 x 32 tiles,
+  // 4x as many workgroups, and within each the K range split over four groups of 64 threads whose partial
+  // tiles are summed in shared memory, so each thread's loop is a quarter as long. When even that leaves
+  // fewer than 256 workgroups, K is also split across workgroups (at least 256 of K each): their partial
+  // tiles go to scratch and a second dispatch sums them and runs the epilogue. Loads are scalar (any
+  // alignment or dtype) and unconditional (an index past the edge is clamped and the value replaced by
+  // zero: a load inside a branch is not issued ahead with the others); A is read row-fastest so its
+  // transposed stores to shared memory do not conflict.
+  const bool few_tiles = B * ((M + 63) / 64) * ((N + 63) / 64) < 128;
+  if (ct == CT::F32 && grid_ok && few_tiles && K >= 64) {
+    const std::int64_t tiles = B * ((M + 31) / 32) * ((N + 31) / 32);
+    std::int64_t splits = std::clamp<std::int64_t>((256 + tiles - 1) / tiles, 1, std::max<std::int64_t>(K / 256, 1));
+    while (splits > 1 && (splits * B * M * N * 4 > (std::int64_t(64) << 20) || std::uint64_t(splits * B) > c.caps.max_groups[2]))
+      --splits;
+    const std::int64_t kchunk = ((K + splits - 1) / splits + 31) / 32 * 32;
+    splits = (K + kchunk - 1) / kchunk;
+    std::string load, stash, compute, partial;
+    for (int q = 0; q < 4; ++q) {
+      load += fmt::format(
+          "  {{ uint e = tid + {off}u, row = e & 31u, kc = e >> 5, gm = m0 + row, gk = k0 + kc;\n"
+          "    float v = {aload}; ra{q} = (gm < {M} && gk < kend) ? v : 0.0; }}\n"
+          "  {{ uint e = tid + {off}u, kr = e >> 5, nc = e & 31u, gk = k0 + kr, gn = n0 + nc;\n"
+          "    float v = {bload}; rb{q} = (gk < kend && gn < {N}) ? v : 0.0; }}\n",
+          fmt::arg("off", q * 256), fmt::arg("q", q), fmt::arg("M", u(M)), fmt::arg("N", u(N)),
+          fmt::arg("aload", sh.load(abuf, "abase + min(gm, " + u(M - 1) + ") * " + u(K) + " + min(gk, " + u(K - 1) + ")")),
+          fmt::arg("bload", sh.load(bbuf, "bbase + min(gk, " + u(K - 1) + ") * " + u(N) + " + min(gn, " + u(N - 1) + ")")));
+      // A's element e is (row e & 31, k e >> 5), B's (k e >> 5, column e & 31): both land at [e >> 5][e & 31].
+      stash += fmt::format("  {{ uint e = tid + {}u; As[e >> 5][(e & 31u) >> 2][e & 3u] = ra{}; Bs[e >> 5][(e & 31u) >> 2][e & 3u] = rb{}; }}\n",
+                           q * 256, q, q);
+    }
+    static constexpr const char* kXyzw[] = {"x", "y", "z", "w"};
+    // f32 operands at 16-byte offsets with rows of whole vec4s: one 16-byte load of each per thread.
+    const bool vec = aligned && c.lir.buffer(abuf).dtype == DType::F32 && c.lir.buffer(bbuf).dtype == DType::F32;
+    if (vec) {
+      load = fmt::format(
+          "  {{ uint row = tid >> 3, gm = m0 + row, gk = k0 + (tid & 7u) * 4u;\n"
+          "    vec4 v = {A4}[({aoff}u + abase + min(gm, {M1}) * {K} + min(gk, {K4})) >> 2]; va = (gm < {M} && gk < kend) ? v : vec4(0.0); }}\n"
+          "  {{ uint gk = k0 + (tid >> 3), gn = n0 + (tid & 7u) * 4u;\n"
+          "    vec4 v = {B4}[({boff}u + bbase + min(gk, {K1}) * {N} + min(gn, {N4})) >> 2]; vb = (gk < kend && gn < {N}) ? v : vec4(0.0); }}\n",
+          fmt::arg("A4", sh.vec4s(c.locs.at(std::size_t(abuf)).binding)), fmt::arg("B4", sh.vec4s(c.locs.at(std::size_t(bbuf)).binding)),
+          fmt::arg("aoff", sh.byte_offset(abuf) / 4), fmt::arg("boff", sh.byte_offset(bbuf) / 4), fmt::arg("M", u(M)),
+          fmt::arg("N", u(N)), fmt::arg("K", u(K)), fmt::arg("M1", u(M - 1)), fmt::arg("K1", u(K - 1)), fmt::arg("K4", u(K - 4)),
+          fmt::arg("N4", u(N - 4)));
+      stash = "  { uint row = tid >> 3, kq = (tid & 7u) * 4u;\n"
+              "    As[kq][row >> 2][row & 3u] = va.x; As[kq + 1u][row >> 2][row & 3u] = va.y;\n"
+              "    As[kq + 2u][row >> 2][row & 3u] = va.z; As[kq + 3u][row >> 2][row & 3u] = va.w;\n"
+              "    Bs[tid >> 3][tid & 7u] = vb; }\n";
+    }
+    for (int kk = 0; kk < 8; ++kk) {
+      compute += fmt::format("    {{ vec4 a = As[g * 8u + {0}u][ty], b = Bs[g * 8u + {0}u][tx];\n", kk);
+      for (int i = 0; i < 4; ++i) compute += fmt::format("      c{0} = fma(vec4(a.{1}), b, c{0});\n", i, kXyzw[i]);
+      compute += "    }\n";
+    }
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) partial += fmt::format("Cs[g][ty * 4u + {0}u][tx * 4u + {1}u] = c{0}.{2};\n", i, j, kXyzw[j]);
+    const std::string o = "(z * " + u(M) + " + m) * " + u(N) + " + n";
+    const std::string sum = "Cs[0][row][col] + Cs[1][row][col] + Cs[2][row][col] + Cs[3][row][col]";
+    const std::string result = splits == 1 ? "rlx_store(" + o + ", " + sum + ");"
+                                           : sh.scratch("sp * " + u(B * M * N) + " + " + o) + " = " + sum + ";";
+    std::string decls = "shared vec4 As[32][8];\nshared vec4 Bs[32][8];\nshared float Cs[4][32][33];\n" + fn;
+    std::string main = fmt::format(
+        "uint tid = gl_LocalInvocationID.x, g = tid >> 6, t = tid & 63u, ty = t >> 3, tx = t & 7u;\n"
+        "uint n0 = gl_WorkGroupID.x * 32u, m0 = gl_WorkGroupID.y * 32u, sp = gl_WorkGroupID.z / {B}, z = gl_WorkGroupID.z % {B};\n"
+        "uint abase = z * {a_at}, bbase = z * {b_at}, k0 = sp * {kchunk}, kend = min({K}, k0 + {kchunk});\n"
+        "vec4 c0 = vec4(0.0), c1 = vec4(0.0), c2 = vec4(0.0), c3 = vec4(0.0);\n"
+        "float ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3;\nvec4 va, vb;\n"
+        "{load}"
+        "for (uint kt = 0u; kt < {KT}; ++kt) {{\n"
+        "{stash}"
+        "  barrier();\n"
+        "  k0 += 32u;\n"
+        "  if (kt + 1u < {KT}) {{\n{load}  }}\n"
+        "{compute}"
+        "  barrier();\n"
+        "}}\n"
+        "{partial}"
+        "barrier();\n"
+        "for (uint e = tid; e < 1024u; e += 256u) {{\n"
+        "  uint row = e >> 5, col = e & 31u, m = m0 + row, n = n0 + col;\n"
+        "  if (m < {M} && n < {N}) {result}\n"
+        "}}\n",
+        fmt::arg("B", u(B)), fmt::arg("a_at", a_at), fmt::arg("b_at", b_at), fmt::arg("kchunk", u(kchunk)),
+        fmt::arg("KT", u(kchunk / 32)), fmt::arg("M", u(M)), fmt::arg("N", u(N)), fmt::arg("K", u(K)), fmt::arg("load", load),
+        fmt::arg("stash", stash), fmt::arg("compute", compute), fmt::arg("partial", partial), fmt::arg("result", result));
+    const std::array<std::uint32_t, 3> grid{std::uint32_t((N + 31) / 32), std::uint32_t((M + 31) / 32),
+                                            std::uint32_t(B * splits)};
+    if (splits == 1) return {{{sh.source({256, 1, 1}, decls, main), grid}}, {}};
+    // The second dispatch: each output element sums its partials, then the epilogue.
+    std::string parts;
+    for (std::int64_t p = 0; p < splits; ++p)
+      parts += (p ? " + " : "") + sh.scratch(u(p * B * M * N) + " + o");
+    std::string reduce = fmt::format("uint rlx_n = gl_NumWorkGroups.x * 256u;\n"
+                                     "for (uint o = gl_GlobalInvocationID.x; o < {}; o += rlx_n) rlx_store(o, {});\n",
+                                     u(B * M * N), parts);
+    KernelCode code{{{sh.source({256, 1, 1}, decls, main), grid},
+                     {sh.source({256, 1, 1}, fn, reduce), groups_for(std::uint64_t(B * M * N), 256, c.caps)}}, {}};
+    code.scratch_bytes = std::uint64_t(splits * B * M * N * 4);
+    return code;
+  }
+
   if (ct == CT::F32 && grid_ok && M >= 32 && N >= 32) {
     const Tile t = M >= 128 && N >= 128 && many_tiles ? Tile{128, 128, 8, 8, 8} : Tile{64, 64, 16, 4, 4};
     const std::uint32_t nt = t.threads(), la = t.bm * t.bk / nt, lb = t.bk * t.bn / nt;
@@ -133,19 +235,19 @@ KernelCode gen_matmul(const GenCtx& c) {
       std::string decls = fmt::format("shared float As[{}][{}];\nshared float Bs[{}][{}];\n", t.bk, t.bm, t.bk, t.bn) + fn;
       // Global loads of tile kt into registers (zero outside the matrices), and their stores into shared memory.
       std::string load = fmt::format(
-          "for (uint q = 0u; q < {la}u; ++q) {{\n"
+          "[[unroll]] for (uint q = 0u; q < {la}u; ++q) {{\n"
           "  uint e = tid + q * {nt}u, mr = e / {bk}u, kc = e % {bk}u, gm = m0 + mr, gk = kt * {bk}u + kc;\n"
-          "  ra[q] = (gm < {M} && gk < {K}) ? {aload} : 0.0;\n}}\n"
-          "for (uint q = 0u; q < {lb}u; ++q) {{\n"
+          "  float v = {aload}; ra[q] = (gm < {M} && gk < {K}) ? v : 0.0;\n}}\n"
+          "[[unroll]] for (uint q = 0u; q < {lb}u; ++q) {{\n"
           "  uint e = tid + q * {nt}u, kr = e / {bn}u, nc = e % {bn}u, gk = kt * {bk}u + kr, gn = n0 + nc;\n"
-          "  rb[q] = (gk < {K} && gn < {N}) ? {bload} : 0.0;\n}}\n",
+          "  float v = {bload}; rb[q] = (gk < {K} && gn < {N}) ? v : 0.0;\n}}\n",
           fmt::arg("la", la), fmt::arg("lb", lb), fmt::arg("nt", nt), fmt::arg("bk", t.bk), fmt::arg("bn", t.bn),
           fmt::arg("M", u(M)), fmt::arg("N", u(N)), fmt::arg("K", u(K)),
-          fmt::arg("aload", sh.load(abuf, "abase + gm * " + u(K) + " + gk")),
-          fmt::arg("bload", sh.load(bbuf, "bbase + gk * " + u(N) + " + gn")));
+          fmt::arg("aload", sh.load(abuf, "abase + min(gm, " + u(M - 1) + ") * " + u(K) + " + min(gk, " + u(K - 1) + ")")),
+          fmt::arg("bload", sh.load(bbuf, "bbase + min(gk, " + u(K - 1) + ") * " + u(N) + " + min(gn, " + u(N - 1) + ")")));
       std::string stash = fmt::format(
-          "for (uint q = 0u; q < {la}u; ++q) {{ uint e = tid + q * {nt}u; As[e % {bk}u][e / {bk}u] = ra[q]; }}\n"
-          "for (uint q = 0u; q < {lb}u; ++q) {{ uint e = tid + q * {nt}u; Bs[e / {bn}u][e % {bn}u] = rb[q]; }}\n",
+          "[[unroll]] for (uint q = 0u; q < {la}u; ++q) {{ uint e = tid + q * {nt}u; As[e % {bk}u][e / {bk}u] = ra[q]; }}\n"
+          "[[unroll]] for (uint q = 0u; q < {lb}u; ++q) {{ uint e = tid + q * {nt}u; Bs[e / {bn}u][e % {bn}u] = rb[q]; }}\n",
           fmt::arg("la", la), fmt::arg("lb", lb), fmt::arg("nt", nt), fmt::arg("bk", t.bk), fmt::arg("bn", t.bn));
       // The stores with constant indices into acc (see the fast path).
       std::string store;

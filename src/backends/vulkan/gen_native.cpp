@@ -57,6 +57,140 @@ std::string finish_tree(std::string code, const Real& r) {
   return code;
 }
 
+struct AttentionBuffers {
+  compile::BufferId q, k, v, out;
+};
+struct AttentionDims {
+  std::int64_t batch, sq, sk, d, dv;
+};
+
+// f32 attention as flash attention: a workgroup takes BQ queries of one batch
+// entry and streams over the keys BK at a time, through shared memory. Per
+// key tile: S = Q K^T (each thread a 4 x 4 block), the online softmax over
+// S's rows (two threads a row), then O = O * alpha + P V (each thread 4 rows
+// of O). Every key is read once per BQ queries, where the row kernel below
+// reads it once per query. Loads past the end read the last row and are then
+// replaced by zero: a load inside a branch is not issued ahead with the
+// others, which on an H200 made the tile loads a chain of memory round trips.
+// `mask` (may be empty) is the row kernel's mask code: it reads z, qi and j
+// and adjusts sc.
+std::optional<KernelCode> attention_tiled(const GenCtx& c, Shader& sh, AttentionBuffers b, AttentionDims n, double scale,
+                                          bool causal, const std::string& mask) {
+  constexpr std::uint32_t BK = 32;
+  if (n.d % 4 || n.dv % 4 || n.d > 256 || n.dv > 256) return std::nullopt;
+  auto shared_bytes = [&](std::uint32_t bq) {
+    return 4 * (n.d * bq + n.d * BK + BK * n.dv + bq * (BK + 1) + 2 * 2 * bq + 3 * bq);
+  };
+  // 64 queries a workgroup, or 32 when that leaves an H200's SMs idle or does not fit.
+  const std::int64_t blocks64 = n.batch * ((n.sq + 63) / 64);
+  std::uint32_t BQ = blocks64 >= 128 && shared_bytes(64) <= c.caps.max_shared_bytes ? 64 : 32;
+  if (shared_bytes(BQ) > c.caps.max_shared_bytes || 2 * BQ > c.caps.max_invocations) return std::nullopt;
+  const std::uint32_t NT = 2 * BQ;  // threads: (BQ / 4) x 8
+  const std::int64_t dv4 = n.dv / 4, nj = (dv4 + 7) / 8;
+  const bool guard_c = dv4 % 8 != 0;
+  const std::int64_t nblk = (n.sq + BQ - 1) / BQ;
+  static constexpr const char* kXyzw[] = {"x", "y", "z", "w"};
+
+  std::string scores, init_o, rescale, accum, store;
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j)
+      scores += fmt::format(
+          "  {{ uint qi = q0 + ty * 4u + {i}u, j = k0 + tx * 4u + {j}u;\n"
+          "    float sc = -1.0 / 0.0;\n"
+          "    if (qi < {Sq} && j < {Sk}) {{\n      sc = s{i}.{c} * {scale};\n{causal}{mask}    }}\n"
+          "    Ss[ty * 4u + {i}u][tx * 4u + {j}u] = sc; }}\n",
+          fmt::arg("i", i), fmt::arg("j", j), fmt::arg("c", kXyzw[j]), fmt::arg("Sq", u(n.sq)), fmt::arg("Sk", u(n.sk)),
+          fmt::arg("scale", literal(scale, DType::F32)),
+          fmt::arg("causal", causal ? "      if (j > qi) sc = -1.0 / 0.0;\n" : ""), fmt::arg("mask", mask));
+  for (int i = 0; i < 4; ++i) {
+    rescale += fmt::format("  float a{0} = As[ty * 4u + {0}u];\n", i);
+    for (std::int64_t jj = 0; jj < nj; ++jj) {
+      init_o += fmt::format("vec4 o{}_{} = vec4(0.0);\n", i, jj);
+      rescale += fmt::format("  o{0}_{1} *= a{0};\n", i, jj);
+    }
+  }
+  accum = "    float p0 = Ss[ty * 4u][kk], p1 = Ss[ty * 4u + 1u][kk], p2 = Ss[ty * 4u + 2u][kk], p3 = Ss[ty * 4u + 3u][kk];\n";
+  for (std::int64_t jj = 0; jj < nj; ++jj) {
+    accum += fmt::format("    {{ vec4 v = Vs[kk][{}]; ", guard_c ? fmt::format("min(tx + {}u, {}u)", 8 * jj, dv4 - 1)
+                                                                : fmt::format("tx + {}u", 8 * jj));
+    for (int i = 0; i < 4; ++i) accum += fmt::format("o{0}_{1} = fma(vec4(p{0}), v, o{0}_{1}); ", i, jj);
+    accum += "}\n";
+  }
+  for (int i = 0; i < 4; ++i) {
+    store += fmt::format("{{ uint qi = q0 + ty * 4u + {0}u; float il = 1.0 / Ls[ty * 4u + {0}u];\nif (qi < {1}) {{\n", i, u(n.sq));
+    for (std::int64_t jj = 0; jj < nj; ++jj) {
+      store += fmt::format("  {{ uint cq = tx + {}u;\n  if (cq < {}u) {{\n", 8 * jj, dv4);
+      for (int e = 0; e < 4; ++e)
+        store += "    " + sh.store(b.out, fmt::format("(z * {} + qi) * {} + cq * 4u + {}u", u(n.sq), u(n.dv), e),
+                                   fmt::format("o{}_{}.{} * il", i, jj, kXyzw[e]));
+      store += "  } }\n";
+    }
+    store += "} }\n";
+  }
+  std::string main = fmt::format(
+      "uint tid = gl_LocalInvocationID.x, ty = tid >> 3, tx = tid & 7u, r = tid >> 1, h = tid & 1u;\n"
+      "for (uint blk = gl_WorkGroupID.x; blk < {nblk}; blk += gl_NumWorkGroups.x) {{\n"
+      "uint z = blk / {qblocks}, q0 = (blk % {qblocks}) * {BQ}u;\n"
+      "[[unroll]] for (uint e = tid; e < {BQ}u * {D}; e += {NT}u) {{\n"
+      "  uint row = e % {BQ}u, d = e / {BQ}u, qi = q0 + row;\n"
+      "  float v = {qload};\n  Qs[d][row >> 2][row & 3u] = qi < {Sq} ? v : 0.0;\n}}\n"
+      "if (tid < {BQ}u) {{ Ms[tid] = -1.0 / 0.0; Ls[tid] = 0.0; }}\n"
+      "{init_o}"
+      "uint kend = {kend};\n"
+      "for (uint k0 = 0u; k0 < kend; k0 += {BK}u) {{\n"
+      "  [[unroll]] for (uint e = tid; e < {BK}u * {D}; e += {NT}u) {{\n"
+      "    uint key = e % {BK}u, d = e / {BK}u, j = k0 + key;\n"
+      "    float v = {kload};\n    Ks[d][key >> 2][key & 3u] = j < {Sk} ? v : 0.0;\n  }}\n"
+      "  [[unroll]] for (uint e = tid; e < {BK}u * {Dv}; e += {NT}u) {{\n"
+      "    uint key = e / {Dv}, dd = e % {Dv}, j = k0 + key;\n"
+      "    float v = {vload};\n    Vs[key][dd >> 2][dd & 3u] = j < {Sk} ? v : 0.0;\n  }}\n"
+      "  barrier();\n"
+      "  vec4 s0 = vec4(0.0), s1 = vec4(0.0), s2 = vec4(0.0), s3 = vec4(0.0);\n"
+      "  for (uint d = 0u; d < {D}; ++d) {{\n"
+      "    vec4 q = Qs[d][ty], kv = Ks[d][tx];\n"
+      "    s0 = fma(vec4(q.x), kv, s0); s1 = fma(vec4(q.y), kv, s1); s2 = fma(vec4(q.z), kv, s2); s3 = fma(vec4(q.w), kv, s3);\n"
+      "  }}\n"
+      "{scores}"
+      "  barrier();\n"
+      // The online softmax: row r's running max Ms and sum Ls, and the factor As for the rows' old output.
+      "  float mx = -1.0 / 0.0;\n"
+      "  [[unroll]] for (uint jj = 0u; jj < {HALF}u; ++jj) mx = max(mx, Ss[r][h * {HALF}u + jj]);\n"
+      "  Red[tid] = mx;\n"
+      "  barrier();\n"
+      "  float mold = Ms[r], mn = max(mold, max(Red[r * 2u], Red[r * 2u + 1u])), ps = 0.0;\n"
+      "  [[unroll]] for (uint jj = 0u; jj < {HALF}u; ++jj) {{\n"
+      "    float p = mn == -1.0 / 0.0 ? 0.0 : exp(Ss[r][h * {HALF}u + jj] - mn);\n"
+      "    Ss[r][h * {HALF}u + jj] = p; ps += p;\n  }}\n"
+      "  Red2[tid] = ps;\n"
+      "  barrier();\n"
+      "  if (h == 0u) {{\n"
+      "    float alpha = mn == -1.0 / 0.0 ? 1.0 : exp(mold - mn);\n"
+      "    Ls[r] = Ls[r] * alpha + Red2[r * 2u] + Red2[r * 2u + 1u]; Ms[r] = mn; As[r] = alpha;\n  }}\n"
+      "  barrier();\n"
+      "{rescale}"
+      "  [[unroll]] for (uint kk = 0u; kk < {BK}u; ++kk) {{\n{accum}  }}\n"
+      "  barrier();\n"
+      "}}\n"
+      "{store}"
+      "barrier();\n"
+      "}}\n",
+      fmt::arg("nblk", u(n.batch * nblk)), fmt::arg("qblocks", u(nblk)), fmt::arg("BQ", BQ), fmt::arg("BK", BK),
+      fmt::arg("NT", NT), fmt::arg("D", u(n.d)), fmt::arg("Dv", u(n.dv)), fmt::arg("Sq", u(n.sq)), fmt::arg("Sk", u(n.sk)),
+      fmt::arg("HALF", BK / 2), fmt::arg("init_o", init_o), fmt::arg("scores", scores), fmt::arg("rescale", rescale),
+      fmt::arg("accum", accum), fmt::arg("store", store),
+      fmt::arg("kend", causal ? fmt::format("min({}, q0 + {}u)", u(n.sk), BQ) : u(n.sk)),
+      fmt::arg("qload", sh.load(b.q, "(z * " + u(n.sq) + " + min(qi, " + u(n.sq - 1) + ")) * " + u(n.d) + " + d")),
+      fmt::arg("kload", sh.load(b.k, "(z * " + u(n.sk) + " + min(j, " + u(n.sk - 1) + ")) * " + u(n.d) + " + d")),
+      fmt::arg("vload", sh.load(b.v, "(z * " + u(n.sk) + " + min(j, " + u(n.sk - 1) + ")) * " + u(n.dv) + " + dd")));
+  std::string decls = fmt::format(
+      "shared vec4 Qs[{D}][{BQ4}];\nshared vec4 Ks[{D}][{BK4}];\nshared vec4 Vs[{BK}][{Dv4}];\nshared float Ss[{BQ}][{BK1}];\n"
+      "shared float Red[{NT}], Red2[{NT}], Ms[{BQ}], Ls[{BQ}], As[{BQ}];\n",
+      fmt::arg("D", n.d), fmt::arg("BQ4", BQ / 4), fmt::arg("BK4", BK / 4), fmt::arg("BK", BK), fmt::arg("Dv4", dv4),
+      fmt::arg("BQ", BQ), fmt::arg("BK1", BK + 1), fmt::arg("NT", NT));
+  const auto groups = std::uint32_t(std::min<std::int64_t>(n.batch * nblk, c.caps.max_groups[0]));
+  return KernelCode{{{sh.source({NT, 1, 1}, decls, main), {groups, 1, 1}}}, {}};
+}
+
 }  // namespace
 
 KernelCode gen_native(const GenCtx& c) {
@@ -247,6 +381,9 @@ KernelCode gen_native(const GenCtx& c) {
         std::string mv = sh.load(in(3), bcast_index(sp, body.node(op->inputs[3]).shape.extents()));
         mask = cc + (mt == DType::Bool ? "if (!" + mv + ") sc = " + R.k(-INFINITY) + ";\n" : "sc += " + T + "(" + mv + ");\n");
       }
+      if (!R.dbl)
+        if (auto tiled = attention_tiled(c, sh, {in(0), in(1), in(2), out}, {Bt, Sq, Sk, D, Dv}, scale, causal, mask))
+          return std::move(*tiled);
       std::string main = fmt::format(
           "uint l = gl_LocalInvocationID.x;\n"
           "for (uint row = gl_WorkGroupID.x; row < {rows}; row += gl_NumWorkGroups.x) {{\n"

@@ -417,6 +417,10 @@ std::string Shader::store(compile::BufferId id, const std::string& idx, const st
   }
 }
 
+std::string Shader::scratch(const std::string& idx) {
+  return fmt::format("{}[{} + {}]", array(0, DType::F32, false), u(c_.scratch_offset / 4), idx);
+}
+
 std::string Shader::fail(const std::string& value) {
   std::string st = array(0, DType::I32, true);
   std::int64_t w = c_.status_offset / 4;

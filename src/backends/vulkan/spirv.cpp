@@ -121,9 +121,9 @@ void forget_compiled_shaders() {
 
 SpirvCacheStats spirv_cache_stats() { return {n_compiled.load(), n_disk.load(), n_memory.load()}; }
 
-std::vector<std::uint32_t> compile_glsl(const std::string& source, std::string_view kernel) {
+std::vector<std::uint32_t> compile_glsl(const std::string& source, std::string_view kernel, bool optimize) {
   static const std::string prefix = key_prefix();
-  const std::string key = hash_hex(prefix + source);
+  const std::string key = hash_hex(prefix + (optimize ? "O|" : "O0|") + source);
   auto& mc = memory_cache();
   {
     std::lock_guard lock(mc.mu);
@@ -141,7 +141,8 @@ std::vector<std::uint32_t> compile_glsl(const std::string& source, std::string_v
   } else {
     shaderc_compile_options_t opts = shaderc_compile_options_initialize();
     shaderc_compile_options_set_target_env(opts, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_2);
-    shaderc_compile_options_set_optimization_level(opts, shaderc_optimization_level_zero);
+    shaderc_compile_options_set_optimization_level(
+        opts, optimize ? shaderc_optimization_level_performance : shaderc_optimization_level_zero);
     shaderc_compilation_result_t res = shaderc_compile_into_spv(compiler(), source.data(), source.size(),
                                                                    shaderc_compute_shader, "rlx_kernel.comp", "main", opts);
     shaderc_compile_options_release(opts);
