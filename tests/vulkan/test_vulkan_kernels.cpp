@@ -152,6 +152,20 @@ TEST_F(VulkanKernels, TiledAttentionCoversRaggedTilesMasksAndCausality) {
   expect_on_device(run_checked(g, {2e-4, 2e-4}));
 }
 
+TEST_F(VulkanKernels, RowOpsHoldShortRowsInRegistersAndLoopOverLongOnes) {
+  Graph g;
+  // 70 elements: two per thread, the second only for some threads; 5000: a loop (more than 16 per thread).
+  for (std::int64_t L : {70, 5000}) {
+    auto x = g.input("x" + std::to_string(L), Shape{3, L});
+    g.add_output(g.softmax(x, 1));
+    g.add_output(g.log_softmax(x, -1));
+    g.add_output(g.layer_norm(x, g.param("w" + std::to_string(L), Shape{L}), g.param("b" + std::to_string(L), Shape{L})));
+    g.add_output(g.rms_norm(x, g.param("r" + std::to_string(L), Shape{L})));
+  }
+  g.add_output(g.softmax(g.input("y", Shape{4, 33, 5}), 1));  // a strided row
+  expect_on_device(run_checked(g, {2e-4, 2e-4}));
+}
+
 TEST_F(VulkanKernels, IntegerComparisonsAfterWideningCasts) {
   Graph g;
   auto x = g.input("x", Shape{64}, DType::I32);

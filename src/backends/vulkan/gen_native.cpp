@@ -234,33 +234,43 @@ KernelCode gen_native(const GenCtx& c) {
       auto y = [&](const std::string& j, const std::string& v) {
         return sh.store(out, "base + " + j + (inner == 1 ? "" : " * " + u(inner)), v);
       };
+      // Each pass runs `body` at every element j of the thread's share of the row, its value in xv. Rows of
+      // at most 16 elements a thread are read once, into registers, before the first pass (indices past the
+      // row clamped, so every load is issued at once; the passes skip those lanes); longer rows loop.
+      const std::int64_t per_thread = (L + wg - 1) / wg;
+      const bool resident = per_thread <= 16;
       std::string body_code;
+      if (resident)
+        for (std::int64_t t = 0; t < per_thread; ++t)
+          body_code += fmt::format("uint j{0} = l + {1}u;\n{2} xr{0} = {3};\n", t, t * wg, T, x("min(j" + std::to_string(t) + ", " + u(L - 1) + ")"));
+      auto each = [&](const std::string& body) {
+        if (!resident) return fmt::format("for (uint j = l; j < {}; j += {}u) {{\n{} xv = {};\n{}}}\n", u(L), wg, T, x("j"), body);
+        std::string code;
+        for (std::int64_t t = 0; t < per_thread; ++t) {
+          const bool whole = (t + 1) * std::int64_t(wg) <= L;  // every thread's element is in the row
+          code += fmt::format("{{ uint j = j{0}; {1} xv = xr{0};\n{2}{3}{4}}}\n", t, T, whole ? "" : "if (j < " + u(L) + ") {\n", body,
+                              whole ? "" : "}\n");
+        }
+        return code;
+      };
       if (op->op == OpKind::Softmax || op->op == OpKind::LogSoftmax) {
-        body_code = fmt::format("{T} m = {ninf};\nfor (uint j = l; j < {L}; j += {wg}u) m = max(m, {x});\n", fmt::arg("T", T),
-                                fmt::arg("ninf", R.k(-INFINITY)), fmt::arg("L", u(L)), fmt::arg("wg", wg), fmt::arg("x", x("j"))) +
-                    tree(wg, "m", "max(a, b)") + "m = red[0];\nbarrier();\n" +
-                    fmt::format("{T} s = {zero};\nfor (uint j = l; j < {L}; j += {wg}u) s += {e};\n", fmt::arg("T", T),
-                                fmt::arg("zero", R.k(0)), fmt::arg("L", u(L)), fmt::arg("wg", wg), fmt::arg("e", R.exp(x("j") + " - m"))) +
-                    tree(wg, "s", "a + b") + "s = red[0];\nbarrier();\n" +
-                    fmt::format("for (uint j = l; j < {}; j += {}u) {{\n{}}}\n", u(L), wg,
-                                y("j", op->op == OpKind::Softmax ? R.exp(x("j") + " - m") + " / s"
-                                                                 : "(" + x("j") + " - m) - " + R.log("s")));
+        body_code += fmt::format("{} m = {};\n", T, R.k(-INFINITY)) + each("m = max(m, xv);\n") + tree(wg, "m", "max(a, b)") +
+                     "m = red[0];\nbarrier();\n" + fmt::format("{} s = {};\n", T, R.k(0)) + each("s += " + R.exp("xv - m") + ";\n") +
+                     tree(wg, "s", "a + b") + "s = red[0];\nbarrier();\n" +
+                     each(y("j", op->op == OpKind::Softmax ? R.exp("xv - m") + " / s" : "(xv - m) - " + R.log("s")));
       } else {
         const bool ln = op->op == OpKind::LayerNorm;
         const double eps = at.float_or("eps", ln ? 1e-5 : 1e-6);
         std::string scale = has(1) ? " * " + sh.load(in(1), "j") : "";
         std::string shift = ln && has(2) ? " + " + sh.load(in(2), "j") : "";
         if (ln)
-          body_code = fmt::format("{T} s = {zero};\nfor (uint j = l; j < {L}; j += {wg}u) s += {x};\n", fmt::arg("T", T),
-                                  fmt::arg("zero", R.k(0)), fmt::arg("L", u(L)), fmt::arg("wg", wg), fmt::arg("x", x("j"))) +
-                      tree(wg, "s", "a + b") + fmt::format("{} mean = red[0] / {};\nbarrier();\n", T, R.k(double(L)));
+          body_code += fmt::format("{} s = {};\n", T, R.k(0)) + each("s += xv;\n") + tree(wg, "s", "a + b") +
+                       fmt::format("{} mean = red[0] / {};\nbarrier();\n", T, R.k(double(L)));
         else
-          body_code = fmt::format("{} mean = {};\n", T, R.k(0));
-        body_code += fmt::format("{T} q = {zero};\nfor (uint j = l; j < {L}; j += {wg}u) {{ {T} d = {x} - mean; q += d * d; }}\n",
-                                 fmt::arg("T", T), fmt::arg("zero", R.k(0)), fmt::arg("L", u(L)), fmt::arg("wg", wg), fmt::arg("x", x("j"))) +
-                     tree(wg, "q", "a + b") +
+          body_code += fmt::format("{} mean = {};\n", T, R.k(0));
+        body_code += fmt::format("{} q = {};\n", T, R.k(0)) + each(T + " d = xv - mean;\nq += d * d;\n") + tree(wg, "q", "a + b") +
                      fmt::format("{} rs = {} / sqrt(red[0] / {} + {});\nbarrier();\n", T, R.k(1), R.k(double(L)), R.k(eps)) +
-                     fmt::format("for (uint j = l; j < {}; j += {}u) {{\n{}}}\n", u(L), wg, y("j", "(" + x("j") + " - mean) * rs" + scale + shift));
+                     each(y("j", "(xv - mean) * rs" + scale + shift));
       }
       std::string main = fmt::format("uint l = gl_LocalInvocationID.x;\nfor (uint row = gl_WorkGroupID.x; row < {}; row += gl_NumWorkGroups.x) {{\nuint base = {};\n{}}}\n",
                                      u(rows), base, body_code);
