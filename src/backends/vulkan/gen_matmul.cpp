@@ -130,10 +130,11 @@ KernelCode gen_matmul(const GenCtx& c) {
   // 4x as many workgroups, and within each the K range split over four groups of 64 threads whose partial
   // tiles are summed in shared memory, so each thread's loop is a quarter as long. When even that leaves
   // fewer than 256 workgroups, K is also split across workgroups (at least 256 of K each): their partial
-  // tiles go to scratch and a second dispatch sums them and runs the epilogue. Loads are scalar (any
-  // alignment or dtype) and unconditional (an index past the edge is clamped and the value replaced by
-  // zero: a load inside a branch is not issued ahead with the others); A is read row-fastest so its
-  // transposed stores to shared memory do not conflict.
+  // tiles go to scratch and a second dispatch sums them and runs the epilogue. Loads are unconditional
+  // (an index past the edge is clamped and the value replaced by zero: a load inside a branch is not issued
+  // ahead with the others, which on an H200 cost the attention kernel 3x); 16 bytes wide for aligned f32
+  // rows, else scalar (any alignment or dtype), with A read row-fastest so that its transposed stores to
+  // shared memory do not conflict.
   const bool few_tiles = B * ((M + 63) / 64) * ((N + 63) / 64) < 128;
   if (ct == CT::F32 && grid_ok && few_tiles && K >= 64) {
     const std::int64_t tiles = B * ((M + 31) / 32) * ((N + 31) / 32);
@@ -143,23 +144,9 @@ KernelCode gen_matmul(const GenCtx& c) {
     const std::int64_t kchunk = ((K + splits - 1) / splits + 31) / 32 * 32;
     splits = (K + kchunk - 1) / kchunk;
     std::string load, stash, compute, partial;
-    for (int q = 0; q < 4; ++q) {
-      load += fmt::format(
-          "  {{ uint e = tid + {off}u, row = e & 31u, kc = e >> 5, gm = m0 + row, gk = k0 + kc;\n"
-          "    float v = {aload}; ra{q} = (gm < {M} && gk < kend) ? v : 0.0; }}\n"
-          "  {{ uint e = tid + {off}u, kr = e >> 5, nc = e & 31u, gk = k0 + kr, gn = n0 + nc;\n"
-          "    float v = {bload}; rb{q} = (gk < kend && gn < {N}) ? v : 0.0; }}\n",
-          fmt::arg("off", q * 256), fmt::arg("q", q), fmt::arg("M", u(M)), fmt::arg("N", u(N)),
-          fmt::arg("aload", sh.load(abuf, "abase + min(gm, " + u(M - 1) + ") * " + u(K) + " + min(gk, " + u(K - 1) + ")")),
-          fmt::arg("bload", sh.load(bbuf, "bbase + min(gk, " + u(K - 1) + ") * " + u(N) + " + min(gn, " + u(N - 1) + ")")));
-      // A's element e is (row e & 31, k e >> 5), B's (k e >> 5, column e & 31): both land at [e >> 5][e & 31].
-      stash += fmt::format("  {{ uint e = tid + {}u; As[e >> 5][(e & 31u) >> 2][e & 3u] = ra{}; Bs[e >> 5][(e & 31u) >> 2][e & 3u] = rb{}; }}\n",
-                           q * 256, q, q);
-    }
     static constexpr const char* kXyzw[] = {"x", "y", "z", "w"};
-    // f32 operands at 16-byte offsets with rows of whole vec4s: one 16-byte load of each per thread.
-    const bool vec = aligned && c.lir.buffer(abuf).dtype == DType::F32 && c.lir.buffer(bbuf).dtype == DType::F32;
-    if (vec) {
+    if (aligned && c.lir.buffer(abuf).dtype == DType::F32 && c.lir.buffer(bbuf).dtype == DType::F32) {
+      // Rows of whole vec4s at 16-byte offsets: one 16-byte load of A and one of B per thread.
       load = fmt::format(
           "  {{ uint row = tid >> 3, gm = m0 + row, gk = k0 + (tid & 7u) * 4u;\n"
           "    vec4 v = {A4}[({aoff}u + abase + min(gm, {M1}) * {K} + min(gk, {K4})) >> 2]; va = (gm < {M} && gk < kend) ? v : vec4(0.0); }}\n"
@@ -173,6 +160,20 @@ KernelCode gen_matmul(const GenCtx& c) {
               "    As[kq][row >> 2][row & 3u] = va.x; As[kq + 1u][row >> 2][row & 3u] = va.y;\n"
               "    As[kq + 2u][row >> 2][row & 3u] = va.z; As[kq + 3u][row >> 2][row & 3u] = va.w;\n"
               "    Bs[tid >> 3][tid & 7u] = vb; }\n";
+    } else {
+      for (int q = 0; q < 4; ++q) {
+        load += fmt::format(
+            "  {{ uint e = tid + {off}u, row = e & 31u, kc = e >> 5, gm = m0 + row, gk = k0 + kc;\n"
+            "    float v = {aload}; ra{q} = (gm < {M} && gk < kend) ? v : 0.0; }}\n"
+            "  {{ uint e = tid + {off}u, kr = e >> 5, nc = e & 31u, gk = k0 + kr, gn = n0 + nc;\n"
+            "    float v = {bload}; rb{q} = (gk < kend && gn < {N}) ? v : 0.0; }}\n",
+            fmt::arg("off", q * 256), fmt::arg("q", q), fmt::arg("M", u(M)), fmt::arg("N", u(N)),
+            fmt::arg("aload", sh.load(abuf, "abase + min(gm, " + u(M - 1) + ") * " + u(K) + " + min(gk, " + u(K - 1) + ")")),
+            fmt::arg("bload", sh.load(bbuf, "bbase + min(gk, " + u(K - 1) + ") * " + u(N) + " + min(gn, " + u(N - 1) + ")")));
+        // A's element e is (row e & 31, k e >> 5), B's (k e >> 5, column e & 31): both land at [e >> 5][e & 31].
+        stash += fmt::format("  {{ uint e = tid + {}u; As[e >> 5][(e & 31u) >> 2][e & 3u] = ra{}; Bs[e >> 5][(e & 31u) >> 2][e & 3u] = rb{}; }}\n",
+                             q * 256, q, q);
+      }
     }
     for (int kk = 0; kk < 8; ++kk) {
       compute += fmt::format("    {{ vec4 a = As[g * 8u + {0}u][ty], b = Bs[g * 8u + {0}u][tx];\n", kk);
