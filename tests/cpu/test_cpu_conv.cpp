@@ -1,9 +1,12 @@
-// How the CPU conv kernel splits its GEMMs (kernel_native.cpp, make_conv):
-// whole images per unit and, with fewer images than threads, a split of the
-// output channels (weights larger than the image's im2col) or of the output
-// positions (rows cut mid-way, strides, dilation, padding wider than the
-// kernel); im2col's row-at-a-time and "same"-padding paths; each with and
-// without bias, and on 1, 2 or 3 threads.
+// How the CPU conv kernel splits its GEMMs (kernel_native.cpp, make_conv).
+// f64 goes through BLAS: whole images per unit and, with fewer images than
+// threads, a split of the output channels (weights larger than the image's
+// im2col) or of the output positions (rows cut mid-way, strides, dilation,
+// padding wider than the kernel). f32 goes through the packed-B GEMM: one
+// panel of positions per unit (a short last panel), channel blocks when there
+// are fewer panels than threads, K longer than the GEMM's K slice. Both with
+// im2col's row-at-a-time and "same"-padding paths, with and without bias, on
+// 1, 2 or 3 threads.
 #include <gtest/gtest.h>
 
 #include "conformance/harness.hpp"
@@ -33,6 +36,8 @@ TEST(CpuConv, WorkSplitsMatchTheReference) {
       {"same padding wider than the image", {1, 2, 3, 3}, {3, 2, 3, 3}, {1, 1}, {4, 4}, {4, 4}, 1},
       {"pointwise, channel split", {1, 16, 5, 5}, {48, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
       {"pointwise, position split", {1, 3, 30, 30}, {5, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+      {"one panel, channel blocks", {1, 8, 5, 5}, {100, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {"K longer than a GEMM slice, groups", {2, 128, 6, 5}, {12, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2},
   };
   for (DType t : {DType::F32, DType::F64})
     for (const Case& c : cases)

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/gemm_pack.hpp"
+#include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernels.hpp"
 #include "rlx/error.hpp"
 
@@ -158,6 +160,10 @@ class ConvKernel final : public CpuKernel {
   ConvShape s;
   i64 tile = 1, tiles = 1;   // output positions per work unit
   i64 rows = 1, blocks = 1;  // output channels per work unit
+  // f32 with a SIMD ISA: the packed-B GEMM (isa/gemm_impl.inc), one position
+  // tile (= one panel of gemm_nr positions, im2col written straight in the
+  // panel layout) per unit, the weights read in place as A; otherwise BLAS.
+  bool packed = false;
 
   // A unit is one GEMM, y[rows of a channel block, tile of positions] =
   // w[block, CK] x col[CK, tile], after im2col of its tile.
@@ -167,6 +173,8 @@ class ConvKernel final : public CpuKernel {
     T* yp = at_mut<T>(c, y);
     const T* bp = bias ? at<T>(c, *bias) : nullptr;
     const i64 P = s.P(), Cg = s.Cg(), Og = s.Og(), CK = s.CK();
+    if constexpr (std::is_same_v<T, float>)
+      if (packed) return run_packed(c, xp, wp, yp, bp);
     parallel_for(
         s.N * s.G * tiles * blocks, 1,
         [&](i64 b, i64 e) {
@@ -181,33 +189,56 @@ class ConvKernel final : public CpuKernel {
             if (s.pointwise()) {
               gemm<T>(false, o1 - o0, cols, Cg, T(1), wg, CK, xg + p0, s.H * s.W, yg + p0, P);
             } else {
-              im2col(xg, col, p0, p1);
+              im2col(xg, col, p0, p1, cols);
               gemm<T>(false, o1 - o0, cols, CK, T(1), wg, CK, col, cols, yg + p0, P);
             }
-            if (bp)
-              for (i64 o = o0; o < o1; ++o) {
-                T bv = bp[g * Og + o];
-                for (T* q = yg + (o - o0) * P + p0; q < yg + (o - o0) * P + p1; ++q) *q += bv;
-              }
+            if (bp) add_bias(bp + g * Og + o0, yg + p0, o1 - o0, p1 - p0);
           }
         },
         c.max_threads);
   }
 
  private:
+  void add_bias(const T* b, T* y0, i64 channels, i64 cols) const {
+    for (i64 o = 0; o < channels; ++o)
+      for (T* q = y0 + o * s.P(); q < y0 + o * s.P() + cols; ++q) *q += b[o];
+  }
+
+  void run_packed(const RunCtx& c, const float* xp, const float* wp, float* yp, const float* bp) const {
+    const KernelTable& isa = *c.isa;
+    const i64 P = s.P(), Og = s.Og(), CK = s.CK(), nr = isa.gemm_nr;
+    parallel_for(
+        s.N * s.G * tiles * blocks, 1,
+        [&](i64 b, i64 e) {
+          float* col = reinterpret_cast<float*>(c.thread_scratch());
+          for (i64 u = b; u < e; ++u) {
+            const i64 ng = u / (tiles * blocks), n = ng / s.G, g = ng % s.G;
+            const i64 t = u / blocks % tiles, o0 = u % blocks * rows, o1 = std::min(Og, o0 + rows);
+            const i64 p0 = t * nr, p1 = std::min(P, p0 + nr);
+            im2col(xp + (n * s.C + g * s.Cg()) * s.H * s.W, col, p0, p1, nr);
+            float* yg = yp + (n * s.O + g * Og) * P + p0;  // the group's channel 0 at position p0
+            isa.gemm_packed(wp + g * Og * CK, CK, col, nr, CK * nr, CK, p1 - p0, yg, P, o0, o1, 0, 1);
+            if (bp) add_bias(bp + g * Og + o0, yg + o0 * P, o1 - o0, p1 - p0);
+          }
+        },
+        c.max_threads);
+  }
+
   // col[(c, kh, kw), p - p0] = x[c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] (0 outside).
   // Per output row, the columns that read inside the image are one strided
   // run between two runs of zeros. When output rows are input rows shifted
   // (stride 1, OW == W: "same" padding), the runs of all rows are one copy,
   // after which the columns outside the image are zeroed.
-  void im2col(const T* x, T* col, i64 p0, i64 p1) const {
+  // Rows are `ld` floats apart (ld >= p1 - p0; columns past p1 - p0 are zeroed).
+  void im2col(const T* x, T* col, i64 p0, i64 p1, i64 ld) const {
     const i64 cols = p1 - p0;
     const bool shifted = s.sh == 1 && s.sw == 1 && s.OW == s.W;
     auto ceil_div = [](i64 a, i64 b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); };
     for (i64 ch = 0; ch < s.Cg(); ++ch)
       for (i64 kh = 0; kh < s.KH; ++kh)
         for (i64 kw = 0; kw < s.KW; ++kw) {
-          T* row = col + ((ch * s.KH + kh) * s.KW + kw) * cols;
+          T* row = col + ((ch * s.KH + kh) * s.KW + kw) * ld;
+          std::fill(row + cols, row + ld, T(0));
           const T* xc = x + ch * s.H * s.W;
           const i64 off = kw * s.dw - s.pw;  // input column of output column ow: ow * sw + off
           const i64 lo = std::clamp<i64>(ceil_div(-off, s.sw), 0, s.OW);
@@ -384,6 +415,22 @@ std::unique_ptr<CpuKernel> make_conv(const BuildCtx& b, const ir::Node& n) {
   k->w = wb.id;
   k->y = yb.id;
   if (n.inputs.size() > 2) k->bias = b.in_of(n.inputs[2]).id;
+  if constexpr (std::is_same_v<T, float>) {
+    const KernelTable& isa = b.packs && b.packs->isa ? *b.packs->isa : select_kernels();
+    if (std::string_view(isa.name) != "generic") {
+      // One panel of positions a unit, all output channels (the weights are read in place, so a unit
+      // costs its im2col panel); with fewer units than threads, channel blocks of at least 48 rows.
+      const i64 P = std::max<i64>(s.P(), 1), Og = std::max<i64>(s.Og(), 1), nr = isa.gemm_nr;
+      k->packed = true;
+      k->tile = nr;
+      k->tiles = (P + nr - 1) / nr;
+      const i64 units = std::max<i64>(s.N * s.G, 1) * k->tiles, split = std::max<i64>(1, (b.threads + units - 1) / units);
+      k->rows = std::min(Og, std::max<i64>(48, (Og + split - 1) / split));
+      k->blocks = (Og + k->rows - 1) / k->rows;
+      k->thread_bytes = std::size_t(std::max<i64>(s.CK(), 1) * nr) * sizeof(float);
+      return k;
+    }
+  }
   // Each GEMM call repacks its share of the weights, so units are as large as
   // possible: a whole image's positions (the im2col tile capped at 4 MiB)
   // and all output channels. With fewer units than threads, the smaller
