@@ -127,6 +127,34 @@ TEST_F(VulkanKernels, MovementRunsOnTheDevice) {
   expect_on_device(run_checked(g, {2e-2, 2e-2}));
 }
 
+TEST_F(VulkanKernels, ArenaAndWeightsLargerThanOneBindingAreBoundAsWindows) {
+  // Three inputs, three params and three products of 12M floats (48 MB) each: the arena and the weights
+  // are past lavapipe's 128 MiB maxStorageBufferRange, so shaders reach most buffers through later
+  // windows; a reduction and a matmul read operands placed after them.
+  const std::int64_t n = 12'000'000;
+  Graph g;
+  for (int i = 0; i < 3; ++i) {
+    auto y = g.add(g.mul(g.input("x" + std::to_string(i), Shape{n}), g.param("w" + std::to_string(i), Shape{n})), g.scalar(1.0));
+    g.add_output(y);
+    if (i == 2) g.add_output(g.sum(g.reshape(y, Shape{n / 1000, 1000}), {1}));
+  }
+  g.add_output(g.matmul(g.input("a", Shape{40, 70}), g.param("b", Shape{70, 50})));
+  expect_on_device(run_checked(g, {1e-4, 1e-4}));
+}
+
+TEST_F(VulkanKernels, OneBufferLargerThanABindingShowsIsAnError) {
+  Graph g;  // 160 MB in one buffer: no window of lavapipe's 128 MiB holds it
+  g.add_output(g.exp(g.input("x", Shape{40'000'000})));
+  auto compile = [&] { vk::make_vulkan_backend()->compile(g); };
+  if (vk::selected_device().type != "cpu") GTEST_SKIP() << "the window size is the device's maxStorageBufferRange";
+  try {
+    compile();
+    ADD_FAILURE() << "compiled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit one binding"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(VulkanKernels, EncoderBlockRunsOnTheDevice) {
   // Layer norms, attention with chunks of keys (S > 64), GELU and residual epilogues.
   auto g = models::encoder_block({2, 80, 32, 4, 64, 1e-5});

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "backends/vulkan/codegen.hpp"
 #include "backends/vulkan/context.hpp"
@@ -34,6 +35,33 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t kAlign = 64;
 std::uint64_t align(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The arena and the weights can outgrow what one binding shows a shader
+// (maxStorageBufferRange: 128 MiB on lavapipe, 4 GiB on NVIDIA). Each is bound
+// as windows of `span` bytes starting every `stride` = span / 2 bytes, so that
+// any range of up to `stride` bytes lies inside one window; a range that ends
+// within the first span uses window 0, so a graph that fits one binding sees
+// one. Window w of the arena is binding 2w, of the weights 2w + 1.
+struct Windows {
+  std::uint64_t span, stride;
+  explicit Windows(const Caps& caps)
+      : span(caps.max_storage_range / caps.storage_align * caps.storage_align),
+        stride(span / 2 / caps.storage_align * caps.storage_align) {}
+  std::uint64_t count(std::uint64_t bytes) const { return bytes <= span ? 1 : (bytes - span + stride - 1) / stride + 1; }
+  // The window holding [off, off + n) and the offset in it.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> locate(std::uint64_t off, std::uint64_t n) const {
+    if (off + n <= span) return std::pair{std::uint64_t(0), off};
+    const std::uint64_t w = off / stride;
+    for (std::uint64_t v : {w, w - 1})
+      if (v <= w && off >= v * stride && off + n <= v * stride + span) return std::pair{v, off - v * stride};
+    return std::nullopt;
+  }
+  // Window w's descriptor range in a buffer of `bytes` (a window past the end shows window 0).
+  VkDescriptorBufferInfo info(VkBuffer buf, std::uint64_t w, std::uint64_t bytes) const {
+    if (w * stride >= bytes) w = 0;
+    return {buf, w * stride, std::min(span, bytes - w * stride)};
+  }
+};
 
 enum class Where : std::uint8_t { Arena, Weights, Staging };
 struct Copy {
@@ -131,8 +159,8 @@ VulkanExecutable::VulkanExecutable(std::shared_ptr<const Plan> plan, std::shared
       staging_(ctx_, plan_->staging_bytes, true, "host staging") {
   const Vk& vk = ctx_.vk;
   VkDevice dev = ctx_.device;
-  const std::uint32_t nsets = 1 + std::uint32_t(plan_->raw_offsets.size());
-  VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * nsets};
+  const std::uint32_t nsets = 1 + std::uint32_t(plan_->raw_offsets.size()), nb = ctx_.caps.bindings;
+  VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, nb * nsets};
   VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
   pi.maxSets = nsets;
   pi.poolSizeCount = 1;
@@ -145,25 +173,29 @@ VulkanExecutable::VulkanExecutable(std::shared_ptr<const Plan> plan, std::shared
   ai.pSetLayouts = layouts.data();
   sets_.resize(nsets);
   ctx_.check(vk.vkAllocateDescriptorSets(dev, &ai, sets_.data()), "vkAllocateDescriptorSets");
+  // Set 0: the windows of the arena (even bindings) and of the weights (odd). A raw kernel's set: the arena
+  // at binding 0 (one window: compile checked), its operand offsets at 1; every other binding shows window 0.
+  const Windows win(ctx_.caps);
   std::vector<VkDescriptorBufferInfo> infos;
-  infos.reserve(2 * nsets);
+  infos.reserve(std::size_t(nb) * nsets);
   std::vector<VkWriteDescriptorSet> writes;
-  for (std::uint32_t s = 0; s < nsets; ++s) {
-    infos.push_back({arena_.get(), 0, VK_WHOLE_SIZE});
-    if (s == 0)
-      infos.push_back({weights_->buf.get(), 0, VK_WHOLE_SIZE});
-    else
-      infos.push_back({plan_->raw_offsets_buf.get(), 256 * (s - 1), 256});
-    for (std::uint32_t b = 0; b < 2; ++b) {
-      VkWriteDescriptorSet w{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-      w.dstSet = sets_[s];
-      w.dstBinding = b;
-      w.descriptorCount = 1;
-      w.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-      w.pBufferInfo = &infos[2 * s + b];
-      writes.push_back(w);
+  for (std::uint32_t s = 0; s < nsets; ++s)
+    for (std::uint32_t b = 0; b < nb; ++b) {
+      const std::uint64_t w = s == 0 ? b / 2 : 0;
+      if (b % 2 == 0)
+        infos.push_back(win.info(arena_.get(), w, plan_->arena_bytes));
+      else if (s == 0 || b > 1)
+        infos.push_back(win.info(weights_->buf.get(), w, plan_->weights_bytes));
+      else
+        infos.push_back({plan_->raw_offsets_buf.get(), 256 * (s - 1), 256});
+      VkWriteDescriptorSet wr{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+      wr.dstSet = sets_[s];
+      wr.dstBinding = b;
+      wr.descriptorCount = 1;
+      wr.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      wr.pBufferInfo = &infos.back();
+      writes.push_back(wr);
     }
-  }
   vk.vkUpdateDescriptorSets(dev, std::uint32_t(writes.size()), writes.data(), 0, nullptr);
 
   VkCommandPoolCreateInfo cp{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
@@ -401,13 +433,31 @@ std::shared_ptr<const Plan> build_plan(std::shared_ptr<Context> ctx, const compi
   const std::uint64_t scratch_at = status_at + kAlign;
   std::uint64_t scratch_bytes = 0;
   plan->weights_bytes = std::max<std::uint64_t>(weights_bytes, kAlign);
-  auto check_range = [&](const char* what, std::uint64_t bytes) {
-    if (bytes > c.caps.max_storage_range)
-      throw Error(fmt::format("vulkan: the {} needs {} bytes ({:.1f} MiB), more than '{}' binds in one storage buffer ({})",
-                              what, bytes, double(bytes) / 1048576.0, c.info.name, c.caps.max_storage_range));
+  // What generated shaders see: each buffer in a window of its arena or weights (see Windows).
+  const Windows win(c.caps);
+  auto check_windows = [&](const char* what, std::uint64_t bytes) {
+    if (2 * win.count(bytes) > c.caps.bindings)
+      throw Error(fmt::format("vulkan: the {} needs {} bytes ({:.1f} MiB): {} windows of {:.1f} MiB, more than the {} that "
+                              "'{}' binds (maxStorageBufferRange {}, {} storage buffers per shader)",
+                              what, bytes, double(bytes) / 1048576.0, win.count(bytes), double(win.span) / 1048576.0,
+                              c.caps.bindings / 2, c.info.name, c.caps.max_storage_range, c.caps.bindings));
   };
-  check_range("arena", scratch_at);
-  check_range("weights buffer", weights_bytes);
+  check_windows("arena", scratch_at);
+  check_windows("weights buffer", weights_bytes);
+  auto shader_loc = [&](int binding, std::uint64_t off, std::uint64_t n, const std::string& what) {
+    auto at = win.locate(off, n);
+    if (!at)
+      throw Error(fmt::format("vulkan: {} ({} bytes, {:.1f} MiB) does not fit one binding of '{}' ({:.1f} MiB windows)", what, n,
+                              double(n) / 1048576.0, c.info.name, double(win.stride) / 1048576.0));
+    if (2 * at->first + std::uint64_t(binding) >= c.caps.bindings) check_windows(binding ? "weights buffer" : "arena", off + n);
+    return Loc{int(2 * at->first) + binding, std::int64_t(at->second)};
+  };
+  std::vector<Loc> shader_locs(lir.buffers.size());
+  for (const auto& b : lir.buffers)
+    shader_locs[std::size_t(b.id)] = shader_loc(locs[std::size_t(b.id)].binding, std::uint64_t(locs[std::size_t(b.id)].offset),
+                                               std::uint64_t(std::max<std::int64_t>(b.nbytes(), 0)), fmt::format("buffer {}", b.id));
+  const Loc status_loc = shader_loc(0, status_at, kAlign, "the status words");
+  const Loc scratch_loc = shader_loc(0, scratch_at, kMaxScratch, "kernel scratch");
 
   // Staging: inputs, outputs, host kernels' operands, status words.
   std::uint64_t staging = 0;
@@ -448,7 +498,7 @@ std::shared_ptr<const Plan> build_plan(std::shared_ptr<Context> ctx, const compi
       ++next_raw;
       continue;
     }
-    GenCtx gc{lir, k, locs, c.caps, std::uint32_t(ki + 1), std::int64_t(status_at), std::int64_t(scratch_at)};
+    GenCtx gc{lir, k, shader_locs, c.caps, std::uint32_t(ki + 1), status_loc, scratch_loc};
     std::string why;
     if (auto code = generate(gc, &why)) {
       scratch_bytes = std::max(scratch_bytes, code->scratch_bytes);
@@ -489,7 +539,11 @@ std::shared_ptr<const Plan> build_plan(std::shared_ptr<Context> ctx, const compi
   plan->segments.push_back(std::move(seg));
   plan->staging_bytes = staging;
   plan->arena_bytes = scratch_at + align(scratch_bytes);
-  check_range("arena", plan->arena_bytes);
+  check_windows("arena", plan->arena_bytes);
+  if (!raws.empty() && plan->arena_bytes > win.span)
+    throw Error(fmt::format("vulkan: raw kernels address the arena through one binding, and this graph's arena ({:.1f} MiB) is "
+                            "larger than '{}' binds ({:.1f} MiB)",
+                            double(plan->arena_bytes) / 1048576.0, c.info.name, double(win.span) / 1048576.0));
 
   if (!plan->raw_offsets.empty()) {
     plan->raw_offsets_buf = GpuBuffer(c, 256 * plan->raw_offsets.size(), false, "raw kernel offsets");

@@ -1,9 +1,10 @@
 #pragma once
 // GLSL compute shaders generated from LIR kernel bodies. Every shader sees
-// the same two storage buffers, aliased with one typed array per element type
-// it touches: binding 0 is the executable's arena (intermediates, then the
-// inputs region and the status words), binding 1 the weights (params and
-// constants). Buffer offsets and shapes are baked into the source, so a
+// the executable's arena (intermediates, then the inputs region, the status
+// words and kernel scratch) at binding 0 and its weights (params and
+// constants) at binding 1, or, when they outgrow one binding, windows of them
+// at even and odd bindings (backend.cpp, Windows); each binding is aliased
+// with one typed array per element type the shader touches. Buffer offsets and shapes are baked into the source, so a
 // shader is specific to its kernel and layout; identical kernels share SPIR-V
 // and pipelines through the caches.
 #include <array>
@@ -19,7 +20,10 @@
 
 namespace rlx::backends::vulkan {
 
-// Where a buffer's bytes are: binding 0 (arena) or 1 (weights), at a byte offset.
+// Where a buffer's bytes are: a binding and a byte offset in what it shows.
+// Generators see the arena's windows at even bindings and the weights' at odd
+// ones (windows.hpp); the backend's own copies see binding 0 (arena) or 1
+// (weights) with offsets from the buffer's start.
 struct Loc {
   int binding = 0;
   std::int64_t offset = 0;
@@ -30,12 +34,13 @@ struct GenCtx {
   const compile::Kernel& kernel;
   const std::vector<Loc>& locs;  // per buffer id
   const Caps& caps;
-  std::uint32_t code = 0;        // this kernel's code in the status words (index + 1)
-  std::int64_t status_offset = 0;  // byte offset of the status words in the arena
-  // Byte offset in the arena of scratch memory a kernel may use between its
-  // dispatches (KernelCode::scratch_bytes of it); every kernel gets the same.
-  std::int64_t scratch_offset = 0;
+  std::uint32_t code = 0;  // this kernel's code in the status words (index + 1)
+  Loc status;              // the status words
+  // Scratch memory a kernel may use between its dispatches (KernelCode::scratch_bytes
+  // of it, at most kMaxScratch); every kernel gets the same.
+  Loc scratch;
 };
+constexpr std::uint64_t kMaxScratch = std::uint64_t(32) << 20;
 
 struct Dispatch {
   std::string glsl;

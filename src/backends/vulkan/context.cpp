@@ -219,16 +219,18 @@ void Context::init(std::uint32_t index) {
   caps.max_allocation = 0;
   for (std::uint32_t h = 0; h < mp.memoryHeapCount; ++h) caps.max_allocation = std::max(caps.max_allocation, mp.memoryHeaps[h].size);
 
-  VkDescriptorSetLayoutBinding b[2]{};
-  for (std::uint32_t i = 0; i < 2; ++i) {
+  caps.storage_align = std::max<std::uint64_t>(lim.minStorageBufferOffsetAlignment, 16);
+  caps.bindings = std::max<std::uint32_t>(2, std::min<std::uint32_t>(32, lim.maxPerStageDescriptorStorageBuffers) & ~1u);
+  std::vector<VkDescriptorSetLayoutBinding> b(caps.bindings);
+  for (std::uint32_t i = 0; i < caps.bindings; ++i) {
     b[i].binding = i;
     b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     b[i].descriptorCount = 1;
     b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
   }
   VkDescriptorSetLayoutCreateInfo dl{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-  dl.bindingCount = 2;
-  dl.pBindings = b;
+  dl.bindingCount = caps.bindings;
+  dl.pBindings = b.data();
   vulkan::check(vk.vkCreateDescriptorSetLayout(device, &dl, nullptr, &set_layout), "vkCreateDescriptorSetLayout");
   VkPushConstantRange pc{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
   VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};

@@ -23,7 +23,11 @@ struct Caps {
   bool fp64 = false;                  // shaderFloat64: exact float mod
   bool timestamps = false;
   double timestamp_period_ns = 1;
-  std::uint64_t max_storage_range = 0;  // maxStorageBufferRange: the arena's upper bound
+  std::uint64_t max_storage_range = 0;  // maxStorageBufferRange: the most one binding shows a shader
+  std::uint64_t storage_align = 16;     // minStorageBufferOffsetAlignment
+  // Storage-buffer bindings of the descriptor set every shader sees (<= maxPerStageDescriptorStorageBuffers,
+  // even): the arena and the weights are each bound as windows (windows.hpp), 2w and 2w + 1.
+  std::uint32_t bindings = 2;
   std::uint64_t max_allocation = 0;
   std::uint32_t max_groups[3] = {65535, 65535, 65535};
   std::uint32_t max_shared_bytes = 16384;

@@ -139,7 +139,7 @@ KernelCode gen_matmul(const GenCtx& c) {
   if (ct == CT::F32 && grid_ok && few_tiles && K >= 64) {
     const std::int64_t tiles = B * ((M + 31) / 32) * ((N + 31) / 32);
     std::int64_t splits = std::clamp<std::int64_t>((256 + tiles - 1) / tiles, 1, std::max<std::int64_t>(K / 256, 1));
-    while (splits > 1 && (splits * B * M * N * 4 > (std::int64_t(64) << 20) || std::uint64_t(splits * B) > c.caps.max_groups[2]))
+    while (splits > 1 && (std::uint64_t(splits * B * M * N * 4) > kMaxScratch || std::uint64_t(splits * B) > c.caps.max_groups[2]))
       --splits;
     const std::int64_t kchunk = ((K + splits - 1) / splits + 31) / 32 * 32;
     splits = (K + kchunk - 1) / kchunk;

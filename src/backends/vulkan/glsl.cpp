@@ -418,12 +418,12 @@ std::string Shader::store(compile::BufferId id, const std::string& idx, const st
 }
 
 std::string Shader::scratch(const std::string& idx) {
-  return fmt::format("{}[{} + {}]", array(0, DType::F32, false), u(c_.scratch_offset / 4), idx);
+  return fmt::format("{}[{} + {}]", array(c_.scratch.binding, DType::F32, false), u(c_.scratch.offset / 4), idx);
 }
 
 std::string Shader::fail(const std::string& value) {
-  std::string st = array(0, DType::I32, true);
-  std::int64_t w = c_.status_offset / 4;
+  std::string st = array(c_.status.binding, DType::I32, true);
+  std::int64_t w = c_.status.offset / 4;
   return fmt::format(
       "if (atomicCompSwap({0}[{1}], 0u, {2}) == 0u) {{ int64_t rlx_v = int64_t({3}); {0}[{4}] = uint(rlx_v & "
       "0xffffffffl); {0}[{5}] = uint(rlx_v >> 32); }}\n",
@@ -474,15 +474,21 @@ std::string Shader::source(std::array<std::uint32_t, 3> local, const std::string
       "#extension GL_EXT_shader_8bit_storage : require\n"
       "#extension GL_EXT_shader_16bit_storage : require\n"
       "#extension GL_EXT_control_flow_attributes : enable\n";
-  if (main_body.find("atomicAdd(m0_i64") != std::string::npos || main_body.find("atomicCompSwap(m0_u64") != std::string::npos)
-    s += "#extension GL_EXT_shader_atomic_int64 : require\n";
+  for (const auto& a : arrays_) {
+    const std::string name = "m" + a.substr(0, a.find(':'));
+    if (main_body.find("atomicAdd(" + name + "_i64") != std::string::npos ||
+        main_body.find("atomicCompSwap(" + name + "_u64") != std::string::npos) {
+      s += "#extension GL_EXT_shader_atomic_int64 : require\n";
+      break;
+    }
+  }
   s += fmt::format("layout(local_size_x = {}, local_size_y = {}, local_size_z = {}) in;\n", local[0], local[1], local[2]);
   for (const auto& a : arrays_) {
     auto p1 = a.find(':'), p2 = a.find(':', p1 + 1);
     std::string binding = a.substr(0, p1), suffix = a.substr(p1 + 1, p2 - p1 - 1), type = a.substr(p2 + 1);
-    // Shaders never write the weights (binding 1): readonly lets drivers use their read-only load path.
+    // Shaders never write the weights (odd bindings): readonly lets drivers use their read-only load path.
     s += fmt::format("layout(std430, set = 0, binding = {0}) {3}buffer M{0}_{1} {{ {2} m{0}_{1}[]; }};\n", binding, suffix, type,
-                     binding == "1" ? "readonly " : "");
+                     std::stoi(binding) % 2 ? "readonly " : "");
   }
   // Helpers in table order, which lists each helper after those it calls.
   std::set<std::string> want = helpers_;
