@@ -160,9 +160,9 @@ class ConvKernel final : public CpuKernel {
   ConvShape s;
   i64 tile = 1, tiles = 1;   // output positions per work unit
   i64 rows = 1, blocks = 1;  // output channels per work unit
-  // f32 with a SIMD ISA: the packed-B GEMM (isa/gemm_impl.inc), one position
-  // tile (= one panel of gemm_nr positions, im2col written straight in the
-  // panel layout) per unit, the weights read in place as A; otherwise BLAS.
+  // f32 with a SIMD ISA: the packed-B GEMM (isa/gemm_impl.inc) with the
+  // weights read in place as A and tile = gemm_nr, so im2col writes one panel
+  // in the layout the GEMM reads; otherwise BLAS.
   bool packed = false;
 
   // A unit is one GEMM, y[rows of a channel block, tile of positions] =
@@ -173,8 +173,6 @@ class ConvKernel final : public CpuKernel {
     T* yp = at_mut<T>(c, y);
     const T* bp = bias ? at<T>(c, *bias) : nullptr;
     const i64 P = s.P(), Cg = s.Cg(), Og = s.Og(), CK = s.CK();
-    if constexpr (std::is_same_v<T, float>)
-      if (packed) return run_packed(c, xp, wp, yp, bp);
     parallel_for(
         s.N * s.G * tiles * blocks, 1,
         [&](i64 b, i64 e) {
@@ -184,45 +182,28 @@ class ConvKernel final : public CpuKernel {
             const i64 t = u / blocks % tiles, o0 = u % blocks * rows, o1 = std::min(Og, o0 + rows);
             const i64 p0 = t * tile, p1 = std::min(P, p0 + tile), cols = p1 - p0;
             const T* xg = xp + (n * s.C + g * Cg) * s.H * s.W;
-            const T* wg = wp + (g * Og + o0) * CK;
-            T* yg = yp + (n * s.O + g * Og + o0) * P;
-            if (s.pointwise()) {
-              gemm<T>(false, o1 - o0, cols, Cg, T(1), wg, CK, xg + p0, s.H * s.W, yg + p0, P);
+            const T* wg = wp + g * Og * CK;        // the group's weights
+            T* yg = yp + (n * s.O + g * Og) * P + p0;  // its channel 0 at position p0
+            if (packed) {
+              if constexpr (std::is_same_v<T, float>) {  // tile == gemm_nr: one panel
+                im2col(xg, col, p0, p1, tile);
+                c.isa->gemm_packed(wg, CK, col, tile, CK * tile, CK, cols, yg, P, o0, o1, 0, 1);
+              }
+            } else if (s.pointwise()) {
+              gemm<T>(false, o1 - o0, cols, Cg, T(1), wg + o0 * CK, CK, xg + p0, s.H * s.W, yg + o0 * P, P);
             } else {
               im2col(xg, col, p0, p1, cols);
-              gemm<T>(false, o1 - o0, cols, CK, T(1), wg, CK, col, cols, yg + p0, P);
+              gemm<T>(false, o1 - o0, cols, CK, T(1), wg + o0 * CK, CK, col, cols, yg + o0 * P, P);
             }
-            if (bp) add_bias(bp + g * Og + o0, yg + p0, o1 - o0, p1 - p0);
+            if (bp)
+              for (i64 o = o0; o < o1; ++o)
+                for (T* q = yg + o * P; q < yg + o * P + cols; ++q) *q += bp[g * Og + o];
           }
         },
         c.max_threads);
   }
 
  private:
-  void add_bias(const T* b, T* y0, i64 channels, i64 cols) const {
-    for (i64 o = 0; o < channels; ++o)
-      for (T* q = y0 + o * s.P(); q < y0 + o * s.P() + cols; ++q) *q += b[o];
-  }
-
-  void run_packed(const RunCtx& c, const float* xp, const float* wp, float* yp, const float* bp) const {
-    const KernelTable& isa = *c.isa;
-    const i64 P = s.P(), Og = s.Og(), CK = s.CK(), nr = isa.gemm_nr;
-    parallel_for(
-        s.N * s.G * tiles * blocks, 1,
-        [&](i64 b, i64 e) {
-          float* col = reinterpret_cast<float*>(c.thread_scratch());
-          for (i64 u = b; u < e; ++u) {
-            const i64 ng = u / (tiles * blocks), n = ng / s.G, g = ng % s.G;
-            const i64 t = u / blocks % tiles, o0 = u % blocks * rows, o1 = std::min(Og, o0 + rows);
-            const i64 p0 = t * nr, p1 = std::min(P, p0 + nr);
-            im2col(xp + (n * s.C + g * s.Cg()) * s.H * s.W, col, p0, p1, nr);
-            float* yg = yp + (n * s.O + g * Og) * P + p0;  // the group's channel 0 at position p0
-            isa.gemm_packed(wp + g * Og * CK, CK, col, nr, CK * nr, CK, p1 - p0, yg, P, o0, o1, 0, 1);
-            if (bp) add_bias(bp + g * Og + o0, yg + o0 * P, o1 - o0, p1 - p0);
-          }
-        },
-        c.max_threads);
-  }
 
   // col[(c, kh, kw), p - p0] = x[c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] (0 outside).
   // Per output row, the columns that read inside the image are one strided
