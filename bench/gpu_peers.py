@@ -103,6 +103,10 @@ def main():
     fused = 8 * m / gpu_seconds(lambda: compiled(x), warmup=3) * 1e-9
     del x, dst
 
+    torch.backends.cudnn.allow_tf32 = False  # cuDNN's default is on: f32 against f32
+    xc, wc = torch.randn(8, 256, 14, 14, device=dev), torch.randn(256, 256, 3, 3, device=dev)
+    conv_tflops = 2 * 8 * 256 * 196 * 256 * 9 / gpu_seconds(lambda: torch.nn.functional.conv2d(xc, wc, padding=1)) * 1e-12
+
     enc = {}
     for name, (B, S, D, H, FF) in (("encoder", (1, 128, 512, 8, 2048)), ("encoder_large", (8, 512, 1024, 16, 4096))):
         p = encoder_params(D, FF, dev)
@@ -122,6 +126,8 @@ def main():
         ("8-op chain, 256M f32 (GB/s)", f"{chain_bw:.0f}", f"eager {eager:.0f} / torch.compile {fused:.0f}",
          f"{chain_bw / shader_copy:.2f}x of the Vulkan copy shader, {chain_bw / copy:.2f}x of CUDA's copy"),
     ]
+    cv = rlx.get("conv2d_8x256x14x14_k3_tflops", float("nan"))
+    rows.append(("conv2d 8x256x14x14 3x3 (TFLOP/s)", f"{cv:.1f}", f"cuDNN, TF32 off {conv_tflops:.1f}", f"{cv / conv_tflops:.2f}x"))
     for name, label in (("encoder", "encoder B1 S128 D512 (us)"), ("encoder_large", "encoder B8 S512 D1024 (us)")):
         wall, gpu = rlx.get(name + "_wall_us", float("nan")), rlx.get(name + "_gpu_us", float("nan"))
         # RLX's wall time includes copying the input and output through host memory; eager's tensors stay on the GPU.

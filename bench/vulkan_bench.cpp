@@ -196,6 +196,17 @@ int main(int argc, char** argv) {
       report("bench_copy_4x256_quarter_gbps", bytes / 4 / tk.gpu_s * 1e-9, "GB/s");
     }
 
+    // ResNet's 3x3 conv at 256 channels, 14x14, batch 8 (the CPU benchmark's shape).
+    {
+      ir::Graph cv("conv2d");
+      cv.add_output(cv.conv2d(cv.param("x", ir::Shape{8, 256, 14, 14}), cv.param("w", ir::Shape{256, 256, 3, 3}), std::nullopt,
+                              {1, 1}, {1, 1}),
+                    "y");
+      auto conv = prepare(*backend, cv);
+      auto tv = time_runs(*conv.compiled.exe, conv.in, conv.out, 2, 10);
+      report("conv2d_8x256x14x14_k3_tflops", 2.0 * 8 * 256 * 196 * 256 * 9 / tv.gpu_s * 1e-12, "TFLOP/s");
+    }
+
     // The encoder block: the default config and a larger one.
     for (auto [name, cfg] : {std::pair<const char*, models::EncoderConfig>{"encoder", {}},
                              {"encoder_large", {8, 512, 1024, 16, 4096, 1e-5}}}) {

@@ -155,6 +155,30 @@ TEST_F(VulkanKernels, OneBufferLargerThanABindingShowsIsAnError) {
   }
 }
 
+TEST_F(VulkanKernels, ConvIsAnImplicitGemmForEveryShape) {
+  struct Case {
+    Shape x, w;
+    std::vector<std::int64_t> stride, pad, dilation;
+    std::int64_t groups;
+  };
+  const Case cases[] = {
+      {{3, 8, 9, 7}, {12, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},     // batch, "same" padding
+      {{1, 8, 4, 6}, {36, 4, 3, 3}, {1, 2}, {1, 0}, {1, 1}, 2},     // groups, more than 32 channels
+      {{1, 3, 31, 29}, {4, 3, 2, 3}, {3, 2}, {4, 7}, {2, 3}, 1},    // strides, dilation, padding wider than the kernel
+      {{2, 40, 6, 7}, {33, 40, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},   // K = 360: several K tiles, ragged
+      {{1, 16, 5, 5}, {48, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},   // pointwise
+  };
+  Graph g;
+  int i = 0;
+  for (const Case& c : cases) {
+    const std::string s = std::to_string(i++);
+    auto bias = g.param("b" + s, Shape{c.w.extents()[0]});
+    g.add_output(g.conv2d(g.input("x" + s, c.x), g.param("w" + s, c.w), bias, c.stride, c.pad, c.dilation, c.groups));
+  }
+  g.add_output(g.conv1d(g.input("x1d", Shape{2, 6, 50}), g.param("w1d", Shape{10, 3, 5}), std::nullopt, 2, 3, 2, 2));
+  expect_on_device(run_checked(g, {2e-4, 2e-4}));
+}
+
 TEST_F(VulkanKernels, EncoderBlockRunsOnTheDevice) {
   // Layer norms, attention with chunks of keys (S > 64), GELU and residual epilogues.
   auto g = models::encoder_block({2, 80, 32, 4, 64, 1e-5});

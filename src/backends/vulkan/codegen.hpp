@@ -154,6 +154,22 @@ KernelCode gen_matmul(const GenCtx& c);
 KernelCode gen_movement(const GenCtx& c);
 KernelCode gen_native(const GenCtx& c);
 
+// The 32 x 32-tile GEMM of gen_matmul (small products), for other producers of
+// its operands (conv's implicit im2col). A shader with kTile32Shared among its
+// declarations runs tile32_main() with 256 threads and a workgroup grid of
+// (ceil(N / 32), ceil(M / 32), batches): it computes C[m, n] = sum over k of
+// A[m, k] B[k, n] for k from k0 (a uint the caller declares and sets first) on
+// for kchunk, and runs `result` for each m < M, n < N with the sum in `acc`.
+// The loads fill registers ra0..3 / rb0..3 (or va / vb) for the K tile at k0
+// from tid, m0 and n0; the stash moves them to shared memory.
+struct TileLoads {
+  std::string load, stash;
+};
+inline constexpr const char* kTile32Shared = "shared vec4 As[32][8];\nshared vec4 Bs[32][8];\nshared float Cs[4][32][33];\n";
+// Scalar loaders: `a_code` sets float v to A[gm, gk] and `b_code` to B[gk, gn] (uint gm, gk, gn), zero outside.
+TileLoads scalar_tile_loads(const std::string& a_code, const std::string& b_code);
+std::string tile32_main(std::int64_t M, std::int64_t N, std::int64_t kchunk, const TileLoads& loads, const std::string& result);
+
 // Groups for `n` invocations of `local` threads, capped for grid-stride loops.
 std::array<std::uint32_t, 3> groups_for(std::uint64_t n, std::uint32_t local, const Caps& caps);
 std::string u(std::int64_t v);  // "123u"

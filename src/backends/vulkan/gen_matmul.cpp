@@ -27,6 +27,54 @@ std::size_t slot_of(const ir::Node& input) { return std::size_t(std::stoul(input
 
 }  // namespace
 
+TileLoads scalar_tile_loads(const std::string& a_code, const std::string& b_code) {
+  TileLoads t;
+  for (int q = 0; q < 4; ++q) {
+    t.load += fmt::format("  {{ uint e = tid + {0}u, gm = m0 + (e & 31u), gk = k0 + (e >> 5); float v; {1} ra{2} = v; }}\n"
+                          "  {{ uint e = tid + {0}u, gk = k0 + (e >> 5), gn = n0 + (e & 31u); float v; {3} rb{2} = v; }}\n",
+                          q * 256, a_code, q, b_code);
+    // A's element e is (row e & 31, k e >> 5), B's (k e >> 5, column e & 31): both land at [e >> 5][e & 31].
+    t.stash += fmt::format("  {{ uint e = tid + {0}u; As[e >> 5][(e & 31u) >> 2][e & 3u] = ra{1}; Bs[e >> 5][(e & 31u) >> 2][e & 3u] = rb{1}; }}\n",
+                           q * 256, q);
+  }
+  return t;
+}
+
+std::string tile32_main(std::int64_t M, std::int64_t N, std::int64_t kchunk, const TileLoads& loads, const std::string& result) {
+  static constexpr const char* kXyzw[] = {"x", "y", "z", "w"};
+  std::string compute, partial;
+  for (int kk = 0; kk < 8; ++kk) {
+    compute += fmt::format("    {{ vec4 a = As[g * 8u + {0}u][ty], b = Bs[g * 8u + {0}u][tx];\n", kk);
+    for (int i = 0; i < 4; ++i) compute += fmt::format("      c{0} = fma(vec4(a.{1}), b, c{0});\n", i, kXyzw[i]);
+    compute += "    }\n";
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) partial += fmt::format("Cs[g][ty * 4u + {0}u][tx * 4u + {1}u] = c{0}.{2};\n", i, j, kXyzw[j]);
+  return fmt::format(
+      "uint tid = gl_LocalInvocationID.x, g = tid >> 6, t = tid & 63u, ty = t >> 3, tx = t & 7u;\n"
+      "uint n0 = gl_WorkGroupID.x * 32u, m0 = gl_WorkGroupID.y * 32u;\n"
+      "vec4 c0 = vec4(0.0), c1 = vec4(0.0), c2 = vec4(0.0), c3 = vec4(0.0);\n"
+      "float ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3;\nvec4 va, vb;\n"
+      "{load}"
+      "for (uint kt = 0u; kt < {KT}; ++kt) {{\n"
+      "{stash}"
+      "  barrier();\n"
+      "  k0 += 32u;\n"
+      "  if (kt + 1u < {KT}) {{\n{load}  }}\n"
+      "{compute}"
+      "  barrier();\n"
+      "}}\n"
+      "{partial}"
+      "barrier();\n"
+      "for (uint e = tid; e < 1024u; e += 256u) {{\n"
+      "  uint row = e >> 5, col = e & 31u, m = m0 + row, n = n0 + col;\n"
+      "  float acc = Cs[0][row][col] + Cs[1][row][col] + Cs[2][row][col] + Cs[3][row][col];\n"
+      "  if (m < {M} && n < {N}) {{ {result} }}\n"
+      "}}\n",
+      fmt::arg("KT", u((kchunk + 31) / 32)), fmt::arg("M", u(M)), fmt::arg("N", u(N)), fmt::arg("load", loads.load),
+      fmt::arg("stash", loads.stash), fmt::arg("compute", compute), fmt::arg("partial", partial), fmt::arg("result", result));
+}
+
 KernelCode gen_matmul(const GenCtx& c) {
   const auto& k = c.kernel;
   const ir::Graph& body = k.body;
@@ -143,11 +191,10 @@ KernelCode gen_matmul(const GenCtx& c) {
       --splits;
     const std::int64_t kchunk = ((K + splits - 1) / splits + 31) / 32 * 32;
     splits = (K + kchunk - 1) / kchunk;
-    std::string load, stash, compute, partial;
-    static constexpr const char* kXyzw[] = {"x", "y", "z", "w"};
+    TileLoads loads;
     if (aligned && c.lir.buffer(abuf).dtype == DType::F32 && c.lir.buffer(bbuf).dtype == DType::F32) {
       // Rows of whole vec4s at 16-byte offsets: one 16-byte load of A and one of B per thread.
-      load = fmt::format(
+      loads.load = fmt::format(
           "  {{ uint row = tid >> 3, gm = m0 + row, gk = k0 + (tid & 7u) * 4u;\n"
           "    vec4 v = {A4}[({aoff}u + abase + min(gm, {M1}) * {K} + min(gk, {K4})) >> 2]; va = (gm < {M} && gk < kend) ? v : vec4(0.0); }}\n"
           "  {{ uint gk = k0 + (tid >> 3), gn = n0 + (tid & 7u) * 4u;\n"
@@ -156,61 +203,24 @@ KernelCode gen_matmul(const GenCtx& c) {
           fmt::arg("aoff", sh.byte_offset(abuf) / 4), fmt::arg("boff", sh.byte_offset(bbuf) / 4), fmt::arg("M", u(M)),
           fmt::arg("N", u(N)), fmt::arg("K", u(K)), fmt::arg("M1", u(M - 1)), fmt::arg("K1", u(K - 1)), fmt::arg("K4", u(K - 4)),
           fmt::arg("N4", u(N - 4)));
-      stash = "  { uint row = tid >> 3, kq = (tid & 7u) * 4u;\n"
-              "    As[kq][row >> 2][row & 3u] = va.x; As[kq + 1u][row >> 2][row & 3u] = va.y;\n"
-              "    As[kq + 2u][row >> 2][row & 3u] = va.z; As[kq + 3u][row >> 2][row & 3u] = va.w;\n"
-              "    Bs[tid >> 3][tid & 7u] = vb; }\n";
+      loads.stash = "  { uint row = tid >> 3, kq = (tid & 7u) * 4u;\n"
+                    "    As[kq][row >> 2][row & 3u] = va.x; As[kq + 1u][row >> 2][row & 3u] = va.y;\n"
+                    "    As[kq + 2u][row >> 2][row & 3u] = va.z; As[kq + 3u][row >> 2][row & 3u] = va.w;\n"
+                    "    Bs[tid >> 3][tid & 7u] = vb; }\n";
     } else {
-      for (int q = 0; q < 4; ++q) {
-        load += fmt::format(
-            "  {{ uint e = tid + {off}u, row = e & 31u, kc = e >> 5, gm = m0 + row, gk = k0 + kc;\n"
-            "    float v = {aload}; ra{q} = (gm < {M} && gk < kend) ? v : 0.0; }}\n"
-            "  {{ uint e = tid + {off}u, kr = e >> 5, nc = e & 31u, gk = k0 + kr, gn = n0 + nc;\n"
-            "    float v = {bload}; rb{q} = (gk < kend && gn < {N}) ? v : 0.0; }}\n",
-            fmt::arg("off", q * 256), fmt::arg("q", q), fmt::arg("M", u(M)), fmt::arg("N", u(N)),
-            fmt::arg("aload", sh.load(abuf, "abase + min(gm, " + u(M - 1) + ") * " + u(K) + " + min(gk, " + u(K - 1) + ")")),
-            fmt::arg("bload", sh.load(bbuf, "bbase + min(gk, " + u(K - 1) + ") * " + u(N) + " + min(gn, " + u(N - 1) + ")")));
-        // A's element e is (row e & 31, k e >> 5), B's (k e >> 5, column e & 31): both land at [e >> 5][e & 31].
-        stash += fmt::format("  {{ uint e = tid + {}u; As[e >> 5][(e & 31u) >> 2][e & 3u] = ra{}; Bs[e >> 5][(e & 31u) >> 2][e & 3u] = rb{}; }}\n",
-                             q * 256, q, q);
-      }
+      loads = scalar_tile_loads(
+          fmt::format("v = {}; v = (gm < {} && gk < kend) ? v : 0.0;",
+                      sh.load(abuf, "abase + min(gm, " + u(M - 1) + ") * " + u(K) + " + min(gk, " + u(K - 1) + ")"), u(M)),
+          fmt::format("v = {}; v = (gk < kend && gn < {}) ? v : 0.0;",
+                      sh.load(bbuf, "bbase + min(gk, " + u(K - 1) + ") * " + u(N) + " + min(gn, " + u(N - 1) + ")"), u(N)));
     }
-    for (int kk = 0; kk < 8; ++kk) {
-      compute += fmt::format("    {{ vec4 a = As[g * 8u + {0}u][ty], b = Bs[g * 8u + {0}u][tx];\n", kk);
-      for (int i = 0; i < 4; ++i) compute += fmt::format("      c{0} = fma(vec4(a.{1}), b, c{0});\n", i, kXyzw[i]);
-      compute += "    }\n";
-    }
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < 4; ++j) partial += fmt::format("Cs[g][ty * 4u + {0}u][tx * 4u + {1}u] = c{0}.{2};\n", i, j, kXyzw[j]);
     const std::string o = "(z * " + u(M) + " + m) * " + u(N) + " + n";
-    const std::string sum = "Cs[0][row][col] + Cs[1][row][col] + Cs[2][row][col] + Cs[3][row][col]";
-    const std::string result = splits == 1 ? "rlx_store(" + o + ", " + sum + ");"
-                                           : sh.scratch("sp * " + u(B * M * N) + " + " + o) + " = " + sum + ";";
-    std::string decls = "shared vec4 As[32][8];\nshared vec4 Bs[32][8];\nshared float Cs[4][32][33];\n" + fn;
-    std::string main = fmt::format(
-        "uint tid = gl_LocalInvocationID.x, g = tid >> 6, t = tid & 63u, ty = t >> 3, tx = t & 7u;\n"
-        "uint n0 = gl_WorkGroupID.x * 32u, m0 = gl_WorkGroupID.y * 32u, sp = gl_WorkGroupID.z / {B}, z = gl_WorkGroupID.z % {B};\n"
-        "uint abase = z * {a_at}, bbase = z * {b_at}, k0 = sp * {kchunk}, kend = min({K}, k0 + {kchunk});\n"
-        "vec4 c0 = vec4(0.0), c1 = vec4(0.0), c2 = vec4(0.0), c3 = vec4(0.0);\n"
-        "float ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3;\nvec4 va, vb;\n"
-        "{load}"
-        "for (uint kt = 0u; kt < {KT}; ++kt) {{\n"
-        "{stash}"
-        "  barrier();\n"
-        "  k0 += 32u;\n"
-        "  if (kt + 1u < {KT}) {{\n{load}  }}\n"
-        "{compute}"
-        "  barrier();\n"
-        "}}\n"
-        "{partial}"
-        "barrier();\n"
-        "for (uint e = tid; e < 1024u; e += 256u) {{\n"
-        "  uint row = e >> 5, col = e & 31u, m = m0 + row, n = n0 + col;\n"
-        "  if (m < {M} && n < {N}) {result}\n"
-        "}}\n",
-        fmt::arg("B", u(B)), fmt::arg("a_at", a_at), fmt::arg("b_at", b_at), fmt::arg("kchunk", u(kchunk)),
-        fmt::arg("KT", u(kchunk / 32)), fmt::arg("M", u(M)), fmt::arg("N", u(N)), fmt::arg("K", u(K)), fmt::arg("load", load),
-        fmt::arg("stash", stash), fmt::arg("compute", compute), fmt::arg("partial", partial), fmt::arg("result", result));
+    const std::string result = splits == 1 ? "rlx_store(" + o + ", acc);" : sh.scratch("sp * " + u(B * M * N) + " + " + o) + " = acc;";
+    std::string decls = std::string(kTile32Shared) + fn;
+    std::string main = fmt::format("uint sp = gl_WorkGroupID.z / {0}, z = gl_WorkGroupID.z % {0};\n"
+                                   "uint abase = z * {1}, bbase = z * {2}, k0 = sp * {3}, kend = min({4}, k0 + {3});\n",
+                                   u(B), a_at, b_at, u(kchunk), u(K)) +
+                       tile32_main(M, N, kchunk, loads, result);
     const std::array<std::uint32_t, 3> grid{std::uint32_t((N + 31) / 32), std::uint32_t((M + 31) / 32),
                                             std::uint32_t(B * splits)};
     if (splits == 1) return {{{sh.source({256, 1, 1}, decls, main), grid}}, {}};

@@ -292,6 +292,35 @@ KernelCode gen_native(const GenCtx& c) {
       const std::int64_t KH = one ? 1 : ws[2], KW = ws.back(), OH = one ? 1 : os[2], OW = os.back();
       const std::int64_t G = at.int_or("groups", 1), per = O / G;
       const std::int64_t total = N * O * OH * OW;
+      const std::int64_t P = OH * OW, CK = Cg * KH * KW;
+      if (!R.dbl && std::uint64_t((P + 31) / 32) <= c.caps.max_groups[0] && std::uint64_t((per + 31) / 32) <= c.caps.max_groups[1] &&
+          std::uint64_t(N * G) <= c.caps.max_groups[2]) {
+        // f32: an implicit GEMM per (image, group), y[o, p] = w[o, (c, kh, kw)] x im2col[(c, kh, kw), p], on
+        // the small-matmul tiles, with im2col computed as B's tiles load (clamped, then zero outside the image).
+        const std::string a_code = fmt::format(
+            "v = {}; v = (gm < {} && gk < {}) ? v : 0.0;",
+            sh.load(in(1), "(grp * " + u(per) + " + min(gm, " + u(per - 1) + ")) * " + u(CK) + " + min(gk, " + u(CK - 1) + ")"),
+            u(per), u(CK));
+        const std::string b_code = fmt::format(
+            "uint kc = min(gk, {CK1}), pc = min(gn, {P1}), ch = kc / {KHW}, r = kc % {KHW};\n"
+            "    int ih = int(pc / {OW}) * {sh} - {ph} + int(r / {KW}) * {dh}, iw = int(pc % {OW}) * {sw} - {pw} + int(r % {KW}) * {dw};\n"
+            "    v = {xv};\n"
+            "    v = (gk < {CK} && gn < {P} && ih >= 0 && ih < {H} && iw >= 0 && iw < {W}) ? v : 0.0;",
+            fmt::arg("CK1", u(CK - 1)), fmt::arg("P1", u(P - 1)), fmt::arg("KHW", u(KH * KW)), fmt::arg("OW", u(OW)),
+            fmt::arg("KW", u(KW)), fmt::arg("sh", st[0]), fmt::arg("sw", st[1]), fmt::arg("ph", pd[0]), fmt::arg("pw", pd[1]),
+            fmt::arg("dh", dl[0]), fmt::arg("dw", dl[1]), fmt::arg("CK", u(CK)), fmt::arg("P", u(P)), fmt::arg("H", H),
+            fmt::arg("W", W),
+            fmt::arg("xv", sh.load(in(0), "((img * " + u(C) + " + grp * " + u(Cg) + " + ch) * " + u(H) + " + uint(clamp(ih, 0, " +
+                                              std::to_string(H - 1) + "))) * " + u(W) + " + uint(clamp(iw, 0, " +
+                                              std::to_string(W - 1) + "))")));
+        const std::string result =
+            sh.store(out, "(img * " + u(O) + " + grp * " + u(per) + " + m) * " + u(P) + " + n",
+                     has(2) ? "acc + " + sh.load(in(2), "grp * " + u(per) + " + m") : "acc");
+        std::string main = fmt::format("uint img = gl_WorkGroupID.z / {0}, grp = gl_WorkGroupID.z % {0}, k0 = 0u;\n", u(G)) +
+                           tile32_main(per, P, CK, scalar_tile_loads(a_code, b_code), result);
+        return {{{sh.source({256, 1, 1}, kTile32Shared, main),
+                  {std::uint32_t((P + 31) / 32), std::uint32_t((per + 31) / 32), std::uint32_t(N * G)}}}, {}};
+      }
       std::string main = fmt::format(
           "uint rlx_n = gl_NumWorkGroups.x * 256u;\n"
           "for (uint i = gl_GlobalInvocationID.x; i < {total}; i += rlx_n) {{\n"
