@@ -143,6 +143,8 @@ int main(int argc, char** argv) {
         }
       }
       rlx::Session session(rlx::runtime::parse_device(device));
+      // This command prints the dispatch report itself, on stdout: once, whatever RLX_DISPATCH_REPORT says.
+      rlx::env::ScopedOverride once("RLX_DISPATCH_REPORT", "0");
       auto compiled = session.compile(g, options);
       fmt::print("{}\n{}\n", compiled.compile_result().summary(), compiled.compile_result().dispatch.to_text());
       return 0;
