@@ -540,6 +540,14 @@ class CompiledGraph:
     def memory_plan(self) -> dict: return self._c.memory_plan()
     def dispatch_report(self) -> list: return self._c.dispatch_report()
 
+    def set_profiling(self, on: bool = True) -> None:
+        """Record each kernel's time in later runs (CPU: off by default, two clock reads per kernel)."""
+        self._c.set_profiling(on)
+
+    def kernel_times(self) -> list:
+        """The last run's [(kernel, microseconds, ran_on_host)], in kernel order; empty before a profiled run."""
+        return self._c.kernel_times()
+
 
 class Session:
     """Compiles graphs for one device: `rlx.Session("cpu").compile(g)`."""

@@ -220,6 +220,12 @@ NB_MODULE(_pyrlx, m) {
       .def("clone", [](const PyCompiled& c) { return PyCompiled{c.g.clone()}; })
       .def("ir", [](const PyCompiled& c, const std::string& level) { return c.g.ir(level); })
       .def("summary", [](const PyCompiled& c) { return c.g.compile_result().summary(); })
+      .def("set_profiling", [](PyCompiled& c, bool on) { c.g.set_profiling(on); })
+      .def("kernel_times", [](const PyCompiled& c) {
+        nb::list rows;
+        for (const auto& t : c.g.kernel_times()) rows.append(nb::make_tuple(t.kernel, t.micros, t.host));
+        return rows;
+      })
       .def("dispatch_report", [](const PyCompiled& c) {
         nb::list rows;
         for (const auto& e : c.g.compile_result().dispatch.entries)

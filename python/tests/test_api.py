@@ -1,5 +1,6 @@
 """Errors, lifetimes, threads, introspection."""
 import gc
+import re
 import threading
 
 import numpy as np
@@ -73,6 +74,21 @@ def test_text_round_trip_and_introspection(tmp_path):
     report = c.dispatch_report()
     assert any(op == "linear" for _, op, _, _ in report)
     assert "->" in c.summary() or "HIR" in c.summary()
+
+
+def test_kernel_times_after_a_profiled_run():
+    c = rlx.Session("cpu").compile(mlp())
+    c.set_param("w", np.eye(16, dtype=np.float32))
+    c.set_param("b", np.zeros(16, np.float32))
+    x = np.ones((8, 16), np.float32)
+    c.run({"x": x})
+    assert c.kernel_times() == []  # profiling is off by default on the CPU
+    c.set_profiling(True)
+    c.run({"x": x})
+    times = c.kernel_times()
+    kernels = [line.strip() for line in c.ir("lir").splitlines() if re.match(r"  k\d+_", line)]
+    assert [k for k, _, _ in times] == kernels and kernels
+    assert all(us >= 0 and not host for _, us, host in times)
 
 
 def test_deleting_graph_keeps_compiled_alive():

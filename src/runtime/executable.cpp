@@ -23,6 +23,7 @@ constexpr std::pair<std::string_view, Bit> kBits[] = {
     {"read_outputs", &ExecutableCapabilities::read_outputs},
     {"rng", &ExecutableCapabilities::rng},
     {"copy_params", &ExecutableCapabilities::copy_params},
+    {"kernel_times", &ExecutableCapabilities::kernel_times},
 };
 }  // namespace
 
@@ -74,6 +75,8 @@ void ExecutableGraph::bind_handle(std::size_t, const void*, std::size_t) {
 void ExecutableGraph::read_handle(std::size_t, void*, std::size_t) const { not_offered("read_handle", "persistent_handles"); }
 void ExecutableGraph::feed_handle(std::size_t, std::size_t) { not_offered("feed_handle", "kv_resident"); }
 void ExecutableGraph::set_active_extent(std::optional<std::int64_t>) { not_offered("set_active_extent", "active_extent"); }
+void ExecutableGraph::set_profiling(bool) { not_offered("set_profiling", "kernel_times"); }
+std::vector<KernelTime> ExecutableGraph::kernel_times() const { not_offered("kernel_times", "kernel_times"); }
 void ExecutableGraph::set_rng(const RngOptions&) { not_offered("set_rng", "rng"); }
 RngOptions ExecutableGraph::rng() const { not_offered("rng", "rng"); }
 void ExecutableGraph::copy_params_from(const ExecutableGraph&) { not_offered("copy_params_from", "copy_params"); }
@@ -103,7 +106,7 @@ ExecutableCapabilities advisory_capabilities(Device device) {
   switch (device) {
     case Device::Cpu:
       c.persistent_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =
-          c.copy_params = true;
+          c.copy_params = c.kernel_times = true;
       break;
     case Device::Cuda:
     case Device::Rocm:
@@ -114,7 +117,7 @@ ExecutableCapabilities advisory_capabilities(Device device) {
       break;
     case Device::Gpu:
     case Device::Vulkan:
-      c.persistent_handles = c.gpu_handles = c.async_pipeline = c.read_outputs = true;
+      c.persistent_handles = c.gpu_handles = c.async_pipeline = c.read_outputs = c.kernel_times = true;
       break;
     case Device::CoreMl:
       c.typed_io = true;

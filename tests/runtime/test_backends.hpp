@@ -72,6 +72,8 @@ class TwinExecutable final : public runtime::ExecutableGraph {
   void set_active_extent(std::optional<std::int64_t> e) override { RLX_TWIN_FORWARD(set_active_extent(e)); }
   void set_rng(const runtime::RngOptions& r) override { RLX_TWIN_FORWARD(set_rng(r)); }
   runtime::RngOptions rng() const override { RLX_TWIN_FORWARD(rng()); }
+  void set_profiling(bool on) override { RLX_TWIN_FORWARD(set_profiling(on)); }
+  std::vector<runtime::KernelTime> kernel_times() const override { RLX_TWIN_FORWARD(kernel_times()); }
   void copy_params_from(const runtime::ExecutableGraph& src) override {
     const auto* twin = dynamic_cast<const TwinExecutable*>(&src);
     RLX_TWIN_FORWARD(copy_params_from(twin ? *twin->inner_ : src));

@@ -5,6 +5,8 @@
 // and on Vulkan when it is available.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
 #include "runtime/test_backends.hpp"
@@ -185,6 +187,23 @@ TEST_P(Capabilities, ClaimedBitsWorkAndOthersRefuse) {
     expect_refused([&] { c.rng(); }, "rng", backend, "rng");
   }
 
+  if (caps.kernel_times) {
+    auto p = compile();
+    p.set_profiling(true);
+    EXPECT_TRUE(p.kernel_times().empty());  // nothing has run yet
+    expect_outputs(p.run(named(in_)), want_);
+    const auto times = p.kernel_times();
+    const auto& kernels = p.compile_result().lir.kernels;
+    ASSERT_EQ(times.size(), kernels.size());
+    for (std::size_t k = 0; k < times.size(); ++k) {
+      EXPECT_EQ(times[k].kernel, kernels[k].name);
+      EXPECT_TRUE(times[k].micros >= 0 && std::isfinite(times[k].micros)) << times[k].kernel;
+    }
+  } else {
+    expect_refused([&] { c.set_profiling(true); }, "set_profiling", backend, "kernel_times");
+    expect_refused([&] { c.kernel_times(); }, "kernel_times", backend, "kernel_times");
+  }
+
   auto fresh = Session(GetParam()).compile(g_);
   if (caps.copy_params) {
     fresh.copy_params_from(c);
@@ -201,7 +220,8 @@ TEST(CpuCapabilities, ClaimsWhatItImplementsAndMatchesTheAdvisoryBits) {
   auto c = Session(Device::Cpu).compile(cap_graph());
   const auto caps = c.capabilities();
   EXPECT_EQ(caps.names(), (std::vector<std::string_view>{"clone", "persistent_handles", "kv_resident", "typed_io",
-                                                         "async_pipeline", "read_outputs", "rng", "copy_params"}));
+                                                         "async_pipeline", "read_outputs", "rng", "copy_params",
+                                                         "kernel_times"}));
   EXPECT_FALSE(caps.gpu_handles);   // host memory
   EXPECT_FALSE(caps.active_extent);  // kernels are planned for one static extent
   EXPECT_EQ(runtime::advisory_capabilities(Device::Cpu), caps);

@@ -37,6 +37,7 @@ struct ExecutableCapabilities {
   bool read_outputs = false;        // run_read_outputs: only the outputs asked for come back
   bool rng = false;                 // set_rng / rng
   bool copy_params = false;         // copy_params_from
+  bool kernel_times = false;        // set_profiling / kernel_times: each kernel's time in the last run
   std::vector<std::string_view> names() const;  // the bits that are set, in declaration order
   static const std::vector<std::string_view>& all_names();
   bool has(std::string_view name) const;  // by name; throws rlx::Error on an unknown name
@@ -51,6 +52,15 @@ struct RngOptions {
   bool operator==(const RngOptions&) const = default;
 };
 std::uint64_t effective_seed(std::uint64_t graph_seed, const RngOptions& rng);
+
+// One LIR kernel's time in a run (kernel_times). A GPU backend reports the
+// device's time (timestamps); the CPU backend, wall time; `host` marks a
+// kernel a device backend ran on the host instead.
+struct KernelTime {
+  std::string kernel;  // the LIR kernel's name, "k3_matmul: matmul+add"
+  double micros = 0;
+  bool host = false;
+};
 
 // A compiled graph on one backend. Inputs and outputs are in LIR order
 // (LirModule::inputs / outputs); CompiledGraph maps names and checks them.
@@ -95,6 +105,11 @@ class ExecutableGraph {
   // rng: see RngOptions.
   virtual void set_rng(const RngOptions& rng);
   virtual RngOptions rng() const;
+  // kernel_times: with profiling on (a backend may always be on), each run
+  // records every kernel's time; kernel_times() returns the last run's, in
+  // LIR kernel order (empty before the first run).
+  virtual void set_profiling(bool on);
+  virtual std::vector<KernelTime> kernel_times() const;
   // copy_params: takes every param's value from `src`, an executable of the
   // same backend compiled from the same graph.
   virtual void copy_params_from(const ExecutableGraph& src);

@@ -76,6 +76,9 @@ class CompiledGraph {
   void set_active_extent(std::optional<std::int64_t> extent) { exe_->set_active_extent(extent); }
   void set_rng(const RngOptions& rng) { exe_->set_rng(rng); }
   RngOptions rng() const { return exe_->rng(); }
+  // kernel_times: each kernel's time in the last run (after set_profiling(true) where the backend needs it).
+  void set_profiling(bool on) { exe_->set_profiling(on); }
+  std::vector<KernelTime> kernel_times() const { return exe_->kernel_times(); }
   // copy_params: every param's value from `src`, compiled from the same graph for the same backend.
   void copy_params_from(const CompiledGraph& src);
 

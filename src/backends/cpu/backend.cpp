@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -67,6 +68,7 @@ struct Plan {
   const KernelTable* isa = nullptr;
   int threads = 1;
   std::vector<std::unique_ptr<CpuKernel>> kernels;
+  std::vector<std::string> kernel_names;  // the LIR kernels', for kernel_times
   std::size_t shared_bytes = 0, thread_bytes = 0;
   std::size_t arena_bytes = 0;
   std::vector<AlignedBytes> constants;
@@ -165,8 +167,23 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   runtime::ExecutableCapabilities capabilities() const override {
     runtime::ExecutableCapabilities c;
     c.clone = c.persistent_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =
-        c.copy_params = true;
+        c.copy_params = c.kernel_times = true;
     return c;
+  }
+
+  // Off by default: two clock reads per kernel are measurable on tiny graphs (docs/performance.md).
+  void set_profiling(bool on) override {
+    require_idle("set_profiling");
+    micros_.assign(on ? kernels_.size() : 0, 0.0);
+    profiled_ = false;
+  }
+
+  std::vector<runtime::KernelTime> kernel_times() const override {
+    require_idle("kernel_times");
+    std::vector<runtime::KernelTime> out;
+    if (!profiled_) return out;
+    for (std::size_t i = 0; i < micros_.size(); ++i) out.push_back({plan_->kernel_names[i], micros_[i], false});
+    return out;
   }
 
   void set_param_typed(std::size_t index, const ir::TensorView& value) override {
@@ -332,7 +349,16 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       ptrs_[std::size_t(buffer)] = static_cast<std::byte*>(const_cast<void*>(base)) + r.offset;
     }
     const RunCtx ctx{ptrs_.data(), shared_.data(), threads_.data(), stride_, plan_->threads, plan_->isa};
-    for (const CpuKernel* k : kernels_) k->run(ctx);
+    if (micros_.empty()) {
+      for (const CpuKernel* k : kernels_) k->run(ctx);
+    } else {
+      for (std::size_t i = 0; i < kernels_.size(); ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        kernels_[i]->run(ctx);
+        micros_[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      }
+      profiled_ = true;
+    }
     for (std::size_t j = 0; j < plan_->outputs.size(); ++j) {
       const Output& o = plan_->outputs[j];
       if (o.in_place || o.bytes == 0 || (sparse && !outputs[j])) continue;
@@ -370,6 +396,8 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   AlignedBytes threads_;
   std::vector<std::byte*> ptrs_;
   std::vector<const CpuKernel*> kernels_;  // plan_->kernels, with set_rng's reseeded ones swapped in
+  std::vector<double> micros_;             // per kernel while profiling (empty: off)
+  bool profiled_ = false;                  // a run since profiling was turned on
   std::vector<std::unique_ptr<CpuKernel>> reseeded_;
   runtime::RngOptions rng_;
   std::vector<std::optional<AlignedBytes>> handles_;  // per input
@@ -458,6 +486,7 @@ class CpuBackend final : public runtime::Backend {
       plan->shared_bytes = std::max(plan->shared_bytes, align_up(ck->shared_bytes));
       plan->thread_bytes = std::max(plan->thread_bytes, align_up(ck->thread_bytes));
       plan->kernels.push_back(std::move(ck));
+      plan->kernel_names.push_back(k.name);
     }
 
     for (const auto& v : lir.constant_values) {

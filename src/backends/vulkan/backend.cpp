@@ -124,7 +124,10 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   std::unique_ptr<runtime::ExecutableGraph> clone() const override {
     return std::make_unique<VulkanExecutable>(plan_, weights_);
   }
-  runtime::ExecutableCapabilities capabilities() const override { return {.clone = true}; }
+  runtime::ExecutableCapabilities capabilities() const override { return {.clone = true, .kernel_times = true}; }
+  // GPU timestamps are always on (a pair of timestamp writes per kernel costs no host time).
+  void set_profiling(bool) override {}
+  std::vector<KernelTime> kernel_times() const override { return times(); }
   std::vector<KernelTime> times() const;
 
  private:

@@ -65,12 +65,9 @@ std::string calibration_path();
 double copy_bandwidth_gbps(std::uint64_t bytes, int reps = 5);
 
 // GPU time of each kernel in an executable's last run, from timestamp queries
-// (kernels that ran on the host report their wall time). For benchmarks.
-struct KernelTime {
-  std::string kernel;
-  double micros = 0;
-  bool host = false;
-};
+// (kernels that ran on the host report their wall time): the executable's
+// kernel_times(), for code that holds a Vulkan executable.
+using runtime::KernelTime;
 std::vector<KernelTime> last_run_times(const runtime::ExecutableGraph& exe);
 
 }  // namespace rlx::backends::vulkan
