@@ -25,6 +25,10 @@ std::int64_t Buffer::numel() const {
 }
 std::int64_t Buffer::nbytes() const { return numel() * std::int64_t(ir::dtype_size(dtype)); }
 
+BufferId Kernel::input_buffer(const ir::Node& input) const {
+  return inputs.at(std::stoul(input.attrs.get_str("name").substr(2)));  // lower_to_lir names them "in<i>"
+}
+
 std::string_view kernel_kind_name(KernelKind k) {
   switch (k) {
     case KernelKind::Elementwise: return "elementwise";

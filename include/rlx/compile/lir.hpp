@@ -59,6 +59,9 @@ struct Kernel {
   std::vector<BufferId> inputs;
   std::vector<BufferId> outputs;
   std::vector<ir::NodeId> source_nodes;  // MIR node ids fused into this kernel (for reports)
+
+  // The buffer behind body Input node `input` (named "in<i>": inputs[i]).
+  BufferId input_buffer(const ir::Node& input) const;
 };
 
 struct MemoryPlan {

@@ -17,12 +17,6 @@ namespace {
 
 constexpr std::uint32_t kLocal = 256;
 
-std::int64_t numel(const std::vector<std::int64_t>& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
 // The grid-stride loop over `n` elements with index `i`, around `body`.
 std::string loop(std::int64_t n, const std::string& body) {
   return fmt::format("uint rlx_n = gl_NumWorkGroups.x * {}u;\nfor (uint i = gl_GlobalInvocationID.x; i < {}; i += rlx_n) {{\n{}}}\n",
@@ -114,7 +108,7 @@ std::optional<KernelCode> gen_elementwise_vec4(const GenCtx& c, std::int64_t n, 
   code += lanes.coords();
   for (const auto& nd : k.body.nodes()) {
     if (nd.op != OpKind::Input) continue;
-    const auto b = k.inputs.at(std::stoul(nd.attrs.get_str("name").substr(2)));
+    const auto b = k.input_buffer(nd);
     if (!vec4_ok(b)) continue;
     const std::string name = "rlx_l" + std::to_string(nd.id);
     code += fmt::format("vec4 {} = {};\n", name, vec4_at(b));

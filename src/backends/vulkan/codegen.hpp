@@ -75,6 +75,12 @@ struct NoShader {
 // Literal of `v` in dtype `t`'s compute type.
 std::string literal(double v, ir::DType t);
 
+std::int64_t numel(const std::vector<std::int64_t>& extents);
+
+// Declares uint `names[d]`, the coordinates over `extents` of linear index `lin` (a GLSL expression).
+std::string declare_coords(const std::string& lin, const std::vector<std::int64_t>& extents,
+                           const std::vector<std::string>& names);
+
 // An iteration space: the linear index and per-dim coordinates as GLSL uint expressions.
 struct Space {
   std::vector<std::int64_t> dims;

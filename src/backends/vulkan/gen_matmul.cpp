@@ -23,7 +23,6 @@ struct Tile {
   std::uint32_t threads() const { return (bm / tm) * (bn / tn); }
 };
 
-std::size_t slot_of(const ir::Node& input) { return std::size_t(std::stoul(input.attrs.get_str("name").substr(2))); }
 
 }  // namespace
 
@@ -93,7 +92,7 @@ KernelCode gen_matmul(const GenCtx& c) {
   if (as.size() != r || (bs.size() != r && bs.size() != 2)) throw NoShader{"matmul operands of unexpected rank"};
   if (B * M * N == 0) return {};
   const bool b_batched = bs.size() == r && B > 1;
-  const auto abuf = k.inputs.at(slot_of(an)), bbuf = k.inputs.at(slot_of(bn));
+  const auto abuf = k.input_buffer(an), bbuf = k.input_buffer(bn);
 
   Shader sh(c);
   const CT ct = compute_type(an.dtype);

@@ -27,12 +27,6 @@ Ints strides_of(const Ints& s) {
   for (std::size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
   return st;
 }
-std::int64_t numel(const Ints& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-std::size_t slot_of(const ir::Node& input) { return std::size_t(std::stoul(input.attrs.get_str("name").substr(2))); }
 std::int64_t norm_axis(std::int64_t a, std::size_t rank) { return a < 0 ? a + std::int64_t(rank) : a; }
 
 // "c0 * s0 + c1 * s1 ..." over the given (coordinate, stride) pairs; "0u" when empty.
@@ -84,7 +78,7 @@ KernelCode gen_movement(const GenCtx& c) {
   const Ints os = mv->shape.extents();
   const std::int64_t n = numel(os);
   if (n == 0) return {};
-  auto in_buf = [&](std::size_t i) { return k.inputs.at(slot_of(body.node(mv->inputs.at(i)))); };
+  auto in_buf = [&](std::size_t i) { return k.input_buffer(body.node(mv->inputs.at(i))); };
   const ir::Node& x = body.node(mv->inputs.at(0));
   const Ints xs = x.shape.extents(), xst = strides_of(xs);
   const std::size_t r = os.size();

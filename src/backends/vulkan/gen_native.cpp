@@ -19,13 +19,6 @@ using Ints = std::vector<std::int64_t>;
 
 namespace {
 
-std::int64_t numel(const Ints& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-std::size_t slot_of(const ir::Node& input) { return std::size_t(std::stoul(input.attrs.get_str("name").substr(2))); }
-
 // Names and constants of one real type (float or double).
 struct Real {
   bool dbl;
@@ -204,7 +197,7 @@ KernelCode gen_native(const GenCtx& c) {
   const compile::BufferId out = k.outputs[0];
   const Ints os = op->shape.extents();
   if (numel(os) == 0) return {};
-  auto in = [&](std::size_t i) { return k.inputs.at(slot_of(body.node(op->inputs.at(i)))); };
+  auto in = [&](std::size_t i) { return k.input_buffer(body.node(op->inputs.at(i))); };
   auto has = [&](std::size_t i) { return op->inputs.size() > i; };
   const Ints xs = body.node(op->inputs[0]).shape.extents();
   const auto& at = op->attrs;

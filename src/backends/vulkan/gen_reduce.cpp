@@ -20,19 +20,6 @@ namespace {
 constexpr std::uint32_t kWg = 256;
 constexpr std::int64_t kThreadPerOutputMax = 128;
 
-// Declares `names` as coordinates of index `lin` over `extents`.
-std::string decompose(const std::string& lin, const std::vector<std::int64_t>& extents, const std::vector<std::string>& names) {
-  std::string code;
-  std::int64_t inner = 1;
-  for (std::size_t i = extents.size(); i-- > 0;) {
-    std::string e = inner == 1 ? lin : "(" + lin + " / " + u(inner) + ")";
-    if (i > 0) e = "(" + e + " % " + u(extents[i]) + ")";
-    code += "uint " + names[i] + " = " + e + ";\n";
-    inner *= extents[i];
-  }
-  return code;
-}
-
 }  // namespace
 
 KernelCode gen_reduce(const GenCtx& c) {
@@ -111,7 +98,7 @@ KernelCode gen_reduce(const GenCtx& c) {
     lin += (lin.empty() ? "" : " + ") + coords[d] + (strides[d] == 1 ? "" : " * " + u(strides[d]));
   Emitter pro(sh, body, in_sp, "p");
   std::string pv = pro.value(x.id);
-  std::string inner = decompose("r", red_ext, red_names) + "uint xl = " + (lin.empty() ? "0u" : lin) + ";\n" +
+  std::string inner = declare_coords("r", red_ext, red_names) + "uint xl = " + (lin.empty() ? "0u" : lin) + ";\n" +
                       pro.take_code() + val_t + " v = " + pv + ";\n" + step;
 
   // The result in the anchor's compute type, then the epilogue at the output point.
@@ -136,7 +123,7 @@ KernelCode gen_reduce(const GenCtx& c) {
     std::string main = fmt::format(
         "uint rlx_n = gl_NumWorkGroups.x * {}u;\nfor (uint o = gl_GlobalInvocationID.x; o < {}; o += rlx_n) {{\n{}{}"
         "for (uint r = 0u; r < {}; ++r) {{\n{}}}\n{}}}\n",
-        kWg, u(O), decompose("o", kept_ext, kept_names), acc_decl, u(R), inner, epi);
+        kWg, u(O), declare_coords("o", kept_ext, kept_names), acc_decl, u(R), inner, epi);
     return {{{sh.source({kWg, 1, 1}, "", main), groups_for(std::uint64_t(O), kWg, c.caps)}}, {}};
   }
   // A workgroup per output: strided partial results, then a tree over shared memory.
@@ -168,7 +155,7 @@ KernelCode gen_reduce(const GenCtx& c) {
       "s_acc[l] = acc;\n{6}barrier();\n"
       "for (uint s = {7}u; s > 0u; s >>= 1) {{\nif (l < s) {8}barrier();\n}}\n"
       "if (l == 0u) {{\nacc = s_acc[0];\n{9}{10}}}\nbarrier();\n}}\n",
-      u(O), decompose("o", kept_ext, kept_names), acc_decl, u(R), kWg, inner, arg ? "s_idx[l] = bi < 0l ? int64_t(0x7ffffffffffffffful) : bi;\n" : "", kWg / 2,
+      u(O), declare_coords("o", kept_ext, kept_names), acc_decl, u(R), kWg, inner, arg ? "s_idx[l] = bi < 0l ? int64_t(0x7ffffffffffffffful) : bi;\n" : "", kWg / 2,
       merge, arg ? "bi = s_idx[0];\n" : "", epi);
   // Threads that saw no element hold the identity and, for arg, the largest index, so they never win a tie.
   return {{{sh.source({kWg, 1, 1}, decls, main), groups_for(std::uint64_t(O) * kWg, kWg, c.caps)}}, {}};

@@ -298,27 +298,33 @@ std::string literal(double v, DType t) {
   return "?";
 }
 
-std::string coords_code(Space& s, const std::string& prefix) {
-  s.coords.clear();
+std::int64_t numel(const std::vector<std::int64_t>& extents) {
+  std::int64_t n = 1;
+  for (auto d : extents) n *= d;
+  return n;
+}
+
+std::string declare_coords(const std::string& lin, const std::vector<std::int64_t>& extents,
+                           const std::vector<std::string>& names) {
   std::string code;
   std::int64_t inner = 1;
-  std::vector<std::string> rev;
-  for (std::size_t d = s.dims.size(); d-- > 0;) {
-    std::string name = prefix + std::to_string(d);
-    std::string e = inner == 1 ? "(" + s.linear + ")" : "((" + s.linear + ") / " + u(inner) + ")";
-    if (d > 0) e += " % " + u(s.dims[d]);
-    code += "uint " + name + " = " + e + ";\n";
-    rev.push_back(name);
-    inner *= s.dims[d];
+  for (std::size_t d = extents.size(); d-- > 0;) {
+    std::string e = inner == 1 ? "(" + lin + ")" : "((" + lin + ") / " + u(inner) + ")";
+    if (d > 0) e += " % " + u(extents[d]);
+    code += "uint " + names[d] + " = " + e + ";\n";
+    inner *= extents[d];
   }
-  s.coords.assign(rev.rbegin(), rev.rend());
   return code;
 }
 
+std::string coords_code(Space& s, const std::string& prefix) {
+  s.coords.clear();
+  for (std::size_t d = 0; d < s.dims.size(); ++d) s.coords.push_back(prefix + std::to_string(d));
+  return declare_coords(s.linear, s.dims, s.coords);
+}
+
 std::string bcast_index(const Space& s, const std::vector<std::int64_t>& shape) {
-  std::int64_t n = 1, total = 1;
-  for (auto d : shape) n *= d;
-  for (auto d : s.dims) total *= d;
+  const std::int64_t n = numel(shape), total = numel(s.dims);
   if (n == 1) return "0u";
   if (n == total) return "(" + s.linear + ")";
   assert(shape.size() <= s.dims.size() && s.coords.size() == s.dims.size());
@@ -514,8 +520,7 @@ std::string Emitter::value(ir::NodeId id) {
   std::string expr;
   switch (n.op) {
     case OpKind::Input: {
-      auto slot = std::size_t(std::stoul(n.attrs.get_str("name").substr(2)));
-      expr = sh_.load(sh_.ctx().kernel.inputs.at(slot), bcast_index(space_, n.shape.extents()));
+      expr = sh_.load(sh_.ctx().kernel.input_buffer(n), bcast_index(space_, n.shape.extents()));
       break;
     }
     case OpKind::Constant:
