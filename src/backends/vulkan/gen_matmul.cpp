@@ -1,10 +1,13 @@
 #ifdef RLX_HAVE_VULKAN
-// MatMul kernels. f32 products of at least 32 rows and columns use a tiled
-// GEMM: a workgroup computes a BM x BN tile through shared-memory tiles of A
-// (stored k-major) and B, each thread a TM x TN block of registers, with the
-// next K tile prefetched into registers while the current one is used. Other
-// shapes and dtypes (f64, integers with wrapping int64 sums) take one thread
-// per output element. The epilogue runs per element before its store.
+// MatMul kernels. f32 products use tiled GEMMs: a workgroup computes a tile
+// of C through shared-memory tiles of A (stored k-major) and B, each thread a
+// block of registers, with the next K tile prefetched into registers while the
+// current one is used. Large products take 128 x 128 tiles; products too small
+// to fill the GPU take 32 x 32 tiles with K split within (and, if needed,
+// across) workgroups (tile32_main, which conv shares); the rest 64 x 64.
+// Other dtypes (f64, integers with wrapping int64 sums) and products under 32
+// rows or columns take one thread per output element. The epilogue runs per
+// element before its store.
 #include <fmt/format.h>
 
 #include <algorithm>

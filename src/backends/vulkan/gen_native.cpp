@@ -1,10 +1,11 @@
 #ifdef RLX_HAVE_VULKAN
 // Native composites, in f32 or f64 (f16/bf16 are legalized to f32 around
 // them). Row ops (softmax, log_softmax, layer_norm, rms_norm) take a workgroup
-// per row with tree reductions in shared memory; conv and pools one thread per
-// output element; attention a workgroup per query row, streaming over chunks
-// of keys with a running max and sum (the online softmax), so any key length
-// fits in shared memory.
+// per row with tree reductions in shared memory. f32 conv is an implicit GEMM
+// on the small-matmul tiles; f64 conv and pools take one thread per output
+// element. f32 attention is flash attention (attention_tiled); otherwise a
+// workgroup per query row. Both stream over the keys with a running max and
+// sum (the online softmax), so any key length fits in shared memory.
 #include <fmt/format.h>
 
 #include <cmath>
