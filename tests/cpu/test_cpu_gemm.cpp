@@ -9,9 +9,15 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <thread>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/isa.hpp"
@@ -51,6 +57,31 @@ class Env {
 };
 
 constexpr std::int64_t kOdd[] = {1, 7, 33, 65, 257};
+
+// n floats that end where an inaccessible page begins: a read one float past
+// the end faults in every build, not only under ASan (a vector's slack or a
+// wider stride would absorb it silently, since the over-read columns are
+// computed and then dropped).
+class GuardedFloats {
+ public:
+  explicit GuardedFloats(std::size_t n) : page_(std::size_t(::sysconf(_SC_PAGESIZE))) {
+    bytes_ = (n * sizeof(float) + page_ - 1) / page_ * page_ + page_;
+    base_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base_ == MAP_FAILED) throw std::runtime_error("mmap failed");
+    auto* guard = static_cast<std::byte*>(base_) + bytes_ - page_;
+    if (::mprotect(guard, page_, PROT_NONE) != 0) throw std::runtime_error("mprotect failed");
+    floats_ = {reinterpret_cast<float*>(guard) - n, n};
+  }
+  ~GuardedFloats() { ::munmap(base_, bytes_); }
+  GuardedFloats(const GuardedFloats&) = delete;
+  GuardedFloats& operator=(const GuardedFloats&) = delete;
+  std::span<float> floats() const { return floats_; }
+
+ private:
+  std::size_t page_, bytes_ = 0;
+  void* base_ = nullptr;
+  std::span<float> floats_;
+};
 
 std::vector<float> random_floats(std::size_t n, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -129,6 +160,40 @@ TEST(CpuGemm, KernelsMatchAFloat64ProductOnEveryIsa) {
     EXPECT_TRUE(table_gemm_matches(t, 6, t.gemm_nr * 2, 1025, rng)) << isa;
     EXPECT_TRUE(table_gemm_matches(t, 13, t.gemm_nr * 3, 1025, rng, BLayout::InPlace)) << isa;
     EXPECT_TRUE(table_gemm_matches(t, 13, 70, 1025, rng, BLayout::PackedFromTransposed)) << isa;
+  }
+}
+
+// B read in place with rows exactly N floats apart and nothing after its last
+// element: the last panel of every width must load no column past N (the
+// generic ISA's tile once loaded all 8 columns of a 4..7 wide panel, a heap
+// overflow on the caller's B). Every width that may be read in place, i.e. a
+// multiple of the SIMD width, up to two panels and a vector.
+TEST(CpuGemm, InPlaceBReadsNoColumnPastNOnEveryIsa) {
+  for (const auto& isa : available_isas()) {
+    const KernelTable& t = kernel_table(isa);
+    std::mt19937_64 rng(testing::test_seed());
+    const std::int64_t M = 7, K = 33, nr = t.gemm_nr;
+    const auto a = random_floats(std::size_t(M * K), rng);
+    for (std::int64_t N = t.simd_width; N <= 2 * nr + t.simd_width; N += t.simd_width) {
+      GuardedFloats b(std::size_t(K * N));
+      const auto values = random_floats(b.floats().size(), rng);
+      std::copy(values.begin(), values.end(), b.floats().begin());
+      const std::int64_t panels = (N + nr - 1) / nr;
+      std::vector<float> c(std::size_t(M * N), std::numeric_limits<float>::quiet_NaN());
+      t.gemm_packed(a.data(), K, b.floats().data(), N, nr, K, N, c.data(), N, 0, M, 0, panels);
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t n = 0; n < N; ++n) {
+          double want = 0, mag = 0;
+          for (std::int64_t k = 0; k < K; ++k) {
+            const double p = double(a[std::size_t(m * K + k)]) * double(values[std::size_t(k * N + n)]);
+            want += p;
+            mag += std::fabs(p);
+          }
+          const float got = c[std::size_t(m * N + n)];
+          ASSERT_TRUE(std::fabs(got - want) <= 1e-6 * mag + 1e-30)
+              << isa << " N = " << N << ": c[" << m << ", " << n << "] = " << got << ", want " << want;
+        }
+    }
   }
 }
 
@@ -216,6 +281,37 @@ TEST(CpuGemm, ActivationBIsPackedPerRunOnEveryIsa) {
     Env env("RLX_CPU_ISA", isa);
     for (const auto& g : graphs)
       EXPECT_TRUE(conformance::matches_reference(Device::Cpu, g, packed_check(isa + " " + g.name())));
+  }
+}
+
+// End to end through the MatMul kernel: an activation B of every width
+// remainder mod 8 and mod 16 (N = 1..48), few rows of A, so B is read in place
+// wherever N is a multiple of the SIMD width and packed per run elsewhere.
+// B lives right before an inaccessible page, so an over-read faults (not only
+// under ASan); the outputs are checked against the float64 reference.
+TEST(CpuGemm, ActivationBOfEveryWidthIsReadInBoundsOnEveryIsa) {
+  Env gemm("RLX_CPU_GEMM", "packed");
+  std::mt19937_64 rng(testing::test_seed());
+  const std::int64_t M = 5, K = 19;
+  for (const auto& isa : available_isas()) {
+    Env env("RLX_CPU_ISA", isa);
+    for (std::int64_t N = 1; N <= 48; ++N) {
+      Graph g("x @ w");
+      g.add_output(g.matmul(g.input("x", {M, K}), g.input("w", {K, N})), "y");
+      auto compiled = Session(Device::Cpu).compile(g);
+      const auto x = testing::random_tensor(DType::F32, {M, K}, rng);
+      const auto w = testing::random_tensor(DType::F32, {K, N}, rng);
+      GuardedFloats wb(std::size_t(K * N));
+      std::memcpy(wb.floats().data(), w.data(), w.nbytes());
+      const Ints w_shape{K, N};
+      const runtime::NamedTensor inputs[] = {{"x", ir::view(x)},
+                                             {"w", ir::TensorView{DType::F32, w_shape, wb.floats().data(), w.nbytes()}}};
+      std::vector<ir::Tensor> out;
+      out.emplace_back(DType::F32, Ints{M, N});
+      compiled.run_into(inputs, out);
+      const auto want = reference::run(g, {{"x", x}, {"w", w}});
+      EXPECT_TRUE(testing::tensors_close(out[0], want[0], testing::tolerance_for(DType::F32))) << isa << " N = " << N;
+    }
   }
 }
 
