@@ -59,6 +59,7 @@ void CompiledGraph::set_param(std::string_view name, const ir::TensorView& value
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].name != name) continue;
     check_value("param", params_[i], value);
+    auto held = lock();
     exe_->set_param(i, value.data, value.nbytes);
     (*params_set_)[i] = true;
     return;
@@ -94,6 +95,7 @@ void CompiledGraph::bind_inputs(std::span<const NamedTensor> inputs) {
 }
 
 void CompiledGraph::run_into(std::span<const NamedTensor> inputs, std::span<ir::Tensor> outputs) {
+  auto held = lock();
   bind_inputs(inputs);
   if (outputs.size() != outputs_.size())
     throw Error("run_into: expected " + std::to_string(outputs_.size()) + " outputs, got " + std::to_string(outputs.size()));
@@ -106,6 +108,7 @@ void CompiledGraph::run_into(std::span<const NamedTensor> inputs, std::span<ir::
 }
 
 void CompiledGraph::run_raw(std::span<const NamedTensor> inputs, std::span<void* const> outputs) {
+  auto held = lock();
   bind_inputs(inputs);
   if (outputs.size() != outputs_.size())
     throw Error("run: expected " + std::to_string(outputs_.size()) + " outputs, got " + std::to_string(outputs.size()));
@@ -128,6 +131,7 @@ std::vector<ir::Tensor> CompiledGraph::run(const std::map<std::string, ir::Tenso
 }
 
 CompiledGraph CompiledGraph::clone() const {
+  auto held = lock();
   CompiledGraph c(result_, exe_->clone(), device_);
   c.params_set_ = params_set_;
   return c;
@@ -153,6 +157,7 @@ void CompiledGraph::set_param_typed(std::string_view name, const ir::TensorView&
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].name != name) continue;
     check_value("param", {params_[i].name, value.dtype, params_[i].shape}, value);
+    auto held = lock();
     exe_->set_param_typed(i, value);
     (*params_set_)[i] = true;
     return;
@@ -161,6 +166,7 @@ void CompiledGraph::set_param_typed(std::string_view name, const ir::TensorView&
 }
 
 std::vector<ir::Tensor> CompiledGraph::run_typed(std::span<const NamedTensor> inputs) {
+  auto held = lock();
   if (pending_) throw Error("run_typed: a commit_no_wait is pending; call sync_pending first");
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (!(*params_set_)[i]) throw Error("run_typed: param '" + params_[i].name + "' has not been set");
@@ -181,6 +187,7 @@ std::vector<ir::Tensor> CompiledGraph::run_typed(std::span<const NamedTensor> in
 
 std::vector<ir::Tensor> CompiledGraph::run_read_outputs(std::span<const NamedTensor> inputs,
                                                         std::span<const std::size_t> indices) {
+  auto held = lock();
   bind_inputs(inputs);
   std::vector<ir::Tensor> outs;
   out_ptrs_.assign(outputs_.size(), nullptr);
@@ -200,6 +207,7 @@ std::vector<ir::Tensor> CompiledGraph::run_read_outputs(std::span<const NamedTen
 }
 
 void CompiledGraph::commit_no_wait(std::span<const NamedTensor> inputs) {
+  auto held = lock();
   bind_inputs(inputs);
   std::vector<ir::Tensor> outs;
   for (const auto& s : outputs_) outs.emplace_back(s.dtype, s.shape);
@@ -210,6 +218,7 @@ void CompiledGraph::commit_no_wait(std::span<const NamedTensor> inputs) {
 }
 
 std::vector<ir::Tensor> CompiledGraph::sync_pending() {
+  auto held = lock();
   exe_->sync_pending();
   auto outs = pending_ ? std::move(*pending_) : std::vector<ir::Tensor>{};
   pending_.reset();
@@ -217,6 +226,7 @@ std::vector<ir::Tensor> CompiledGraph::sync_pending() {
 }
 
 std::vector<std::vector<ir::Tensor>> CompiledGraph::run_pipelined(std::span<const std::vector<NamedTensor>> input_sets) {
+  auto held = lock();
   std::vector<std::vector<const void*>> ins;
   std::vector<std::vector<void*>> outs_ptrs;
   std::vector<std::vector<ir::Tensor>> outs(input_sets.size());
@@ -234,6 +244,7 @@ std::vector<std::vector<ir::Tensor>> CompiledGraph::run_pipelined(std::span<cons
 void CompiledGraph::bind_handle(std::string_view input, const ir::TensorView& value) {
   auto i = input_index(input, "bind_handle");
   check_value("input", inputs_[i], value);
+  auto held = lock();
   exe_->bind_handle(i, value.data, value.nbytes);
   handles_[i] = true;
 }
@@ -241,6 +252,7 @@ void CompiledGraph::bind_handle(std::string_view input, const ir::TensorView& va
 ir::Tensor CompiledGraph::read_handle(std::string_view input) const {
   auto i = input_index(input, "read_handle");
   ir::Tensor t(inputs_[i].dtype, inputs_[i].shape);
+  auto held = lock();
   exe_->read_handle(i, t.data(), t.nbytes());
   return t;
 }
@@ -253,6 +265,7 @@ void CompiledGraph::feed_handle(std::string_view input, std::string_view output)
   if (outputs_[j].dtype != inputs_[i].dtype || outputs_[j].shape != inputs_[i].shape)
     throw Error("feed_handle: output '" + outputs_[j].name + "' is " + type_str(outputs_[j].dtype, outputs_[j].shape) +
                 " but input '" + inputs_[i].name + "' is " + type_str(inputs_[i].dtype, inputs_[i].shape));
+  auto held = lock();
   exe_->feed_handle(i, j);
 }
 
@@ -264,6 +277,8 @@ void CompiledGraph::copy_params_from(const CompiledGraph& src) {
   };
   if (!same(params_, src.params_))
     throw Error("copy_params_from: the source graph's params differ from this graph's (compile both from one graph)");
+  if (&src == this) return;
+  std::scoped_lock held(*mutex_, *src.mutex_);  // both at once, in an order that cannot deadlock
   exe_->copy_params_from(*src.exe_);
   *params_set_ = *src.params_set_;
 }

@@ -16,6 +16,11 @@ struct NamedTensor {
   ir::TensorView value;
 };
 
+// Thread safety: calls on one CompiledGraph from several threads are
+// serialised (a run is a whole-graph job that uses the executable's one arena),
+// so they are correct but do not overlap. For runs in parallel, give each thread
+// its own clone(). Setting params while clones run is not synchronised: clones
+// share the weights.
 class CompiledGraph {
  public:
   CompiledGraph(std::shared_ptr<const compile::CompileResult> result, std::unique_ptr<ExecutableGraph> exe,
@@ -73,19 +78,38 @@ class CompiledGraph {
   ir::Tensor read_handle(std::string_view input) const;
   // kv_resident: after each run, `output` is written back into the handle of `input`.
   void feed_handle(std::string_view input, std::string_view output);
-  void set_active_extent(std::optional<std::int64_t> extent) { exe_->set_active_extent(extent); }
-  void set_rng(const RngOptions& rng) { exe_->set_rng(rng); }
-  RngOptions rng() const { return exe_->rng(); }
+  void set_active_extent(std::optional<std::int64_t> extent) {
+    auto held = lock();
+    exe_->set_active_extent(extent);
+  }
+  void set_rng(const RngOptions& rng) {
+    auto held = lock();
+    exe_->set_rng(rng);
+  }
+  RngOptions rng() const {
+    auto held = lock();
+    return exe_->rng();
+  }
   // kernel_times: each kernel's time in the last run (after set_profiling(true) where the backend needs it).
-  void set_profiling(bool on) { exe_->set_profiling(on); }
-  std::vector<KernelTime> kernel_times() const { return exe_->kernel_times(); }
+  void set_profiling(bool on) {
+    auto held = lock();
+    exe_->set_profiling(on);
+  }
+  std::vector<KernelTime> kernel_times() const {
+    auto held = lock();
+    return exe_->kernel_times();
+  }
   // copy_params: every param's value from `src`, compiled from the same graph for the same backend.
   void copy_params_from(const CompiledGraph& src);
 
  private:
   std::size_t input_index(std::string_view name, std::string_view method) const;
-  // Checks inputs and fills in_ptrs_. A CompiledGraph runs one call at a time
-  // (clones run concurrently), so the scratch vectors make runs allocation-free.
+  // Every call that reads or writes the run state below (the scratch vectors,
+  // the pending outputs, the handles, and the executable's arena and params)
+  // holds this lock.
+  std::unique_lock<std::mutex> lock() const { return std::unique_lock(*mutex_); }
+  // Checks inputs and fills in_ptrs_; the caller holds the lock. One call runs
+  // at a time, so the scratch vectors make runs allocation-free.
   void bind_inputs(std::span<const NamedTensor> inputs);
   std::shared_ptr<const compile::CompileResult> result_;
   std::unique_ptr<ExecutableGraph> exe_;
@@ -96,6 +120,8 @@ class CompiledGraph {
   Device device_ = Device::Cpu;
   std::vector<bool> handles_;              // per input: bound with bind_handle
   std::optional<std::vector<ir::Tensor>> pending_;  // outputs of a commit_no_wait
+  // On the heap so that CompiledGraph stays movable (a moved-from one is not used again).
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
 };
 
 class Session {
