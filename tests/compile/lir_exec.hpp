@@ -181,8 +181,9 @@ inline std::vector<ir::Tensor> run_lir(const compile::LirModule& m, const refere
     auto outs = reference::run(k.body, ins);
     for (std::size_t j = 0; j < k.outputs.size(); ++j) {
       EXPECT_EQ(outs[j].nbytes(), std::size_t(m.buffer(k.outputs[j]).nbytes())) << k.name;
-      std::memcpy(ptr(k.outputs[j]), outs[j].data(),
-                  std::min<std::size_t>(outs[j].nbytes(), m.buffer(k.outputs[j]).nbytes()));
+      // A zero-size output has no data pointer, and memcpy's pointers must be valid even for 0 bytes.
+      if (const auto n = std::min<std::size_t>(outs[j].nbytes(), m.buffer(k.outputs[j]).nbytes()); n != 0)
+        std::memcpy(ptr(k.outputs[j]), outs[j].data(), n);
     }
   }
   std::vector<ir::Tensor> result;

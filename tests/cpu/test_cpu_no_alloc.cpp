@@ -10,22 +10,44 @@
 #include "rlx/backends/cpu/cpu_backend.hpp"
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/ir/control_flow.hpp"
+#include "rlx/models/demo_models.hpp"
+#include "rlx/runtime/session.hpp"
 #include "support/testing.hpp"
 
 namespace {
 std::atomic<long> g_news{0};
 }  // namespace
 
-void* operator new(std::size_t n) {
+// Every replaceable form that allocates, not only the plain one: the nothrow
+// form (std::stable_sort's buffer) and the array forms default to the plain one
+// in libstdc++, but a sanitizer runtime defines them all itself, and memory from
+// its nothrow new must not reach the free() below (ASan: alloc-dealloc-mismatch).
+// The aligned forms are left to the runtime with their own deletes.
+namespace {
+void* counted_malloc(std::size_t n) noexcept {
   g_news.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
+  return std::malloc(n ? n : 1);
+}
+}  // namespace
+void* operator new(std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // new above is malloc
 #endif
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace rlx::backends::cpu {
 namespace {
@@ -118,6 +140,24 @@ TEST(CpuNoAlloc, HostLoopsAllocateNothing) {
   for (int k = 0; k < 5; ++k) exe->run(in_ptrs, out_ptrs);
   EXPECT_EQ(g_news.load() - before, 0) << "run() allocated";
   EXPECT_EQ(outputs[3].data_as<std::int32_t>()[0], 7);
+}
+
+// The same through CompiledGraph::run_into: checking the inputs, taking the
+// run lock (concurrent calls on one graph are serialised) and binding the
+// pointers reuse what the first run sized.
+TEST(CpuNoAlloc, CompiledGraphRunIntoAllocatesNothing) {
+  const auto g = models::mlp({.batch = 4, .width = 32, .layers = 2});
+  auto compiled = Session().compile(g);
+  for (const auto& [k, v] : models::random_params(g, testing::test_seed())) compiled.set_param(k, v);
+  const auto feeds = models::random_inputs(g, testing::test_seed() + 1);
+  std::vector<runtime::NamedTensor> inputs;
+  for (const auto& [k, v] : feeds) inputs.push_back({k, ir::view(v)});
+  std::vector<ir::Tensor> outputs;
+  for (const auto& s : compiled.output_specs()) outputs.emplace_back(s.dtype, s.shape);
+  compiled.run_into(inputs, outputs);
+  const long before = g_news.load();
+  for (int k = 0; k < 5; ++k) compiled.run_into(inputs, outputs);
+  EXPECT_EQ(g_news.load() - before, 0) << "run_into allocated";
 }
 
 }  // namespace
