@@ -7,7 +7,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 # Relative paths in the cache key: a fresh clone elsewhere (CI) still hits the cache.
 export CCACHE_BASEDIR ?= $(CURDIR)
 
-.PHONY: all deps configure build demo test bench fmt lint install-git-hooks clean
+.PHONY: all deps configure build demo test bench fuzz fmt lint install-git-hooks clean
 
 all: build
 
@@ -29,6 +29,11 @@ test: build
 
 bench: build
 	@bash bench/run.sh
+
+# libFuzzer harnesses (tests/fuzz) built with clang in build-fuzz/, each run FUZZ_SECONDS (docs/testing.md, "Fuzzing").
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 fmt:
 	@git ls-files '*.cpp' '*.hpp' '*.inc' | xargs clang-format -i

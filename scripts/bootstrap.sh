@@ -10,6 +10,8 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libfmt-dev libcli11-dev
   clang-format clang-tidy graphviz
+  # make fuzz: clang with libFuzzer and its sanitizer runtimes.
+  clang libclang-rt-14-dev
   # Vulkan backend: loader + headers, shaderc (GLSL -> SPIR-V at run time), and
   # Mesa's lavapipe, a real Vulkan device on the CPU that CI tests against.
   libvulkan-dev libshaderc-dev glslc mesa-vulkan-drivers vulkan-tools spirv-tools

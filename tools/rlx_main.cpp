@@ -192,6 +192,13 @@ int main(int argc, char** argv) {
   } catch (const rlx::Error& e) {
     fmt::print(stderr, "rlx: error: {}\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "rlx: error: out of memory\n");
+    return 2;
+  } catch (const std::exception& e) {
+    // Not an rlx::Error: a bug in RLX, but still a message and an exit code, never terminate().
+    fmt::print(stderr, "rlx: internal error: {}\n", e.what());
+    return 3;
   }
   return 0;
 }

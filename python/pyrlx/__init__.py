@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import numbers
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
@@ -355,10 +356,10 @@ class Graph:
 
     # ---- leaves and outputs ----
     def input(self, name: str, shape: ShapeLike, dtype: DTypeLike = "f32") -> Node:
-        return Node(self, self._g.input(name, list(shape), _dtype_name(dtype)))
+        return Node(self, self._g.input(name, shape, _dtype_name(dtype)))
 
     def param(self, name: str, shape: ShapeLike, dtype: DTypeLike = "f32") -> Node:
-        return Node(self, self._g.param(name, list(shape), _dtype_name(dtype)))
+        return Node(self, self._g.param(name, shape, _dtype_name(dtype)))
 
     def constant(self, value: Any, dtype: Optional[DTypeLike] = None) -> Node:
         arr, name = _to_device_array(value if dtype is None else np.asarray(value, dtype=_RLX_TO_NP[_dtype_name(dtype)]))
@@ -491,9 +492,9 @@ def conv1d(x: Node, w: Node, bias: Optional[Node] = None, stride: int = 1, paddi
     return _g(x)._op("conv1d", [x, w] + _opt([bias]),
                      {"stride": [stride], "padding": [padding], "dilation": [dilation], "groups": groups})
 def max_pool2d(x: Node, kernel, stride=None, padding=0) -> Node:
-    return _g(x)._op("max_pool2d", [x], {"kernel": _pair(kernel), "stride": _pair(stride or kernel), "padding": _pair(padding)})
+    return _g(x)._op("max_pool2d", [x], {"kernel": _pair(kernel), "stride": _pair(kernel if stride is None else stride), "padding": _pair(padding)})
 def avg_pool2d(x: Node, kernel, stride=None, padding=0) -> Node:
-    return _g(x)._op("avg_pool2d", [x], {"kernel": _pair(kernel), "stride": _pair(stride or kernel), "padding": _pair(padding)})
+    return _g(x)._op("avg_pool2d", [x], {"kernel": _pair(kernel), "stride": _pair(kernel if stride is None else stride), "padding": _pair(padding)})
 
 
 # ---- compile and run ----
@@ -564,6 +565,9 @@ class Session:
         """Compiles for this session's device. `bind` gives symbolic dims their extents: {"B": 64}."""
         if not isinstance(g, Graph):
             raise Error(f"compile expects an rlx.Graph, got {type(g).__name__}")
+        for sym, extent in (bind or {}).items():
+            if isinstance(extent, bool) or not isinstance(extent, (int, np.integer)) or not -2**63 <= extent < 2**63:
+                raise Error(f"bind: symbol '{sym}' must be bound to an int extent that fits in int64, got {extent!r}")
         return CompiledGraph(self._s.compile(g._g, optimize, fusion, num_threads, dump, bind or {}))
 
 
@@ -737,6 +741,12 @@ def cond(pred: Node, true_fn, false_fn, *operands: Node):
     return _unflatten(t_shape, [Node(outer, i) for i in ids])
 
 
+def _trip_count(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise Error(f"while_loop: max_trip_count must be an int >= 0 or None (unbounded), got {n!r}")
+    return int(n)
+
+
 def while_loop(cond_fn, body_fn, init, max_trip_count: Optional[int] = None):
     """carry = body_fn(carry) while cond_fn(carry) (a bool scalar) holds, at most max_trip_count
     times when given; init is a Node or a tuple/list of Nodes. Reverse-mode autodiff needs
@@ -757,7 +767,7 @@ def while_loop(cond_fn, body_fn, init, max_trip_count: Optional[int] = None):
     for node in bb._capture_src[len(cb._capture_src):]:
         cb._capture(node)
     ids = _C._while(outer._g, cb._g, bb._g, [outer._node(n).id for n in carries],
-                    [outer._node(n).id for n in bb._capture_src], -1 if max_trip_count is None else int(max_trip_count))
+                    [outer._node(n).id for n in bb._capture_src], -1 if max_trip_count is None else _trip_count(max_trip_count))
     return _unflatten(c_shape, [Node(outer, i) for i in ids])
 
 
@@ -770,6 +780,8 @@ def _wrap_lower(lower, native_graph, input_ids, attrs):
     out = lower(g, *[Node(g, i) for i in input_ids], **attrs)
     if not isinstance(out, Node):
         raise Error(f"lower must return a Node, got {type(out).__name__}")
+    if out.graph is not g:
+        raise Error("lower returned a Node of another graph; build the result in the graph it is given")
     return out.id
 
 
@@ -780,6 +792,9 @@ def _call_kernel(kernel, inputs, out_shape, out_dtype, attrs):
     if result.shape != tuple(out_shape):
         raise Error(f"cpu_kernel returned shape {result.shape}, the op's infer_shape says {tuple(out_shape)}")
     return np.ascontiguousarray(result.astype(_RLX_TO_NP[out_dtype], copy=False)).tobytes()
+
+
+_release_hooked = False
 
 
 def register_op(name: str, infer_shape, cpu_kernel=None, lower=None, num_inputs: int = -1,
@@ -799,6 +814,10 @@ def register_op(name: str, infer_shape, cpu_kernel=None, lower=None, num_inputs:
             raise Error(f"register_op('{name}'): attribute '{key}' has unsupported type {typ!r}")
         schema.append((key, _ATTR_TYPES[typ]))
     _C._register_op(name, num_inputs, schema, infer_shape, lower, cpu_kernel, _wrap_lower, _call_kernel)
+    global _release_hooked
+    if not _release_hooked:
+        atexit.register(_C._release_python_ops)
+        _release_hooked = True
 
 
 def is_op_registered(name: str) -> bool: return _C.is_op_registered(name)

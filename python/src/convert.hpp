@@ -7,7 +7,9 @@
 #include <cstring>
 #include <vector>
 
+#include "rlx/error.hpp"
 #include "rlx/ir/graph.hpp"
+#include "rlx/ir/limits.hpp"
 
 namespace pyrlx {
 
@@ -16,13 +18,32 @@ namespace ir = rlx::ir;
 
 using AnyArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
 
+// A Python int as int64, or rlx::Error naming `what` (nanobind's own failure is a bare std::bad_cast).
+inline std::int64_t to_int64(nb::handle v, const std::string& what) {
+  if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr()))
+    throw rlx::Error(what + " must be an int, got " + std::string(nb::str(nb::handle(v.type())).c_str()));
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (overflow) throw rlx::Error(what + " " + std::string(nb::str(v).c_str()) + " does not fit in int64");
+  return x;
+}
+
+// A shape from a sequence (tuple, list) of ints (extents) and strs (symbols). A str
+// itself is refused: iterating "banana" would give six symbolic dims.
 inline ir::Shape to_shape(nb::handle h) {
+  if (nb::isinstance<nb::str>(h) || nb::isinstance<nb::bytes>(h) || !PySequence_Check(h.ptr()))
+    throw rlx::Error("a shape must be a tuple or list of ints and symbol names, got " +
+                     std::string(nb::str(nb::handle(h.type())).c_str()));
   std::vector<ir::Dim> dims;
   for (auto d : h) {
+    if (dims.size() == ir::limits::kMaxRank)
+      throw rlx::Error("a shape has more than " + std::to_string(ir::limits::kMaxRank) + " dims");
     if (nb::isinstance<nb::str>(d)) dims.push_back(ir::Dim::symbol(nb::cast<std::string>(d)));
-    else dims.emplace_back(nb::cast<std::int64_t>(d));
+    else dims.emplace_back(to_int64(d, "dim " + std::to_string(dims.size())));
   }
-  return ir::Shape(std::move(dims));
+  ir::Shape s(std::move(dims));
+  ir::check_shape(s, "shape");
+  return s;
 }
 
 inline nb::tuple shape_tuple(const ir::Shape& s) {

@@ -8,6 +8,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <mutex>
 
 #include "convert.hpp"
 #include "rlx/error.hpp"
@@ -20,6 +21,12 @@ namespace ir = rlx::ir;
 namespace {
 
 nb::object* keep(nb::object o) { return o.is_none() ? nullptr : new nb::object(std::move(o)); }
+
+// Every PyOp's Python callables, released at interpreter exit (pyrlx registers
+// the atexit hook): the registry holding the ops outlives Python, and
+// references it still held would be reported as leaks by nanobind.
+std::mutex live_ops_mutex;
+std::vector<nb::object**> live_callables;
 
 nb::dict attrs_to_dict(const ir::Attrs& attrs) {
   nb::dict d;
@@ -57,6 +64,8 @@ class PyOp final : public ir::OpExtension {
         infer_(keep(std::move(infer))), lower_(keep(std::move(lower))), kernel_(keep(std::move(kernel))),
         wrap_lower_(keep(std::move(wrap_lower))), call_kernel_(keep(std::move(call_kernel))) {
     for (std::size_t i = 0; i < schema_.size(); ++i) schema_[i].key = keys_[i];  // keys_ owns the strings
+    std::lock_guard lock(live_ops_mutex);
+    for (auto** p : {&infer_, &lower_, &kernel_, &wrap_lower_, &call_kernel_}) live_callables.push_back(p);
   }
   std::string_view name() const override { return name_; }
   int num_inputs() const override { return n_in_; }
@@ -70,6 +79,7 @@ class PyOp final : public ir::OpExtension {
         shapes.append(shape_tuple(t.shape));
         dtypes.append(std::string(ir::dtype_name(t.dtype)));
       }
+      if (!infer_) throw rlx::Error("its Python functions were released at interpreter exit");
       nb::object r = (*infer_)(shapes, dtypes, attrs_to_dict(attrs));
       // Either a shape (dtype of the first input) or (shape, dtype).
       if (nb::isinstance<nb::tuple>(r) && nb::len(r) == 2 && nb::isinstance<nb::str>(r[1]))
@@ -111,7 +121,7 @@ class PyOp final : public ir::OpExtension {
       std::vector<std::int64_t> oshape(out.shape.begin(), out.shape.end());
       // The Python side converts the result to the output's dtype and checks its shape.
       nb::bytes r = nb::cast<nb::bytes>(
-          (*call_kernel_)(*kernel_, arrays, oshape, std::string(ir::dtype_name(out.dtype)), attrs_to_dict(attrs)));
+          !kernel_ ? throw rlx::Error("its Python functions were released at interpreter exit") : (*call_kernel_)(*kernel_, arrays, oshape, std::string(ir::dtype_name(out.dtype)), attrs_to_dict(attrs)));
       if (r.size() != out.nbytes)
         throw rlx::Error("the result has " + std::to_string(r.size()) + " bytes, the output needs " +
                          std::to_string(out.nbytes));
@@ -165,4 +175,13 @@ void bind_extend(nb::module_& m) {
         nb::arg("name"), nb::arg("num_inputs"), nb::arg("attrs"), nb::arg("infer"), nb::arg("lower").none(),
         nb::arg("kernel").none(), nb::arg("wrap_lower"), nb::arg("call_kernel"));
   m.def("is_op_registered", [](const std::string& name) { return ir::is_op_registered(name); });
+  // Called at interpreter exit; a custom op used after it reports that its Python side is gone.
+  m.def("_release_python_ops", [] {
+    std::lock_guard lock(live_ops_mutex);
+    for (auto** p : live_callables) {
+      delete *p;
+      *p = nullptr;
+    }
+    live_callables.clear();
+  });
 }

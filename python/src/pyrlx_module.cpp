@@ -101,7 +101,21 @@ void bind_runtime(nb::module_& m);  // runtime_bindings.cpp: DevicePolicy, Graph
 NB_MODULE(_pyrlx, m) {
   m.doc() = "RLX: an ML graph compiler and runtime (C++ core)";
   static nb::object error_type = nb::exception<rlx::Error>(m, "Error", PyExc_RuntimeError);
-  (void)error_type;
+  // Every C++ exception reaches Python as rlx.Error (never MemoryError, ValueError or a crash):
+  // bad_alloc and length_error come from a size no machine holds, anything else is a bug in RLX
+  // that must still be catchable. Translators registered later run first; nanobind's own
+  // (python_error, next_overload, cast errors) stay ahead of this one.
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const std::bad_alloc&) {
+      PyErr_SetString(error_type.ptr(), "out of memory: an allocation failed");
+    } catch (const std::length_error& e) {
+      PyErr_SetString(error_type.ptr(), (std::string("a size is too large: ") + e.what()).c_str());
+    } catch (const std::bad_cast& e) {
+      PyErr_SetString(error_type.ptr(), (std::string("a value has the wrong type or range: ") + e.what()).c_str());
+    }
+  });
 
   nb::class_<ir::Graph>(m, "_Graph")
       .def(nb::init<std::string>(), "name"_a = "graph")

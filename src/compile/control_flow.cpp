@@ -16,6 +16,9 @@
 
 namespace rlx::compile::passes {
 
+// The most nodes one unrolled scan may add, whatever the length rule says.
+constexpr std::size_t kMaxUnrolledNodes = std::size_t(1) << 16;
+
 namespace {
 
 using ir::Graph;
@@ -86,7 +89,10 @@ class Lowerer {
       const Graph& body = lowered(n.attrs.get_graph("body"));
       const std::int64_t length = n.attrs.get_int("length");
       const auto steps = std::size_t(length) * body.size();
-      const bool by_length = opt_.scan_unroll_max_length > 0 && length <= opt_.scan_unroll_max_length;
+      // The length rule alone would let nested scans multiply (64 x 64 x ... body nodes): it holds only while
+      // the unrolled loop stays under kMaxUnrolledNodes, past which a scan is always a host loop.
+      const bool by_length = opt_.scan_unroll_max_length > 0 && length <= opt_.scan_unroll_max_length &&
+                             steps <= kMaxUnrolledNodes;
       const bool by_budget = opt_.scan_unroll_budget > 0 && steps <= std::size_t(opt_.scan_unroll_budget);
       if (by_length || by_budget) {
         results = unroll_scan(out, n, body, ins);

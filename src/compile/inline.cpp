@@ -1,5 +1,6 @@
 // The `inline` pass: custom ops become their lowering (so they fuse with their
 // neighbours and run on every backend), unless the backend has its own kernel.
+#include <algorithm>
 #include <string>
 
 #include "rlx/compile/pipeline.hpp"
@@ -36,6 +37,15 @@ ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::les
       throw Error(ir::describe_node(g, n) + ": custom op '" + name + "' has no lowering and backend '" + backend +
                   "' has no kernel for it (register one with rlx::runtime::register_host_kernel)");
     }
+    // The result must be a node the lowering made, or one of its inputs: any other id names a node it
+    // never saw (from another graph, or the caller's), and would silently compute something else.
+    if (*out < first && std::find(ins.begin(), ins.end(), *out) == ins.end())
+      throw Error(ir::describe_node(g, n) + ": the lowering of custom op '" + name + "' returned node %" +
+                  std::to_string(*out) + ", which is neither one of its inputs nor a node it added (a node of "
+                  "another graph?)");
+    if (*out >= r.out().size())
+      throw Error(ir::describe_node(g, n) + ": the lowering of custom op '" + name + "' returned node %" +
+                  std::to_string(*out) + ", which does not exist (a node of another graph?)");
     const ir::Node& res = r.out().node(*out);
     if (res.dtype != n.dtype || res.shape != n.shape)
       throw Error(ir::describe_node(g, n) + ": custom op '" + name + "' lowers to " +

@@ -409,11 +409,12 @@ void Lowering::visit_elementwise(const Node& n) {
   if (why.empty()) why = fmt::format("producer has {} consumers", consumers.size());
   // Written once: preferably as one more output of an elementwise consumer
   // kernel with the same shape, unless a kernel reading it feeds that one.
-  for (auto [g, role] : absorb) {
+  for (auto entry : absorb) {
+    auto [g, role] = entry;
     const Group& grp = groups_[std::size_t(g)];
     if (grp.kind != KernelKind::Elementwise || grp.iter != n.shape) continue;
     auto readers = buffer_readers(n, {g});
-    if (std::any_of(readers.begin(), readers.end(), [&](int r) { return reaches(r, g); })) continue;
+    if (std::any_of(readers.begin(), readers.end(), [&](int r) { return reaches(r, entry.first); })) continue;
     join(g, role);
     groups_[std::size_t(g)].outputs.push_back(n.id);
     producer_[n.id] = g;

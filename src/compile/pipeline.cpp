@@ -188,19 +188,37 @@ double millis_since(Clock::time_point t0) {
 
 // What to print to stderr: CompileOptions::dump, else $RLX_DUMP (the only
 // place the environment is read).
+// The levels and passes a dump may name: a typo is an error, not a silent no-dump.
+constexpr std::string_view kDumpable[] = {"hir", "mir", "lir", "all", "lower_control_flow", "inline",
+                                          "param_specialize", "decompose", "legalize_f32_compute",
+                                          "legalize_dtypes", "legalize_broadcast", "const_fold",
+                                          "algebraic_simplify", "cse", "dce", "promote_params", "verify",
+                                          "lower_to_lir", "plan_memory"};
+
 std::set<std::string, std::less<>> dump_names(const CompileOptions& o) {
+  std::set<std::string, std::less<>> names;
+  std::string_view source = "CompileOptions::dump";
   if (o.dump.empty()) {
     auto env = env::get_list("RLX_DUMP");
-    return {env.begin(), env.end()};
+    names = {env.begin(), env.end()};
+    source = "RLX_DUMP";
   }
-  std::set<std::string, std::less<>> names;
-  for (std::size_t pos = 0; pos <= o.dump.size();) {
+  for (std::size_t pos = 0; pos <= o.dump.size() && !o.dump.empty();) {
     auto comma = std::min(o.dump.find(',', pos), o.dump.size());
     auto item = o.dump.substr(pos, comma - pos);
     item.erase(0, item.find_first_not_of(" \t"));
     item.erase(item.find_last_not_of(" \t") + 1);
     if (!item.empty()) names.insert(item);
     pos = comma + 1;
+  }
+  for (const auto& n : names) {
+    if (std::find(std::begin(kDumpable), std::end(kDumpable), n) != std::end(kDumpable)) continue;
+    const auto& user = registered_ir_passes();
+    if (std::any_of(user.begin(), user.end(), [&](const auto& p) { return p->name() == n; })) continue;
+    std::string known;
+    for (auto k : kDumpable) known += (known.empty() ? "" : ", ") + std::string(k);
+    for (const auto& p : user) known += ", " + std::string(p->name());
+    throw Error(fmt::format("{}: unknown level or pass '{}' to dump (known: {})", source, n, known));
   }
   return names;
 }

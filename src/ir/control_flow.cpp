@@ -118,7 +118,9 @@ TypeInfo infer_if(const Graph& g, std::span<const NodeId> inputs, const Attrs& a
 
 TypeInfo infer_while(const Graph& g, std::span<const NodeId> inputs, const Attrs& a) {
   const std::size_t nc = count(a, "num_carries", inputs.size());
-  if (a.has("max_trip_count")) a.get_int("max_trip_count");
+  if (a.has("max_trip_count") && a.get_int("max_trip_count") < 0)
+    throw Error(fmt::format("max_trip_count is {}; it must be >= 0 (leave it out for an unbounded loop)",
+                            a.get_int("max_trip_count")));
   std::vector<Slot> slots;
   std::vector<TypeInfo> carries;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -232,6 +234,9 @@ std::vector<NodeId> while_loop(Graph& g, GraphRef cond, GraphRef body, std::vect
   Attrs a{{"cond", verified(std::move(cond))},
           {"body", verified(std::move(body))},
           {"num_carries", std::int64_t(init.size())}};
+  if (max_trip_count < -1)
+    throw Error(fmt::format("graph '{}': while_loop max_trip_count is {}; it must be >= 0, or -1 for unbounded",
+                            g.name(), max_trip_count));
   if (max_trip_count >= 0) a.set("max_trip_count", max_trip_count);
   std::size_t results = init.size();
   init.insert(init.end(), consts.begin(), consts.end());

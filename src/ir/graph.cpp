@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 
 #include "rlx/error.hpp"
 #include "rlx/ir/custom_op.hpp"
+#include "rlx/ir/limits.hpp"
 
 namespace rlx::ir {
 
@@ -28,6 +30,10 @@ std::string describe_node(const Graph& g, const Node& n) {
     s += " inputs ";
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       if (i) s += ", ";
+      if (i == limits::kMaxListedItems && n.inputs.size() > limits::kMaxListedItems + 1) {
+        s += "... and " + std::to_string(n.inputs.size() - i) + " more";
+        break;
+      }
       if (n.inputs[i] < g.size()) {
         const Node& in = g.nodes()[n.inputs[i]];
         s += "%" + std::to_string(in.id) + ":" + std::string(dtype_name(in.dtype)) + in.shape.str();
@@ -107,6 +113,19 @@ NodeId Graph::add_declared(OpKind op, std::vector<NodeId> inputs, Attrs attrs, D
 
 NodeId Graph::add_raw(Node node) {
   node.id = static_cast<NodeId>(nodes_.size());
+  if (nodes_.size() >= limits::kMaxNodes)
+    throw Error("graph '" + name_ + "' would have more than " + std::to_string(limits::kMaxNodes) +
+                " nodes, the limit on one graph");
+  for (const auto& [key, value] : node.attrs.items()) {
+    const auto* body = std::get_if<GraphRef>(&value);
+    if (!body || !*body) continue;
+    const std::size_t depth = (*body)->nesting_depth() + 1;
+    if (depth > limits::kMaxNestingDepth)
+      throw Error("graph '" + name_ + "', node %" + std::to_string(node.id) + " (" + std::string(op_name(node.op)) +
+                  "): its '" + key + "' body nests control flow " + std::to_string(depth) +
+                  " levels deep, more than the limit of " + std::to_string(limits::kMaxNestingDepth));
+    nesting_depth_ = std::max(nesting_depth_, depth);
+  }
   nodes_.push_back(std::move(node));
   return nodes_.back().id;
 }
@@ -384,14 +403,23 @@ NodeId Graph::attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask
   return add(OpKind::Attention, std::move(ins), {{"causal", causal}, {"scale", scale}});
 }
 
-void Graph::verify() const {
+namespace {
+
+// Bodies are shared (GraphRef), so one body may sit under many nodes and
+// levels: each distinct body is verified once per call, which keeps
+// verification linear where a naive walk is exponential in the nesting.
+void verify_graph(const Graph& g, std::set<const Graph*>& verified) {
+  if (!verified.insert(&g).second) return;
+  const auto& nodes = g.nodes();
+  const std::string& gname = g.name();
+  const Graph& self = g;
   std::map<std::string, NodeId> names;
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    const Node& n = nodes_[i];
-    auto where = [&] { return "graph '" + name_ + "', " + describe_node(*this, n) + ": "; };
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    auto where = [&] { return "graph '" + gname + "', " + describe_node(self, n) + ": "; };
     if (n.id != i) throw Error(where() + "id does not match its position " + std::to_string(i));
     for (auto in : n.inputs) {
-      if (in >= nodes_.size()) throw Error(where() + "input %" + std::to_string(in) + " is dangling (no such node)");
+      if (in >= nodes.size()) throw Error(where() + "input %" + std::to_string(in) + " is dangling (no such node)");
       if (in >= n.id)
         throw Error(where() + "input %" + std::to_string(in) + " is not defined before its use (cycle or forward reference)");
     }
@@ -401,8 +429,9 @@ void Graph::verify() const {
     } catch (const Error& e) {
       throw Error(where() + e.what());
     }
-    for (const auto& [key, value] : n.attrs.items()) {
-      auto it = std::find_if(schema.begin(), schema.end(), [&](const AttrSpec& s) { return s.key == key; });
+    for (const auto& item : n.attrs.items()) {
+      const auto& [key, value] = item;
+      auto it = std::find_if(schema.begin(), schema.end(), [&](const AttrSpec& s) { return s.key == item.first; });
       if (it == schema.end()) throw Error(where() + "unknown attribute '" + key + "'");
       bool ok = false;
       switch (it->type) {
@@ -417,7 +446,7 @@ void Graph::verify() const {
           ok = body && *body;
           if (!ok) break;
           try {
-            (*body)->verify();
+            verify_graph(**body, verified);
           } catch (const Error& e) {
             throw Error(where() + "in its '" + key + "' body: " + e.what());
           }
@@ -439,7 +468,7 @@ void Graph::verify() const {
     TypeInfo declared{n.dtype, n.shape};
     TypeInfo t;
     try {
-      t = infer_type(*this, n.op, n.inputs, n.attrs, &declared);
+      t = infer_type(self, n.op, n.inputs, n.attrs, &declared);
     } catch (const Error& e) {
       throw Error(where() + e.what());
     }
@@ -447,8 +476,15 @@ void Graph::verify() const {
       throw Error(where() + "declared " + std::string(dtype_name(n.dtype)) + n.shape.str() + " but inference gives " +
                   std::string(dtype_name(t.dtype)) + t.shape.str());
   }
-  for (const auto& o : outputs_)
-    if (o.node >= nodes_.size()) throw Error("graph '" + name_ + "': output %" + std::to_string(o.node) + " is dangling");
+  for (const auto& o : g.outputs())
+    if (o.node >= nodes.size()) throw Error("graph '" + gname + "': output %" + std::to_string(o.node) + " is dangling");
+}
+
+}  // namespace
+
+void Graph::verify() const {
+  std::set<const Graph*> verified;
+  verify_graph(*this, verified);
 }
 
 std::vector<std::uint32_t> Graph::use_counts() const {
@@ -459,7 +495,46 @@ std::vector<std::uint32_t> Graph::use_counts() const {
   return uses;
 }
 
+namespace {
+// Shared bodies are walked once (see verify_graph).
+void collect_symbols(const Graph& g, std::set<std::string, std::less<>>& out, std::set<const Graph*>& seen) {
+  if (!seen.insert(&g).second) return;
+  for (const auto& n : g.nodes()) {
+    for (const auto& d : n.shape.dims())
+      if (!d.is_static()) out.insert(d.sym);
+    for (const auto& [key, value] : n.attrs.items())
+      if (const auto* body = std::get_if<GraphRef>(&value); body && *body) collect_symbols(**body, out, seen);
+  }
+}
+
+using BoundBodies = std::map<const Graph*, GraphRef>;
+
+Graph bind_graph(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings,
+                 BoundBodies& bound);
+}  // namespace
+
 Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings) {
+  std::set<std::string, std::less<>> symbols;
+  std::set<const Graph*> seen;
+  collect_symbols(g, symbols, seen);
+  for (const auto& [name, value] : bindings) {
+    if (!symbols.contains(name)) {
+      std::string known;
+      for (const auto& s : symbols) known += (known.empty() ? "" : ", ") + s;
+      throw Error("graph '" + g.name() + "': cannot bind the symbol '" + name + "': the graph has " +
+                  (symbols.empty() ? std::string("no symbolic dims") : "the symbols " + known));
+    }
+    if (value < 0 || value > limits::kMaxElements)
+      throw Error("graph '" + g.name() + "': symbol '" + name + "' bound to " + std::to_string(value) +
+                  ", an extent must be in [0, 2^48]");
+  }
+  BoundBodies bound;
+  return bind_graph(g, bindings, bound);
+}
+
+namespace {
+Graph bind_graph(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings,
+                 BoundBodies& bound) {
   auto bind = [&](Shape s) {
     for (auto& d : s.dims()) {
       if (d.is_static()) continue;
@@ -474,8 +549,11 @@ Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std:
     c.shape = bind(n.shape);
     auto& attrs = c.attrs;
     for (const auto& [key, value] : n.attrs.items())  // control-flow bodies see the same bindings
-      if (const auto* body = std::get_if<GraphRef>(&value); body && *body)
-        attrs.set(key, std::make_shared<const Graph>(bind_symbols(**body, bindings)));
+      if (const auto* body = std::get_if<GraphRef>(&value); body && *body) {
+        auto [it, fresh] = bound.try_emplace(body->get());  // a shared body is bound once
+        if (fresh) it->second = std::make_shared<const Graph>(bind_graph(**body, bindings, bound));
+        attrs.set(key, it->second);
+      }
     if (n.op == OpKind::Slice) {  // symbolic axes were taken whole
       auto ends = attrs.get_ints("ends");
       for (std::size_t i = 0; i < ends.size(); ++i)
@@ -489,5 +567,6 @@ Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std:
   out.verify();
   return out;
 }
+}  // namespace
 
 }  // namespace rlx::ir

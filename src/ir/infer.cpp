@@ -1,5 +1,6 @@
 // Shape and dtype inference for every op: one switch, one place.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -9,6 +10,7 @@
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
 #include "rlx/ir/graph.hpp"
+#include "rlx/ir/limits.hpp"
 
 namespace rlx::ir {
 
@@ -18,6 +20,10 @@ namespace {
   std::string s = std::string(op_name(op)) + " with inputs (";
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (i) s += ", ";
+    if (i == limits::kMaxListedItems && inputs.size() > limits::kMaxListedItems + 1) {
+      s += "... and " + std::to_string(inputs.size() - i) + " more";
+      break;
+    }
     if (inputs[i] < g.size()) {
       const Node& n = g.nodes()[inputs[i]];
       s += "%" + std::to_string(n.id) + ": " + std::string(dtype_name(n.dtype)) + n.shape.str();
@@ -32,8 +38,10 @@ bool is_one(const Dim& d) { return d.is_static() && d.size == 1; }
 
 }  // namespace
 
-TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, const Attrs& attrs,
-                    const TypeInfo* declared) {
+namespace {
+
+TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inputs, const Attrs& attrs,
+                         const TypeInfo* declared) {
   const OpInfo& info = op_info(op);
   auto n_in = static_cast<int>(inputs.size());
   if (n_in < info.min_inputs || n_in > info.max_inputs)
@@ -112,8 +120,9 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
         }
         if (op == OpKind::Cast) return {attrs.get_dtype("to"), in(0).shape};
         require(in(0).dtype != DType::Bool, "does not take bool");  // Clamp
-        attrs.get_float("min");
-        attrs.get_float("max");
+        // A NaN bound makes a float result NaN (numpy's clip); an integer result has no NaN.
+        require(is_float(in(0).dtype) || (!std::isnan(attrs.get_float("min")) && !std::isnan(attrs.get_float("max"))),
+                "a NaN bound needs a float input (the result would be NaN)");
         return {in(0).dtype, in(0).shape};
       }
       case OpClass::Reduce: {
@@ -212,7 +221,8 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
           require(0 <= st[i] && st[i] <= en[i] && en[i] <= s0[i].size, "slice [" + std::to_string(st[i]) + ":" +
                                                                           std::to_string(en[i]) + "] is out of range on axis " +
                                                                           std::to_string(i));
-          out.emplace_back((en[i] - st[i] + sp[i] - 1) / sp[i]);
+          const std::int64_t span = en[i] - st[i];  // >= 0, no overflow: both are in [0, extent]
+          out.emplace_back(span / sp[i] + (span % sp[i] != 0));
         }
         return {t0, Shape(std::move(out))};
       }
@@ -227,7 +237,7 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
           for (std::size_t d = 0; d < rank; ++d)
             if (d != axis) require(s[d] == s0[d], "dims differ off the concat axis");
           require(s[axis].is_static(), "cannot concat along a symbolic dim");
-          total += s[axis].size;
+          total = limits::checked_add(total, s[axis].size, "the concat axis");
         }
         out[axis] = Dim(total);
         return {t0, Shape(std::move(out))};
@@ -239,7 +249,7 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
         for (std::size_t i = 0; i < rank; ++i) {
           if (pads[i] == 0 && pads[i + rank] == 0) { out.push_back(s0[i]); continue; }
           require(s0[i].is_static(), "cannot pad a symbolic dim");
-          auto e = s0[i].size + pads[i] + pads[i + rank];
+          auto e = limits::checked_add(limits::checked_add(s0[i].size, pads[i], "pad"), pads[i + rank], "pad");
           require(e >= 0, "padding crops axis " + std::to_string(i) + " below zero");
           out.emplace_back(e);
         }
@@ -374,8 +384,9 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
         std::vector<Dim> out{s0[0], Dim(out_c)};
         for (std::size_t i = 0; i < sp; ++i) {
           require(stride[i] >= 1 && dilation[i] >= 1 && padding[i] >= 0 && kernel[i] >= 1, "stride/dilation/kernel must be >= 1");
-          auto eff = dilation[i] * (kernel[i] - 1) + 1;
-          auto e = s0[2 + i].size + 2 * padding[i] - eff;
+          using limits::checked_add, limits::checked_mul;
+          auto eff = checked_add(checked_mul(dilation[i], kernel[i] - 1, "the dilated kernel"), 1, "the dilated kernel");
+          auto e = checked_add(s0[2 + i].size, checked_mul(2, padding[i], "the padding"), "the padded input") - eff;
           require(e >= 0, "kernel is larger than the padded input");
           out.emplace_back(e / stride[i] + 1);
         }
@@ -411,6 +422,25 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
     if (msg.rfind(std::string(op_name(op)) + " with inputs", 0) == 0) throw;
     fail(g, op, inputs, msg);
   }
+}
+
+}  // namespace
+
+TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, const Attrs& attrs,
+                    const TypeInfo* declared) {
+  TypeInfo t = infer_unchecked(g, op, inputs, attrs, declared);
+  // The one gate every node's shape passes: custom ops' infer rules, declared
+  // leaves and inferred results alike.
+  try {
+    check_shape(t.shape, "the result");
+  } catch (const Error& e) {
+    fail(g, op, inputs, e.what());
+  }
+  // A declaration that inference contradicts is an error, whichever op it is on (never silently replaced).
+  if (declared && (declared->dtype != t.dtype || declared->shape != t.shape))
+    fail(g, op, inputs, "declared " + std::string(dtype_name(declared->dtype)) + declared->shape.str() +
+                            " but inference gives " + std::string(dtype_name(t.dtype)) + t.shape.str());
+  return t;
 }
 
 }  // namespace rlx::ir

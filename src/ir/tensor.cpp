@@ -4,22 +4,23 @@
 #include <string>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/limits.hpp"
+#include "rlx/ir/shape.hpp"
 
 namespace rlx::ir {
 
 namespace {
-std::int64_t count(const std::vector<std::int64_t>& shape) {
-  std::int64_t n = 1;
-  for (auto d : shape) {
-    if (d < 0) throw Error("tensor extent " + std::to_string(d) + " is negative");
-    n *= d;
-  }
-  return n;
+// Checked before the vector allocates: a huge shape is an rlx::Error, not a
+// bad_alloc or 8 GiB zero-filled and then refused.
+std::size_t checked_bytes(const std::vector<std::int64_t>& shape, DType dtype) {
+  const std::int64_t bytes = checked_numel(shape, "a tensor") * std::int64_t(dtype_size(dtype));
+  limits::check_allocation(bytes, "a tensor of " + Shape(shape).str());
+  return std::size_t(bytes);
 }
 }  // namespace
 
 Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape)
-    : dtype_(dtype), shape_(std::move(shape)), data_(static_cast<std::size_t>(count(shape_)) * dtype_size(dtype)) {}
+    : dtype_(dtype), shape_(std::move(shape)), data_(checked_bytes(shape_, dtype)) {}
 
 Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape, std::span<const std::byte> bytes)
     : Tensor(dtype, std::move(shape)) {

@@ -18,6 +18,7 @@
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
+#include "rlx/ir/limits.hpp"
 
 namespace rlx::ir {
 namespace {
@@ -215,6 +216,8 @@ std::vector<Token> lex(std::string_view s) {
       t.kind = Tok::String;
       for (++i;; ++i) {
         if (i >= s.size() || s[i] == '\n') fail(t, "unterminated string");
+        if (t.text.size() > limits::kMaxStringBytes)
+          fail(t, fmt::format("a string is longer than {} bytes", limits::kMaxStringBytes));
         if (s[i] == '"') break;
         if (s[i] != '\\') {
           t.text += s[i];
@@ -290,6 +293,14 @@ class Parser {
   Graph parse_graph() {
     const Token& kw = peek();
     if (!is_word(kw, "graph")) fail(kw, "expected 'graph', got " + describe(kw));
+    // Bodies recurse through here: the limit keeps hostile nesting off the stack.
+    if (depth_ > limits::kMaxNestingDepth)
+      fail(kw, fmt::format("bodies nest more than {} levels deep", limits::kMaxNestingDepth));
+    struct Nest {
+      std::size_t& d;
+      explicit Nest(std::size_t& depth) : d(++depth) {}
+      ~Nest() { --d; }
+    } nest(depth_);
     next();
     const Token& name = next();
     if (name.kind != Tok::Ident && name.kind != Tok::String)
@@ -411,10 +422,17 @@ class Parser {
 
   AttrValue attr_value(const AttrSpec& spec, OpKind op) {
     const Token& at = peek();
+    const bool literal_next = is_punct(at, "-") || at.kind == Tok::Int || at.kind == Tok::Float || at.kind == Tok::Ident;
     switch (spec.type) {
-      case AttrType::Int: return to_int(literal());
-      case AttrType::Float: return to_float(literal());
-      case AttrType::Bool: return to_bool(literal());
+      case AttrType::Int:
+        if (!literal_next) mismatch(at, spec, op, "an integer");
+        return to_int(literal());
+      case AttrType::Float:
+        if (!literal_next) mismatch(at, spec, op, "a number");
+        return to_float(literal());
+      case AttrType::Bool:
+        if (!literal_next) mismatch(at, spec, op, "true or false");
+        return to_bool(literal());
       case AttrType::String:
         if (at.kind != Tok::String) mismatch(at, spec, op, "a string");
         return next().text;
@@ -493,7 +511,8 @@ class Parser {
     }
     const std::size_t resume = pos_;
     for (const auto& [key, at] : deferred) {
-      auto spec = std::find_if(ext_schema.begin(), ext_schema.end(), [&](const AttrSpec& s) { return s.key == key->text; });
+      const std::string& wanted = key->text;
+      auto spec = std::find_if(ext_schema.begin(), ext_schema.end(), [&](const AttrSpec& s) { return s.key == wanted; });
       if (spec == ext_schema.end()) fail(*key, fmt::format("unknown attribute '{}' for custom op '{}'", key->text, n.attrs.get_str("op")));
       pos_ = at;
       n.attrs.set(key->text, attr_value(*spec, n.op));
@@ -513,6 +532,7 @@ class Parser {
     if (accept("]")) return Shape(std::move(dims));
     do {
       const Token& t = next();
+      if (dims.size() == limits::kMaxRank) fail(t, fmt::format("a shape has more than {} dims", limits::kMaxRank));
       if (t.kind == Tok::Ident || t.kind == Tok::String) dims.push_back(Dim::symbol(t.text));
       else if (t.kind == Tok::Int) dims.emplace_back(to_int({nullptr, &t}));
       else fail(t, "expected a dim (an extent or a symbol), got " + describe(t));
@@ -525,10 +545,17 @@ class Parser {
                                                      const std::vector<Literal>& values, const Token& values_tok) {
     if (!n.shape.is_static())
       fail(type_tok, "a constant's shape must be static, got " + format_type(n.dtype, n.shape));
-    auto t = std::make_shared<Tensor>(n.dtype, n.shape.extents());
-    if (static_cast<std::int64_t>(values.size()) != t->numel())
+    // Counted before the tensor exists: a huge declared shape must not be allocated to be refused.
+    std::int64_t count = 0;
+    try {
+      count = n.shape.numel();
+    } catch (const Error& e) {
+      fail(type_tok, e.what());
+    }
+    if (static_cast<std::int64_t>(values.size()) != count)
       fail(values_tok, fmt::format("constant has {} values but its type {} holds {}", values.size(),
-                                   format_type(n.dtype, n.shape), t->numel()));
+                                   format_type(n.dtype, n.shape), count));
+    auto t = std::make_shared<Tensor>(n.dtype, n.shape.extents());
     for (std::size_t i = 0; i < values.size(); ++i) {
       const auto at = static_cast<std::int64_t>(i);
       if (n.dtype == DType::Bool) t->set(at, to_bool(values[i]));
@@ -615,6 +642,7 @@ class Parser {
 
   std::vector<Token> toks_;
   std::size_t pos_ = 0;
+  std::size_t depth_ = 0;  // graph blocks open
   std::map<std::string, Def, std::less<>> defs_;
   std::vector<const Token*> nodes_;  // label token per dense id
   std::map<std::string, GraphRef, std::less<>> bodies_;

@@ -130,7 +130,9 @@ Value eval_elementwise(const Ctx& c) {
     case OpKind::Clamp: {
       double lo = c.attrs().float_or("min", -INFINITY), hi = c.attrs().float_or("max", INFINITY);
       Value r = x;
-      for (auto& v : r.v) v = std::isnan(v) ? v : std::fmin(std::fmax(v, lo), hi);
+      // numpy's clip: a NaN bound makes every element NaN, a NaN element stays NaN.
+      const bool nan_bound = std::isnan(lo) || std::isnan(hi);
+      for (auto& v : r.v) v = nan_bound ? NAN : std::isnan(v) ? v : std::fmin(std::fmax(v, lo), hi);
       return r;
     }
     default: c.fail("not an elementwise op");

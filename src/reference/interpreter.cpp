@@ -8,11 +8,7 @@
 namespace rlx::reference {
 namespace detail {
 
-std::int64_t numel(const Ext& e) {
-  std::int64_t n = 1;
-  for (auto d : e) n *= d;
-  return n;
-}
+std::int64_t numel(const Ext& e) { return ir::checked_numel(e, "a reference value"); }
 
 std::string ext_str(const Ext& e) {
   std::string s = "[";

@@ -10,6 +10,7 @@
 
 #include "rlx/error.hpp"
 #include "rlx/ir/graph.hpp"
+#include "rlx/ir/limits.hpp"
 
 namespace rlx::reference::detail {
 
@@ -17,13 +18,20 @@ using Ext = std::vector<std::int64_t>;
 
 std::int64_t numel(const Ext& e);
 
+// The element count, refused before allocation when the float64 values would not fit in memory.
+inline std::size_t checked_size(const Ext& e) {
+  const std::int64_t n = numel(e);
+  ir::limits::check_allocation(n * 8, "a float64 reference value");
+  return std::size_t(n);
+}
+
 struct Value {
   ir::DType dtype = ir::DType::F64;
   Ext ext;
   std::vector<double> v;
 
   Value() = default;
-  Value(ir::DType d, Ext e) : dtype(d), ext(std::move(e)), v(std::size_t(numel(ext)), 0.0) {}
+  Value(ir::DType d, Ext e) : dtype(d), ext(std::move(e)), v(checked_size(ext), 0.0) {}
   std::size_t rank() const { return ext.size(); }
 };
 

@@ -315,6 +315,13 @@ Variants clamp_variants() {
     }
   V nan("clamp f32 NaN propagates");
   r.push_back(nan.out({nan.g().clamp(nan.in("x", DType::F32, {4, 8}, with_nans()), -0.5, 1.25)}));
+  // A NaN bound makes every element NaN, as numpy's clip does (the reference is the judge).
+  const double q = std::nan("");
+  for (DType t : kFloats)
+    for (auto [lo, hi] : {std::pair{q, 1.0}, std::pair{-1.0, q}, std::pair{q, q}}) {
+      V v("clamp " + dt(t) + " NaN bound " + std::to_string(lo) + "," + std::to_string(hi));
+      r.push_back(v.out({v.g().clamp(v.in("x", t, {3, 5}), lo, hi)}));
+    }
   for (DType t : {DType::I32, DType::I64, DType::I8}) {
     V v("clamp " + dt(t));
     r.push_back(v.out({v.g().clamp(v.in("x", t, {3, 4}, ints_in(-10, 10)), -3, 5)}));

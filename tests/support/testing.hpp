@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <random>
+#include <source_location>
 #include <string>
 #include <string_view>
 
@@ -83,17 +84,20 @@ inline ::testing::AssertionResult tensors_close(const ir::Tensor& actual, const 
 }
 
 // Runs `f`, which must throw rlx::Error whose message mentions every needle.
+// Failures point at the caller's line.
 template <class F>
-void expect_error(F&& f, std::initializer_list<std::string_view> needles) {
+void expect_error(F&& f, std::initializer_list<std::string_view> needles,
+                  std::source_location at = std::source_location::current()) {
   try {
     f();
-    ADD_FAILURE() << "no rlx::Error was thrown";
+    ADD_FAILURE_AT(at.file_name(), int(at.line())) << "no rlx::Error was thrown";
   } catch (const Error& e) {
     const std::string msg = e.what();
     for (auto needle : needles)
-      EXPECT_NE(msg.find(needle), std::string::npos) << "the message lacks \"" << needle << "\": " << msg;
+      if (msg.find(needle) == std::string::npos)
+        ADD_FAILURE_AT(at.file_name(), int(at.line())) << "the message lacks \"" << needle << "\": " << msg;
   } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-rlx exception: " << e.what();
+    ADD_FAILURE_AT(at.file_name(), int(at.line())) << "threw a non-rlx exception: " << e.what();
   }
 }
 

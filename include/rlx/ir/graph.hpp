@@ -191,6 +191,12 @@ class Graph {
   // Throws rlx::Error naming the node, the op and the shapes.
   void verify() const;
 
+  // How deep control-flow bodies nest under this graph: 0 without bodies, 1
+  // when its bodies have none, and so on. add_raw refuses a node that would
+  // pass limits::kMaxNestingDepth, so every recursive walk over bodies is
+  // bounded.
+  std::size_t nesting_depth() const { return nesting_depth_; }
+
   // Number of uses of each node (outputs count as a use).
   std::vector<std::uint32_t> use_counts() const;
 
@@ -198,6 +204,7 @@ class Graph {
   std::string name_;
   std::vector<Node> nodes_;
   std::vector<GraphOutput> outputs_;
+  std::size_t nesting_depth_ = 0;
 };
 
 // Infers (dtype, shape) of `op` applied to `inputs` of graph `g`. For ops with

@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rlx::ir {
@@ -41,7 +42,8 @@ class Shape {
   bool is_static() const;
   // Extents as integers; throws rlx::Error if a dim is symbolic.
   std::vector<std::int64_t> extents() const;
-  std::int64_t numel() const;  // throws if symbolic
+  // Element count; throws rlx::Error if a dim is symbolic or the count passes limits::kMaxElements.
+  std::int64_t numel() const;
   bool operator==(const Shape& o) const { return dims_ == o.dims_; }
   bool operator!=(const Shape& o) const { return !(*this == o); }
   std::string str() const;  // "[2,3,B]"
@@ -49,6 +51,15 @@ class Shape {
  private:
   std::vector<Dim> dims_;
 };
+
+// Throws rlx::Error naming `what` unless the shape is within limits: rank at
+// most limits::kMaxRank, static extents >= 0, and the product of the static
+// extents at most limits::kMaxElements. Every shape that enters a graph passes
+// through it (infer_type checks each node's result), so code past the IR can
+// multiply extents without overflow checks.
+void check_shape(const Shape& shape, std::string_view what);
+// The element count of static extents, checked the same way.
+std::int64_t checked_numel(const std::vector<std::int64_t>& extents, std::string_view what = "a tensor");
 
 // NumPy broadcasting; throws rlx::Error naming both shapes when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b);

@@ -19,6 +19,7 @@
 #include "backends/cpu/kernels.hpp"
 #include "rlx/backends/cpu/cpu_backend.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/limits.hpp"
 #include "rlx/runtime/custom_kernels.hpp"
 
 namespace rlx::backends::cpu {
@@ -35,8 +36,11 @@ std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign;
 class AlignedBytes {
  public:
   AlignedBytes() = default;
+  // Refused up front when the machine cannot hold it: with overcommit, a huge
+  // allocation "succeeds" and the first run is killed for memory instead.
   explicit AlignedBytes(std::size_t n)
-      : p_(static_cast<std::byte*>(::operator new(align_up(std::max<std::size_t>(n, 1)), std::align_val_t(kAlign)))),
+      : p_((ir::limits::check_allocation(std::int64_t(n), "a CPU buffer (the arena or a weight)"),
+            static_cast<std::byte*>(::operator new(align_up(std::max<std::size_t>(n, 1)), std::align_val_t(kAlign))))),
         n_(n) {}
   std::byte* data() const { return p_.get(); }
   std::size_t size() const { return n_; }

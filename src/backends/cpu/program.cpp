@@ -1,6 +1,7 @@
 #include "backends/cpu/program.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -457,6 +458,8 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
       Instr in{Op::Clamp, ct, ct, n.dtype, std::int16_t(dst), operand(0)};
       in.f0 = n.attrs.get_float("min");
       in.f1 = n.attrs.get_float("max");
+      // A NaN bound gives NaN (numpy's clip): with both bounds NaN, max then min propagate it on every ISA.
+      if (std::isnan(in.f0) || std::isnan(in.f1)) in.f0 = in.f1 = std::nan("");
       emit_op(in);
     } else if (auto u = unary_op(n.op)) {
       dst = alloc(uni);

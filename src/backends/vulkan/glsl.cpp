@@ -664,7 +664,9 @@ std::string Emitter::op_expr(const ir::Node& n, const std::vector<std::string>& 
         double lo = n.attrs.float_or("min", -INFINITY), hi = n.attrs.float_or("max", INFINITY);
         if (ct == CT::F32 || ct == CT::F64) {
           const DType lt = ct == CT::F64 ? DType::F64 : DType::F32;
-          e = "(isnan(" + a[0] + ") ? " + a[0] + " : min(max(" + a[0] + ", " + literal(lo, lt) + "), " + literal(hi, lt) + "))";
+          // A NaN bound gives NaN (numpy's clip); GLSL's min/max leave NaN operands undefined.
+          if (std::isnan(lo) || std::isnan(hi)) e = "(" + a[0] + " + " + literal(NAN, lt) + ")";
+          else e = "(isnan(" + a[0] + ") ? " + a[0] + " : min(max(" + a[0] + ", " + literal(lo, lt) + "), " + literal(hi, lt) + "))";
           break;
         }
         // trunc(min(max(v, lo), hi)) for an integer v: v < lo exactly when v < ceil(lo), and so on.
