@@ -541,6 +541,14 @@ class CompiledGraph:
     def memory_plan(self) -> dict: return self._c.memory_plan()
     def dispatch_report(self) -> list: return self._c.dispatch_report()
 
+    def cancel(self) -> None:
+        """Stops the run in flight (from another thread) at its next loop step; it raises rlx.Error."""
+        self._c.cancel()
+
+    def set_timeout(self, seconds: Optional[float]) -> None:
+        """Every later run raises rlx.Error once it has run `seconds` (checked at each loop step); None: no limit."""
+        self._c.set_run_timeout(seconds)
+
     def set_profiling(self, on: bool = True) -> None:
         """Record each kernel's time in later runs (CPU: off by default, two clock reads per kernel)."""
         self._c.set_profiling(on)

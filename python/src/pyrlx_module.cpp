@@ -11,6 +11,8 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "rlx/autodiff/autodiff.hpp"
@@ -235,6 +237,14 @@ NB_MODULE(_pyrlx, m) {
       .def("ir", [](const PyCompiled& c, const std::string& level) { return c.g.ir(level); })
       .def("summary", [](const PyCompiled& c) { return c.g.compile_result().summary(); })
       .def("set_profiling", [](PyCompiled& c, bool on) { c.g.set_profiling(on); })
+      // Lock-free and quick: callable from any thread while another runs this graph with the GIL released.
+      .def("cancel", [](PyCompiled& c) { c.g.cancel(); })
+      .def("set_run_timeout", [](PyCompiled& c, std::optional<double> seconds) {
+        if (seconds && !(*seconds > 0)) throw rlx::Error("set_timeout: seconds must be > 0, or None for no timeout");
+        if (!seconds) return c.g.set_run_timeout(std::nullopt);
+        c.g.set_run_timeout(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(std::min(*seconds, 1e9))));
+      }, nb::arg("seconds").none())
       .def("kernel_times", [](const PyCompiled& c) {
         nb::list rows;
         for (const auto& t : c.g.kernel_times()) rows.append(nb::make_tuple(t.kernel, t.micros, t.host));

@@ -203,3 +203,37 @@ def test_scan_text_round_trips():
     text = g.to_text()
     assert "body @b0 = graph" in text
     assert rlx.parse(text).to_text() == text
+
+
+def test_endless_while_loop_ends_by_timeout_or_cancel():
+    import threading
+    import time
+
+    g = rlx.Graph()
+    x = g.input("x", ())
+    step = g.input("step", ())
+    g.output(rlx.while_loop(lambda c: c < 1.0, lambda c: c + step, x))
+    c = rlx.Session("cpu").compile(g)
+    feed = {"x": np.float32(0), "step": np.float32(0)}  # step 0: the condition never turns false
+    c.set_timeout(0.1)
+    with pytest.raises(rlx.Error, match="passed its timeout"):
+        c.run(feed)
+    c.set_timeout(None)
+    done = threading.Event()
+
+    def canceller():
+        while not done.is_set():
+            time.sleep(0.02)
+            c.cancel()
+
+    t = threading.Thread(target=canceller)
+    t.start()
+    try:
+        with pytest.raises(rlx.Error, match="the run was cancelled"):
+            c.run(feed)
+    finally:
+        done.set()
+        t.join()
+    assert float(c.run({"x": np.float32(0), "step": np.float32(0.5)})[0]) == 1.0
+    with pytest.raises(rlx.Error, match="seconds must be > 0"):
+        c.set_timeout(-1)

@@ -1,6 +1,7 @@
 // scan, if and while in the reference: the bodies run through the reference
 // itself, step by step. A node computes its whole op and keeps the result it
 // stands for; siblings repeat the work, which the oracle can afford.
+#include "rlx/run_control.hpp"
 #include "rlx/ir/control_flow.hpp"
 
 #include <algorithm>
@@ -57,6 +58,7 @@ ir::Tensor while_loop(const Ctx& c, Tensors in, std::size_t r) {
   const auto nc = std::size_t(a.get_int("num_carries"));
   const std::int64_t max_trips = a.int_or("max_trip_count", -1);
   for (std::int64_t trip = 0; max_trips < 0 || trip < max_trips; ++trip) {
+    check_run("reference while loop");
     if (run_body(cond, in).at(0).get(0) == 0) break;
     Tensors outs = run_body(body, in);
     for (std::size_t i = 0; i < nc; ++i) in[i] = std::move(outs[i]);

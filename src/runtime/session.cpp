@@ -104,7 +104,10 @@ void CompiledGraph::run_into(std::span<const NamedTensor> inputs, std::span<ir::
     check_value("output", outputs_[j], ir::view(outputs[j]));
     out_ptrs_[j] = outputs[j].data();
   }
-  exe_->run(in_ptrs_, out_ptrs_);
+  {
+    RunControl::Scope scope(*control_);
+    exe_->run(in_ptrs_, out_ptrs_);
+  }
 }
 
 void CompiledGraph::run_raw(std::span<const NamedTensor> inputs, std::span<void* const> outputs) {
@@ -112,7 +115,10 @@ void CompiledGraph::run_raw(std::span<const NamedTensor> inputs, std::span<void*
   bind_inputs(inputs);
   if (outputs.size() != outputs_.size())
     throw Error("run: expected " + std::to_string(outputs_.size()) + " outputs, got " + std::to_string(outputs.size()));
-  exe_->run(in_ptrs_, outputs);
+  {
+    RunControl::Scope scope(*control_);
+    exe_->run(in_ptrs_, outputs);
+  }
 }
 
 std::vector<ir::Tensor> CompiledGraph::run(std::span<const NamedTensor> inputs) {
@@ -182,6 +188,7 @@ std::vector<ir::Tensor> CompiledGraph::run_typed(std::span<const NamedTensor> in
   }
   for (std::size_t i = 0; i < inputs_.size(); ++i)
     if (!given[i] && !handles_[i]) throw Error("run_typed: input '" + inputs_[i].name + "' is missing");
+  RunControl::Scope scope(*control_);
   return exe_->run_typed(views);
 }
 
@@ -200,7 +207,10 @@ std::vector<ir::Tensor> CompiledGraph::run_read_outputs(std::span<const NamedTen
   // Every index gets its own tensor; a repeated index is filled by a copy after the run.
   for (std::size_t k = 0; k < indices.size(); ++k)
     if (!out_ptrs_[indices[k]]) out_ptrs_[indices[k]] = outs[k].data();
-  exe_->run_read_outputs(in_ptrs_, out_ptrs_);
+  {
+    RunControl::Scope scope(*control_);
+    exe_->run_read_outputs(in_ptrs_, out_ptrs_);
+  }
   for (std::size_t k = 0; k < indices.size(); ++k)
     if (out_ptrs_[indices[k]] != outs[k].data()) std::memcpy(outs[k].data(), out_ptrs_[indices[k]], outs[k].nbytes());
   return outs;
@@ -213,7 +223,10 @@ void CompiledGraph::commit_no_wait(std::span<const NamedTensor> inputs) {
   for (const auto& s : outputs_) outs.emplace_back(s.dtype, s.shape);
   out_ptrs_.resize(outs.size());
   for (std::size_t j = 0; j < outs.size(); ++j) out_ptrs_[j] = outs[j].data();
-  exe_->commit_no_wait(in_ptrs_, out_ptrs_);
+  {
+    RunControl::Scope scope(*control_);  // a synchronous backend runs here
+    exe_->commit_no_wait(in_ptrs_, out_ptrs_);
+  }
   pending_ = std::move(outs);  // the tensors' heap buffers do not move with the vector
 }
 
@@ -237,7 +250,10 @@ std::vector<std::vector<ir::Tensor>> CompiledGraph::run_pipelined(std::span<cons
     outs[k].reserve(outputs_.size());
     for (const auto& s : outputs_) p.push_back(outs[k].emplace_back(s.dtype, s.shape).data());
   }
-  exe_->run_pipelined(ins, outs_ptrs);
+  {
+    RunControl::Scope scope(*control_);
+    exe_->run_pipelined(ins, outs_ptrs);
+  }
   return outs;
 }
 

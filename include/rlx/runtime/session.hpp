@@ -1,4 +1,5 @@
 #pragma once
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -7,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "rlx/run_control.hpp"
 #include "rlx/runtime/backend.hpp"
 
 namespace rlx::runtime {
@@ -102,6 +104,16 @@ class CompiledGraph {
   // copy_params: every param's value from `src`, compiled from the same graph for the same backend.
   void copy_params_from(const CompiledGraph& src);
 
+  // Stopping runs (rlx/run_control.hpp). cancel() may be called from any thread and takes no lock: the run
+  // in flight stops at its next loop step with rlx::Error ("the run was cancelled"). A timeout bounds every
+  // later run the same way; nullopt (the default) is none. Kernels are not interrupted, loops are: a while
+  // whose condition never turns false is what needs it.
+  void cancel() noexcept { control_->cancel(); }
+  void set_run_timeout(std::optional<std::chrono::steady_clock::duration> timeout) {
+    auto held = lock();
+    control_->set_timeout(timeout);
+  }
+
  private:
   std::size_t input_index(std::string_view name, std::string_view method) const;
   // Every call that reads or writes the run state below (the scratch vectors,
@@ -122,6 +134,7 @@ class CompiledGraph {
   std::optional<std::vector<ir::Tensor>> pending_;  // outputs of a commit_no_wait
   // On the heap so that CompiledGraph stays movable (a moved-from one is not used again).
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
+  std::unique_ptr<RunControl> control_ = std::make_unique<RunControl>();  // per clone: cancel one, not all
 };
 
 class Session {

@@ -12,6 +12,7 @@
 #include "backends/cpu/kernels.hpp"
 #include "rlx/backends/cpu/cpu_backend.hpp"
 #include "rlx/error.hpp"
+#include "rlx/run_control.hpp"
 #include "rlx/ir/control_flow.hpp"
 
 namespace rlx::backends::cpu {
@@ -160,6 +161,7 @@ class ScanKernel final : public ControlKernel {
     Args a = args(c);
     for (std::size_t k = nc_ + nx_; k < operands_.size(); ++k) a.in[k] = operands_[k].at(c);
     for (std::int64_t s = 0; s < length_; ++s) {
+      check_run("cpu scan loop");
       const auto t = std::size_t(reverse_ ? length_ - 1 - s : s);
       const bool first = s == 0, last = s == length_ - 1;
       const int cur = int(s & 1), nxt = 1 - cur;
@@ -236,6 +238,7 @@ class WhileKernel final : public ControlKernel {
     void* flag = c.shared + flag_at_;
     int nxt = 0;
     for (std::int64_t trip = 0; max_trips_ < 0 || trip < max_trips_; ++trip) {
+      check_run("cpu while loop");  // a condition that never turns false ends by cancel or timeout
       cond_.run(ins(a), std::span<void* const>(&flag, 1));
       if (!*static_cast<const bool*>(flag)) break;
       for (std::size_t i = 0; i < nc_; ++i) a.out[i] = c.shared + carries_.at[nxt][i];
