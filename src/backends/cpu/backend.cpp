@@ -38,8 +38,8 @@ class AlignedBytes {
   AlignedBytes() = default;
   // Refused up front when the machine cannot hold it: with overcommit, a huge
   // allocation "succeeds" and the first run is killed for memory instead.
-  explicit AlignedBytes(std::size_t n)
-      : p_((ir::limits::check_allocation(std::int64_t(n), "a CPU buffer (the arena or a weight)"),
+  explicit AlignedBytes(std::size_t n, std::string_view what = "a CPU buffer")
+      : p_((ir::limits::check_allocation(std::int64_t(n), what),
             static_cast<std::byte*>(::operator new(align_up(std::max<std::size_t>(n, 1)), std::align_val_t(kAlign))))),
         n_(n) {}
   std::byte* data() const { return p_.get(); }
@@ -125,8 +125,8 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   CpuExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<ParamStore> params)
       : plan_(std::move(plan)),
         params_(std::move(params)),
-        arena_(plan_->arena_bytes),
-        shared_(plan_->shared_bytes),
+        arena_(plan_->arena_bytes, "the CPU arena"),
+        shared_(plan_->shared_bytes, "the CPU scratch area"),
         stride_(align_up(plan_->thread_bytes)),
         threads_(stride_ * std::size_t(ThreadPool::instance().size())),
         ptrs_(plan_->refs.size() + plan_->packs.size(), nullptr),
@@ -494,7 +494,7 @@ class CpuBackend final : public runtime::Backend {
     }
 
     for (const auto& v : lir.constant_values) {
-      AlignedBytes c(v.nbytes());
+      AlignedBytes c(v.nbytes(), "a CPU constant");
       if (v.nbytes()) std::memcpy(c.data(), v.data(), v.nbytes());
       plan->constants.push_back(std::move(c));
     }
@@ -502,7 +502,7 @@ class CpuBackend final : public runtime::Backend {
     for (BufferId id : lir.params) {
       std::size_t n = nbytes_of(lir.buffer(id));
       plan->param_bytes.push_back(n);
-      params->data.emplace_back(n);  // not cleared: CompiledGraph refuses to run until set_param wrote it
+      params->data.emplace_back(n, "a CPU param");  // not cleared: CompiledGraph refuses to run until set_param wrote it
     }
 
     // Arena outputs that own their storage are written straight into the caller's memory.
