@@ -413,8 +413,21 @@ class Graph:
         return attention(q, k, v, mask, causal, scale)
 
     # ---- introspection ----
-    def custom_op(self, name: str, *inputs: Node, **attrs) -> Node:
-        """A node of an op added with rlx.register_op (or a C++ OpExtension)."""
+    def custom_op(self, name: str, *inputs, **attrs) -> Node:
+        """A node of an op added with rlx.register_op (or a C++ OpExtension).
+
+        Two call forms: `g.custom_op(name, x, y, alpha=1.5)`, and the seed's
+        `g.custom_op(name, attrs, inputs)` with attrs a dict (or a list of
+        (key, value) pairs) and inputs a list of Nodes."""
+        if len(inputs) == 2 and not attrs and isinstance(inputs[0], (dict, list, tuple)) \
+                and isinstance(inputs[1], (list, tuple)) and all(isinstance(n, Node) for n in inputs[1]) \
+                and not any(isinstance(n, Node) for n in inputs[0]):
+            attrs = dict(inputs[0])
+            inputs = tuple(inputs[1])
+        for n in inputs:
+            if not isinstance(n, Node):
+                raise Error(f"custom_op('{name}'): inputs must be Nodes, got {type(n).__name__}; "
+                            "call it as custom_op(name, *inputs, **attrs) or custom_op(name, attrs, [inputs])")
         return self._op("custom", list(inputs), {"op": name, **attrs})
 
     def to_text(self) -> str: return self._g.to_text()

@@ -49,3 +49,19 @@ def test_custom_op_errors(rng):
     g2.output(g2.custom_op("py_raises", g2.input("x", (2,))))
     with pytest.raises(rlx.Error, match="ZeroDivisionError"):
         rlx.Session("cpu").compile(g2).run({"x": np.zeros(2, np.float32)})
+
+
+def test_seed_call_form_takes_attrs_then_inputs(rng):
+    # The seed's graph.custom_op("my_op", attrs, inputs) beside the keyword form; both build the same node.
+    rlx.register_op("py_seed_scale", infer_shape=lambda shapes, dtypes, attrs: shapes[0],
+                    lower=lambda g, x, k: x * k, num_inputs=1, attrs={"k": float})
+    g = rlx.Graph()
+    x = g.input("x", (2, 3))
+    a = g.custom_op("py_seed_scale", {"k": 2.0}, [x])
+    b = g.custom_op("py_seed_scale", [("k", 2.0)], [x])
+    c = g.custom_op("py_seed_scale", x, k=2.0)
+    g.output(a + b + c)
+    v = rng.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(rlx.Session("cpu").compile(g).run({"x": v})[0], 6 * v, rtol=1e-6)
+    with pytest.raises(rlx.Error, match="inputs must be Nodes"):
+        g.custom_op("py_seed_scale", {"k": 2.0}, x)
