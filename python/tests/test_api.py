@@ -130,6 +130,40 @@ def test_two_threads_run_clones(rng):
         np.testing.assert_allclose(results[i], np.maximum(xs[i] @ w + b, 0), rtol=1e-4, atol=1e-4)
 
 
+def test_eight_threads_run_one_compiled_graph(rng):
+    # run releases the GIL and nothing in Python serialises the calls: the
+    # compiled graph itself must (it once corrupted the heap here). Each
+    # thread's outputs must equal, bit for bit, what a serial run gives.
+    c = rlx.Session("cpu").compile(mlp(64, 128))
+    w = rng.standard_normal((128, 128)).astype(np.float32)
+    c.set_param("w", w)
+    c.set_param("b", rng.standard_normal(128).astype(np.float32))
+    xs = [rng.standard_normal((64, 128)).astype(np.float32) for _ in range(8)]
+    want = [c.run({"x": x})[0] for x in xs]
+    mismatches, errors = [], []
+    start = threading.Barrier(8)
+
+    def work(i):
+        try:
+            start.wait()
+            for _ in range(50):
+                (y,) = c.run({"x": xs[i]})
+                if not np.array_equal(y, want[i]):
+                    mismatches.append(i)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert not mismatches
+    (y,) = c.run({"x": xs[0]})
+    np.testing.assert_array_equal(y, want[0])
+
+
 def test_devices():
     assert "cpu" in rlx.available_devices()
     assert rlx.is_available("cpu")
