@@ -297,7 +297,10 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
     pm.run("lower_control_flow", g, [&](const ir::Graph& x) {
       return passes::lower_control_flow(x, options, backend, &res.dispatch);
     });
-  if (std::any_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node& n) { return n.op == ir::OpKind::Custom; }))
+  const auto has_custom = [](const ir::Graph& x) {
+    return std::any_of(x.nodes().begin(), x.nodes().end(), [](const ir::Node& n) { return n.op == ir::OpKind::Custom; });
+  };
+  if (has_custom(g))
     pm.run("inline", g,
            [&](const ir::Graph& x) { return passes::inline_custom(x, backend.custom_kernels, &res.dispatch); });
   if (!options.param_bindings.empty())
@@ -306,14 +309,20 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   std::set<ir::OpKind> keep;
   for (auto op : backend.native_ops)
     if (ir::op_info(op).cls == ir::OpClass::Composite) keep.insert(op);
-  pm.run("decompose", g, [&](const ir::Graph& x) { return passes::decompose(x, keep, &res.dispatch); });
-  if (!backend.f32_compute_ops.empty())
-    pm.run("legalize_f32_compute", g,
-           [&](const ir::Graph& x) { return passes::legalize_f32_compute(x, backend.f32_compute_ops); });
-  if (std::any_of(std::begin(ir::kAllDTypes), std::end(ir::kAllDTypes),
-                  [&](ir::DType t) { return !backend.native_dtypes.contains(t); }))
-    pm.run("legalize_dtypes", g, [&](const ir::Graph& x) { return passes::legalize_dtypes(x, backend.native_dtypes); });
-  pm.run("legalize_broadcast", g, passes::legalize_broadcast);
+  // Composites to primitives, then the backend's dtype and broadcast rules. Runs once here, and again
+  // after user passes that emit custom ops or composites, so their output is lowered too (seed extending.md §2b).
+  const auto legalize = [&] {
+    pm.run("decompose", g, [&](const ir::Graph& x) { return passes::decompose(x, keep, &res.dispatch); });
+    if (!backend.f32_compute_ops.empty())
+      pm.run("legalize_f32_compute", g,
+             [&](const ir::Graph& x) { return passes::legalize_f32_compute(x, backend.f32_compute_ops); });
+    if (std::any_of(std::begin(ir::kAllDTypes), std::end(ir::kAllDTypes),
+                    [&](ir::DType t) { return !backend.native_dtypes.contains(t); }))
+      pm.run("legalize_dtypes", g,
+             [&](const ir::Graph& x) { return passes::legalize_dtypes(x, backend.native_dtypes); });
+    pm.run("legalize_broadcast", g, passes::legalize_broadcast);
+  };
+  legalize();
   if (options.optimize) {
     pm.run("const_fold", g, passes::const_fold);
     pm.run("algebraic_simplify", g, passes::algebraic_simplify);
@@ -326,7 +335,17 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
       res.promoted_params = std::move(promoted.values);
       return std::move(promoted.graph);
     });
-  for (const auto& p : registered_ir_passes()) pm.run(p->name(), g, [&](const ir::Graph& x) { return p->run(x); });
+  const auto user_passes = registered_ir_passes();
+  for (const auto& p : user_passes) pm.run(p->name(), g, [&](const ir::Graph& x) { return p->run(x); });
+  const bool needs_lowering = std::any_of(g.nodes().begin(), g.nodes().end(), [&](const ir::Node& n) {
+    return n.op == ir::OpKind::Custom || (ir::op_info(n.op).cls == ir::OpClass::Composite && !keep.contains(n.op));
+  });
+  if (!user_passes.empty() && needs_lowering) {
+    if (has_custom(g))
+      pm.run("inline", g,
+             [&](const ir::Graph& x) { return passes::inline_custom(x, backend.custom_kernels, &res.dispatch); });
+    legalize();
+  }
   auto t0 = Clock::now();
   pm.guarded("verify", [&] { g.verify(); });
   pm.record("verify", g.size(), g.size(), t0);
