@@ -110,14 +110,21 @@ const std::vector<Helper>& helper_table() {
   return v == 1.0 ? y : log(v) * y / (v - 1.0);
 }
 )"},
+      // C99's (and numpy's) special cases come first: GLSL leaves log2 of 0, of a negative and of NaN undefined
+      // (lavapipe returns 0 for 0^-1 and NaN^2). A negative base, -0 and -inf included, keeps its sign under an
+      // odd integer exponent; a non-integer one makes a finite negative base NaN.
       {"pow", {"nan"}, R"(float rlx_pow(float x, float y) {
   if (y == 0.0 || x == 1.0) return 1.0;
-  float r = exp2(y * log2(abs(x)));
-  if (x < 0.0) {
-    if (y != floor(y)) return rlx_nan();
-    if (mod(y, 2.0) == 1.0) r = -r;
-  }
-  return r;
+  if (isnan(x) || isnan(y)) return rlx_nan();
+  float ax = abs(x), inf = uintBitsToFloat(0x7f800000u);
+  if (isinf(y)) return ax == 1.0 ? 1.0 : ((ax < 1.0) == (y < 0.0) ? inf : 0.0);
+  bool integral = floor(y) == y, odd = integral && mod(y, 2.0) == 1.0;
+  float r;
+  if (ax == 0.0) r = y < 0.0 ? inf : 0.0;
+  else if (isinf(x)) r = y < 0.0 ? 0.0 : inf;
+  else if (x < 0.0 && !integral) return rlx_nan();
+  else r = exp2(y * log2(ax));
+  return (odd && (floatBitsToUint(x) >> 31) != 0u) ? -r : r;
 }
 )"},
       {"max", {"nan"}, "float rlx_max(float a, float b) { return (isnan(a) || isnan(b)) ? rlx_nan() : max(a, b); }\n"},
@@ -260,13 +267,17 @@ double rlx_cos(double x) { return rlx_trig(x, 1); }
 }
 )"},
       {"d_pow", {"d_exp", "d_log", "d_nan"}, R"(double rlx_pow(double x, double y) {
-  if (y == 0.0lf || x == 1.0lf) return 1.0lf;
-  double r = rlx_exp(y * rlx_log(abs(x)));
-  if (x < 0.0lf) {
-    if (y != floor(y)) return rlx_dnan();
-    if (mod(y, 2.0lf) == 1.0lf) r = -r;
-  }
-  return r;
+  if (y == 0.0lf || x == 1.0lf) return 1.0lf;  // the special cases as rlx_pow's (f32)
+  if (isnan(x) || isnan(y)) return rlx_dnan();
+  double ax = abs(x);
+  if (isinf(y)) return ax == 1.0lf ? 1.0lf : ((ax < 1.0lf) == (y < 0.0lf) ? rlx_dinf() : 0.0lf);
+  bool integral = floor(y) == y, odd = integral && mod(y, 2.0lf) == 1.0lf;
+  double r;
+  if (ax == 0.0lf) r = y < 0.0lf ? rlx_dinf() : 0.0lf;
+  else if (isinf(x)) r = y < 0.0lf ? 0.0lf : rlx_dinf();
+  else if (x < 0.0lf && !integral) return rlx_dnan();
+  else r = rlx_exp(y * rlx_log(ax));
+  return (odd && (unpackDouble2x32(x).y >> 31) != 0u) ? -r : r;
 }
 )"},
       {"d_max", {"d_nan"}, "double rlx_max(double a, double b) { return (isnan(a) || isnan(b)) ? rlx_dnan() : max(a, b); }\n"},
