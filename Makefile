@@ -32,8 +32,9 @@ bench: build
 
 # libFuzzer harnesses (tests/fuzz) built with clang in build-fuzz/, each run FUZZ_SECONDS (docs/testing.md, "Fuzzing").
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
 fuzz: deps
-	@bash scripts/fuzz.sh $(FUZZ_SECONDS)
+	@bash scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 fmt:
 	@git ls-files '*.cpp' '*.hpp' '*.inc' | xargs clang-format -i

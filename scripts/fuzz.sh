@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make fuzz [FUZZ_SECONDS=N]: builds the libFuzzer harnesses of tests/fuzz with
+# make fuzz [FUZZ_SECONDS=N] [FUZZ_TARGETS="ir_text ..."]: builds the libFuzzer harnesses of tests/fuzz with
 # clang (coverage, ASan, UBSan) in build-fuzz/, then runs every harness for N
 # seconds, all at once, one core each. New inputs that reach new code collect
 # in build-fuzz/corpus/<name>; a crash, leak, timeout or out-of-memory lands in
@@ -15,15 +15,18 @@ if [ ! -f "$BUILD/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRLX_FUZZ=ON \
     -DRLX_BUILD_TESTS=OFF -DRLX_BUILD_PYTHON=OFF -DRLX_BUILD_BENCH=OFF -DRLX_VULKAN=OFF >/dev/null
 fi
-harnesses=()
-for src in tests/fuzz/fuzz_*.cpp; do
-  name=$(basename "$src" .cpp); harnesses+=("${name#fuzz_}")
-done
+harnesses=("${@:2}")  # scripts/fuzz.sh SECONDS [NAME...]: only those harnesses
+if [ ${#harnesses[@]} = 0 ]; then
+  for src in tests/fuzz/fuzz_*.cpp; do
+    name=$(basename "$src" .cpp); harnesses+=("${name#fuzz_}")
+  done
+fi
 cmake --build "$BUILD" -j "$(nproc)" --target $(printf 'fuzz_%s ' "${harnesses[@]}")
 
 pids=()
 for name in "${harnesses[@]}"; do
   mkdir -p "$BUILD/corpus/$name" "$BUILD/artifacts/$name"
+  rm -f "$BUILD/artifacts/$name"/*  # findings of an earlier run were looked at then
   dict=(); [ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
   # ASan's leak check at exit stays on; -rss_limit_mb bounds memory, -timeout a single input.
   "$BUILD/tests/fuzz/fuzz_$name" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \

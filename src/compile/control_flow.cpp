@@ -129,9 +129,10 @@ class Lowerer {
     for (std::int64_t s = 0; s < length; ++s) {
       std::int64_t t = n.attrs.bool_or("reverse", false) ? length - 1 - s : s;
       for (std::size_t j = 0; j < nx; ++j) {
-        const ir::Shape& xs = out.node(ins[nc + j]).shape;
-        args[nc + j] = out.reshape(out.narrow(ins[nc + j], 0, t, 1),
-                                   ir::Shape(std::vector<ir::Dim>(xs.dims().begin() + 1, xs.dims().end())));
+        // The step's shape is copied before narrow adds a node: a reference into `out` would dangle.
+        const auto& xs = out.node(ins[nc + j]).shape.dims();
+        ir::Shape step_shape(std::vector<ir::Dim>(xs.begin() + 1, xs.end()));
+        args[nc + j] = out.reshape(out.narrow(ins[nc + j], 0, t, 1), std::move(step_shape));
       }
       auto step = out.inline_graph(body, args);
       std::copy_n(step.begin(), nc, args.begin());

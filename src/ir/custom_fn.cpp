@@ -84,8 +84,10 @@ class BodyFn final : public OpExtension {
         args.push_back(*t[i]);
         continue;
       }
-      const Node& x = g.node(in[i]);  // no tangent: a zero of the argument's type
-      args.push_back(g.expand(g.scalar(0.0, x.dtype), x.shape));
+      // No tangent: a zero of the argument's type (copied first: adding the scalar may move g's nodes).
+      const ir::DType dtype = g.node(in[i]).dtype;
+      Shape shape = g.node(in[i]).shape;
+      args.push_back(g.expand(g.scalar(0.0, dtype), std::move(shape)));
     }
     return g.inline_graph(*fn_.jvp, args).at(0);
   }
