@@ -231,6 +231,23 @@ TEST(CpuCapabilities, ClaimsWhatItImplementsAndMatchesTheAdvisoryBits) {
   EXPECT_EQ(c.device(), Device::Cpu);
 }
 
+// The advisory bits (what device selection reads before compiling) must be the bits the built-in backend's
+// executables really have: a device report must not promise a capability the executable refuses.
+TEST(AdvisoryCapabilities, MatchTheCompiledExecutableOfEveryBuiltInBackend) {
+  int checked = 0;
+  for (Device d : {Device::Cpu, Device::Vulkan, Device::Cuda, Device::Mlx}) {
+    try {
+      runtime::make_backend(d);
+    } catch (const Error&) {
+      continue;  // not built or not available on this machine
+    }
+    auto c = Session(d).compile(cap_graph());
+    EXPECT_EQ(runtime::advisory_capabilities(d).names(), c.capabilities().names()) << runtime::device_label(d);
+    ++checked;
+  }
+  EXPECT_GE(checked, 1);
+}
+
 TEST(CpuCapabilities, TypedIoConvertsNarrowParamsAndChecksSizes) {
   ir::Graph g("half");
   auto x = g.input("x", {3, 4}, ir::DType::F16);
