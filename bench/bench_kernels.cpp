@@ -75,6 +75,9 @@ void elementwise(const Session& session, int reps) {
 
 int main(int argc, char** argv) try {
   const int reps = std::stoi(arg(argc, argv, "--reps", "7"));
+  // Which OpenBLAS kernel the peer runs: run.sh unsets OPENBLAS_CORETYPE for this process, which otherwise
+  // pins OpenBLAS to Haswell's AVX2 kernels on an AVX-512 machine (half its speed).
+  std::printf("{\"versions\": {\"openblas_core\": \"%s\"}}\n", openblas_get_corename());
   Session session;
   for (std::int64_t n : {512, 1024, 2048}) gemm(session, "gemm_" + std::to_string(n) + "^3", n, n, n, reps);
   gemm(session, "gemv_1x4096x4096", 1, 4096, 4096, reps);

@@ -19,6 +19,11 @@ for exe in bench_machine bench_kernels bench_e2e bench_overhead; do
   [ -x "$BIN/$exe" ] || { echo "bench: $BIN/$exe not built (run 'make build' or set BUILD=<dir>)" >&2; exit 1; }
 done
 
+# Peers run at their best: this environment sets OPENBLAS_CORETYPE (and may set OPENBLAS_L2_SIZE), which pins
+# OpenBLAS, and numpy's copy of it, to AVX2 kernels on AVX-512 CPUs. The processes that hold a peer run without
+# them; tests and CI keep them. RLX's f32 paths do not call OpenBLAS, so sharing bench_kernels' process is fair.
+PEER_ENV=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+
 RAW=$(mktemp -d)
 trap 'rm -rf "$RAW"' EXIT
 start=$SECONDS
@@ -35,23 +40,23 @@ echo "[bench] machine limits (peak f32 FMA, copy bandwidth), all cores"
 "$PY" bench/peers.py versions >"$RAW/versions.jsonl"
 
 echo "[bench] GEMM/GEMV vs OpenBLAS; 8-op elementwise chain vs memcpy and vs unfused"
-"$BIN/bench_kernels" --reps "$REPS" >"$RAW/kernels.jsonl"
+"${PEER_ENV[@]}" "$BIN/bench_kernels" --reps "$REPS" >"$RAW/kernels.jsonl"
 
 echo "[bench] same params for ONNX Runtime; checking RLX and ORT outputs agree"
 "$BIN/bench_e2e" --dump-params "$RAW/dump"
-"$PY" bench/peers.py verify --dump "$RAW/dump" >"$RAW/checks.jsonl"
+"${PEER_ENV[@]}" "$PY" bench/peers.py verify --dump "$RAW/dump" >"$RAW/checks.jsonl"
 
 echo "[bench] row norms vs NumPy; conv2d, MLP, encoder block vs ONNX Runtime"
-"$PY" bench/peers.py interleave --exe "$BIN/bench_e2e" --dump "$RAW/dump" --reps "$REPS" >"$RAW/e2e.jsonl"
+"${PEER_ENV[@]}" "$PY" bench/peers.py interleave --exe "$BIN/bench_e2e" --dump "$RAW/dump" --reps "$REPS" >"$RAW/e2e.jsonl"
 
 echo "[bench] encoder compile time vs ORT session creation, $COMPILE_ROUNDS fresh processes each"
 for r in $(seq 1 "$COMPILE_ROUNDS"); do
   "$BIN/bench_e2e" --compile-time 3 >"$RAW/compile_rlx_$r.jsonl"
-  "$PY" bench/peers.py compile --dump "$RAW/dump" --reps 3 >"$RAW/compile_ort_$r.jsonl"
+  "${PEER_ENV[@]}" "$PY" bench/peers.py compile --dump "$RAW/dump" --reps 3 >"$RAW/compile_ort_$r.jsonl"
 done
 
 echo "[bench] pyrlx: per-call overhead vs the C++ API; MLP vs ONNX Runtime's Python API"
-PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" bench/pyrlx_bench.py "$BIN/bench_overhead" "$REPS" >"$RAW/pyrlx.jsonl"
+PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "${PEER_ENV[@]}" "$PY" bench/pyrlx_bench.py "$BIN/bench_overhead" "$REPS" >"$RAW/pyrlx.jsonl"
 
 echo "[bench] MLP training step (forward + backward + update) vs its forward pass"
 "$BIN/bench_train" --reps "$REPS" >"$RAW/train.jsonl"
