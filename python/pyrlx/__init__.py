@@ -23,7 +23,8 @@ from . import _pyrlx as _C
 __all__ = [
     "Error", "Graph", "Node", "Session", "CompiledGraph", "graph", "parse", "available_devices", "is_available",
     "parse_device", "softmax", "log_softmax", "layer_norm", "rms_norm", "attention", "conv1d", "conv2d",
-    "max_pool2d", "avg_pool2d", "linear", "embedding", "where", "concat", "matmul", "grad", "value_and_grad", "jvp",
+    "max_pool2d", "avg_pool2d", "linear", "embedding", "where", "concat", "stack", "split", "pad", "var", "std",
+    "cumsum", "matmul", "IndexingError", "grad", "value_and_grad", "jvp",
     "vmap", "register_op", "is_op_registered", "scan", "cond", "while_loop",
     # backend selection (docs/backend-selection.md)
     "DevicePolicy", "DeviceCandidate", "DeviceReport", "DeviceBenchResult", "GraphDevices", "FlexibleSession",
@@ -83,6 +84,67 @@ def _from_device_array(arr: np.ndarray, dtype: str) -> np.ndarray:
     return arr
 
 
+# ---- numpy's dtype promotion over RLX's dtypes (docs/python-dsl.md, "Dtypes") ----
+_FLOATS = ("f16", "bf16", "f32", "f64")
+_DEFAULT_FLOAT = "f32"  # where numpy makes float64 out of integers, RLX makes its default float
+
+
+def _promote_types(a: str, b: str) -> str:
+    """numpy's promote_types for two tensors, except that an integer beside a float tensor takes the float's
+    dtype (numpy widens i32 and i64 to f64) and i8 with u8 gives i32 (RLX has no i16)."""
+    if a == b:
+        return a
+    if a == "bool" or b == "bool":
+        return b if a == "bool" else a
+    fa, fb = a in _FLOATS, b in _FLOATS
+    if fa and fb:
+        return "f64" if "f64" in (a, b) else "f32"  # f16 and bf16 meet at f32
+    if fa or fb:
+        return a if fa else b
+    return "i64" if "i64" in (a, b) else "i32"
+
+
+def _weak_dtype(v: Any, beside: Optional[str]) -> str:
+    """The dtype a Python or numpy scalar takes beside a tensor (numpy's rule for Python scalars, NEP 50): the
+    tensor's, unless the scalar is of a higher kind. Alone (beside=None): numpy's defaults, with f32 for f64."""
+    if isinstance(v, (bool, np.bool_)):
+        return beside or "bool"
+    if isinstance(v, numbers.Integral):
+        return "i64" if beside in (None, "bool") else beside
+    if isinstance(v, numbers.Real):
+        return beside if beside in _FLOATS else _DEFAULT_FLOAT
+    raise Error(f"unsupported scalar operand {v!r} ({type(v).__name__})")
+
+
+def _is_scalar(v: Any) -> bool:
+    """A Python or numpy scalar: weak in promotion (numpy 2 makes numpy scalars strong; RLX keeps them weak,
+    so that `x * np.sqrt(d)` stays f32)."""
+    return isinstance(v, (numbers.Number, np.generic))
+
+
+def _scalar(g: "Graph", v: Any, dtype: str) -> "Node":
+    if dtype == "bf16" and _BF16 is None:  # the uint16 stand-in would take the value, not its bits
+        return _scalar(g, v, "f32").astype("bf16")
+    try:
+        value = np.array(v, dtype=_RLX_TO_NP[dtype])
+    except OverflowError:
+        raise Error(f"the Python integer {v} is out of range for {dtype}") from None
+    return g.constant(value, dtype)
+
+
+def _common(nodes: Sequence["Node"]) -> list:
+    """The nodes cast to one dtype, as numpy's promotion of several arrays."""
+    dtype = nodes[0].dtype
+    for n in nodes[1:]:
+        dtype = _promote_types(dtype, n.dtype)
+    return [n._as(dtype) for n in nodes]
+
+
+class IndexingError(Error, IndexError):
+    """An index out of range or of an unsupported kind: an rlx.Error, and an IndexError as numpy raises (so
+    iteration and unpacking stop where they should)."""
+
+
 class Node:
     """A value in a graph. Operators and methods add nodes to the same graph."""
 
@@ -120,19 +182,67 @@ class Node:
         raise Error("a Node has no truth value; use rlx.where or .any()-style reductions in the graph")
 
     # ---- operand coercion ----
+    __array_ufunc__ = None  # numpy's operators return NotImplemented, so Python calls Node's reflected ones
+
+    def __array__(self, *args, **kwargs):
+        raise Error("a Node is symbolic: it has values only when the compiled graph runs")
+
     def _lift(self, other: Any) -> "Node":
+        """other as a node: a node (of this graph or one enclosing it) as is, a scalar as a constant of the
+        dtype it takes beside this node, an array as a constant of its own dtype."""
         if isinstance(other, Node):
             if other.graph is not self.graph and not _nested(self.graph, other.graph):
                 raise Error("nodes belong to different graphs")
             return other  # a node of an enclosing graph is captured when the op is added
-        if isinstance(other, (numbers.Number, np.generic)):
-            return self.graph.constant(np.array(other, dtype=_RLX_TO_NP[self.dtype]), self.dtype)
+        if _is_scalar(other):
+            return _scalar(self.graph, other, _weak_dtype(other, self.dtype))
         return self.graph.constant(np.asarray(other))
 
+    def _as(self, dtype: str) -> "Node":
+        return self if self.dtype == dtype else self.astype(dtype)
+
+    def _operands(self, other: Any, reverse: bool = False) -> tuple:
+        """(self, other) as two nodes of one dtype, promoted as numpy does; swapped when reverse."""
+        a, b = _common([self, self._lift(other)])
+        return (b, a) if reverse else (a, b)
+
     def _bin(self, op: str, other: Any, reverse: bool = False) -> "Node":
-        o = self._lift(other)
-        a, b = (o, self) if reverse else (self, o)
+        a, b = self._operands(other, reverse)
         return self.graph._op(op, [a, b])
+
+    def _truediv(self, other: Any, reverse: bool = False) -> "Node":
+        a, b = self._operands(other, reverse)
+        if a.dtype not in _FLOATS:  # true division: integers divide as floats (numpy: f64; RLX: f32)
+            a, b = a.astype(_DEFAULT_FLOAT), b.astype(_DEFAULT_FLOAT)
+        return self.graph._op("div", [a, b])
+
+    def _floordiv(self, other: Any, reverse: bool = False) -> "Node":
+        a, b = self._operands(other, reverse)
+        if a.dtype in _FLOATS:
+            # numpy's floor_divide: the quotient of the exact remainder (a % b), an integer up to rounding, so
+            # 1 // 0.1 is 9 as in numpy (floor(1 / 0.1) would be 10); x // 0 is x / 0 (inf or NaN).
+            q = where(b == 0, a / b, ((a - a % b) / b).round())
+            # An infinite divisor leaves a as the remainder: -1 where the signs differ, else a signed zero.
+            return where(abs(b) == np.inf, where((a * b < 0) & (abs(a) < np.inf), -1, a / b), q)
+        # Integers: the truncating division, one less where a remainder is left and the signs differ.
+        q = self.graph._op("div", [a, b])
+        return q - ((a % b != 0) & ((a < 0) != (b < 0))).astype(q.dtype)
+
+    def _xor(self, other: Any) -> "Node":
+        a, b = self._operands(other)
+        if a.dtype != "bool":
+            raise Error(f"^ is the logical xor of bool operands (RLX has no bitwise integer ops), got {a.dtype}")
+        return a != b
+
+    def _matmul(self, other: Any, reverse: bool = False) -> "Node":
+        """numpy's matmul: a 1-D operand is a row (on the left) or a column (on the right), dropped after."""
+        a, b = self._operands(other, reverse)
+        if a.ndim == 0 or b.ndim == 0:
+            raise Error(f"matmul: operands of shapes {list(a.shape)} and {list(b.shape)}; a scalar is not a "
+                        "matrix (use * to scale)")
+        out = self.graph._op("matmul", [a.unsqueeze(0) if a.ndim == 1 else a, b.unsqueeze(-1) if b.ndim == 1 else b])
+        drop = ([-2] if a.ndim == 1 else []) + ([-1] if b.ndim == 1 else [])
+        return out.squeeze(drop) if drop else out
 
     __add__ = lambda s, o: s._bin("add", o)
     __radd__ = lambda s, o: s._bin("add", o, True)
@@ -140,13 +250,16 @@ class Node:
     __rsub__ = lambda s, o: s._bin("sub", o, True)
     __mul__ = lambda s, o: s._bin("mul", o)
     __rmul__ = lambda s, o: s._bin("mul", o, True)
-    __truediv__ = lambda s, o: s._bin("div", o)
-    __rtruediv__ = lambda s, o: s._bin("div", o, True)
+    __truediv__ = lambda s, o: s._truediv(o)
+    __rtruediv__ = lambda s, o: s._truediv(o, True)
+    __floordiv__ = lambda s, o: s._floordiv(o)
+    __rfloordiv__ = lambda s, o: s._floordiv(o, True)
     __pow__ = lambda s, o: s._bin("pow", o)
     __rpow__ = lambda s, o: s._bin("pow", o, True)
     __mod__ = lambda s, o: s._bin("mod", o)
-    __matmul__ = lambda s, o: s._bin("matmul", o)
-    __rmatmul__ = lambda s, o: s._bin("matmul", o, True)
+    __rmod__ = lambda s, o: s._bin("mod", o, True)
+    __matmul__ = lambda s, o: s._matmul(o)
+    __rmatmul__ = lambda s, o: s._matmul(o, True)
     __lt__ = lambda s, o: s._bin("lt", o)
     __le__ = lambda s, o: s._bin("le", o)
     __gt__ = lambda s, o: s._bin("gt", o)
@@ -154,7 +267,11 @@ class Node:
     __eq__ = lambda s, o: s._bin("eq", o)  # type: ignore[assignment]
     __ne__ = lambda s, o: s._bin("ne", o)  # type: ignore[assignment]
     __and__ = lambda s, o: s._bin("and", o)
+    __rand__ = lambda s, o: s._bin("and", o, True)
     __or__ = lambda s, o: s._bin("or", o)
+    __ror__ = lambda s, o: s._bin("or", o, True)
+    __xor__ = lambda s, o: s._xor(o)
+    __rxor__ = lambda s, o: s._xor(o)
     __neg__ = lambda s: s.graph._op("neg", [s])
     __abs__ = lambda s: s.graph._op("abs", [s])
     __invert__ = lambda s: s.graph._op("not", [s])
@@ -200,15 +317,75 @@ class Node:
     def _reduce(self, op: str, axis, keepdims: bool) -> "Node":
         return Node(self.graph, self.graph._g.reduce(op, self.id, self._axes(axis), keepdims))
 
-    def sum(self, axis=None, keepdims: bool = False): return self._reduce("reduce_sum", axis, keepdims)
-    def mean(self, axis=None, keepdims: bool = False): return self._reduce("reduce_mean", axis, keepdims)
-    def max(self, axis=None, keepdims: bool = False): return self._reduce("reduce_max", axis, keepdims)
-    def min(self, axis=None, keepdims: bool = False): return self._reduce("reduce_min", axis, keepdims)
-    def prod(self, axis=None, keepdims: bool = False): return self._reduce("reduce_prod", axis, keepdims)
-    def argmax(self, axis: int = -1, keepdims: bool = False):
-        return self.graph._op("argmax", [self], {"axis": axis % max(self.ndim, 1), "keepdims": keepdims})
-    def argmin(self, axis: int = -1, keepdims: bool = False):
-        return self.graph._op("argmin", [self], {"axis": axis % max(self.ndim, 1), "keepdims": keepdims})
+    def _accumulator(self) -> "Node":
+        """numpy's sum, prod and cumsum accumulate bool and integers narrower than 64 bits in int64."""
+        return self._as("i64") if self.dtype in ("bool", "i8", "u8", "i32") else self
+
+    def _floating(self) -> "Node":
+        """numpy's mean, var and std of integers are float64; RLX's default float here."""
+        return self if self.dtype in _FLOATS else self.astype(_DEFAULT_FLOAT)
+
+    def _extremum(self, op: str, axis, keepdims: bool) -> "Node":
+        if self.dtype == "bool":  # max is any, min is all: the reduction takes u8
+            return self.astype("u8")._reduce(op, axis, keepdims).astype("bool")
+        return self._reduce(op, axis, keepdims)
+
+    def sum(self, axis=None, keepdims: bool = False): return self._accumulator()._reduce("reduce_sum", axis, keepdims)
+    def prod(self, axis=None, keepdims: bool = False): return self._accumulator()._reduce("reduce_prod", axis, keepdims)
+    def mean(self, axis=None, keepdims: bool = False): return self._floating()._reduce("reduce_mean", axis, keepdims)
+    def max(self, axis=None, keepdims: bool = False): return self._extremum("reduce_max", axis, keepdims)
+    def min(self, axis=None, keepdims: bool = False): return self._extremum("reduce_min", axis, keepdims)
+    def any(self, axis=None, keepdims: bool = False): return (self if self.dtype == "bool" else self != 0).max(axis, keepdims)
+    def all(self, axis=None, keepdims: bool = False): return (self if self.dtype == "bool" else self != 0).min(axis, keepdims)
+
+    def var(self, axis=None, dtype: Optional[DTypeLike] = None, *, ddof: int = 0, keepdims: bool = False) -> "Node":
+        """numpy's var: the mean squared deviation, divided by N - ddof (N - ddof <= 0 gives inf or NaN)."""
+        x = self.astype(dtype) if dtype is not None else self._floating()
+        mu = x.mean(axis, keepdims=True)  # checks the axes
+        n = 1
+        for a in self._axes(axis):
+            extent = x.shape[_C._normalize_axis(a, x.ndim)] if x.ndim else 1
+            if not isinstance(extent, int):
+                raise Error(f"var/std over the symbolic axis {a} ('{extent}') is not supported")
+            n *= extent
+        d = x - mu
+        # Times 1 / (N - ddof), inf where N - ddof <= 0: the result is then inf or NaN (0 * inf), as numpy's.
+        # (A division by a constant 0 would not do: Vulkan shader compilers fold x / 0.0 to 0.)
+        return (d * d).sum(axis, keepdims) * (1 / (n - ddof) if n > ddof else np.inf)
+
+    def std(self, axis=None, dtype: Optional[DTypeLike] = None, *, ddof: int = 0, keepdims: bool = False) -> "Node":
+        return self.var(axis, dtype, ddof=ddof, keepdims=keepdims).sqrt()
+
+    def cumsum(self, axis: Optional[int] = None, dtype: Optional[DTypeLike] = None) -> "Node":
+        """numpy's cumsum (axis=None: of the flattened node), as ceil(log2 n) shifted adds (Hillis-Steele):
+        n log n work in log n elementwise kernels, exact for integers, for any extent."""
+        x = self.reshape(-1) if axis is None else self
+        x = x.astype(dtype) if dtype is not None else x._accumulator()
+        ax = _C._normalize_axis(0 if axis is None else int(axis), x.ndim)
+        if x.ndim == 0:
+            raise Error(f"cumsum: axis {axis} of a rank-0 node (use axis=None)")
+        n = x.shape[ax]
+        if not isinstance(n, int):
+            raise Error(f"cumsum along the symbolic axis {ax} ('{n}') is not supported")
+        shift = 1
+        while shift < n:  # x[i] += x[i - shift]: the slice shifted right by padding zeros in front
+            pads = [0] * (2 * x.ndim)
+            pads[ax] = shift
+            head = Node(x.graph, x.graph._g.slice(x.id, [ax], [0], [n - shift], [1]))
+            x = x + Node(x.graph, x.graph._g.pad(head.id, pads, 0.0))
+            shift *= 2
+        return x
+
+    def _arg(self, builder: str, axis, keepdims: bool) -> "Node":
+        x = self.astype("u8") if self.dtype == "bool" else self
+        if axis is not None:
+            return Node(x.graph, getattr(x.graph._g, builder)(x.id, int(axis), keepdims))
+        flat = x if x.ndim == 1 else x.reshape(-1)  # numpy: the index into the flattened node
+        out = Node(flat.graph, getattr(flat.graph._g, builder)(flat.id, 0, False))
+        return out.reshape([1] * self.ndim) if keepdims else out
+
+    def argmax(self, axis: Optional[int] = None, keepdims: bool = False): return self._arg("argmax", axis, keepdims)
+    def argmin(self, axis: Optional[int] = None, keepdims: bool = False): return self._arg("argmin", axis, keepdims)
     def softmax(self, axis: int = -1): return softmax(self, axis)
     def log_softmax(self, axis: int = -1): return log_softmax(self, axis)
 
@@ -221,16 +398,24 @@ class Node:
     def permute(self, *perm) -> "Node":
         if len(perm) == 1 and isinstance(perm[0], (list, tuple)):
             perm = tuple(perm[0])
-        return self.graph._op("permute", [self], {"perm": [p % self.ndim for p in perm]})
+        return Node(self.graph, self.graph._g.permute(self.id, [int(p) for p in perm]))
 
-    def transpose(self, *perm) -> "Node":
-        if not perm:
-            perm = tuple(reversed(range(self.ndim)))
-        return self.permute(*perm)
+    def transpose(self, *axes) -> "Node":
+        """numpy's transpose: the axes reversed, or permuted as given (x.transpose(1, 0) or ((1, 0)))."""
+        if not axes or (len(axes) == 1 and axes[0] is None):
+            return self.T
+        return self.permute(*axes)
 
     @property
     def T(self) -> "Node":
-        """Swaps the last two axes (matrix transpose)."""
+        """All axes reversed, as numpy's .T (a no-op on rank 0 and 1); .mT swaps the last two."""
+        return self if self.ndim < 2 else self.permute(list(reversed(range(self.ndim))))
+
+    @property
+    def mT(self) -> "Node":
+        """The last two axes swapped (a stack of matrices transposed)."""
+        if self.ndim < 2:
+            raise Error(f"mT needs rank >= 2 (a matrix), got shape {list(self.shape)}")
         perm = list(range(self.ndim))
         perm[-2:] = perm[-1], perm[-2]
         return self.permute(perm)
@@ -242,65 +427,177 @@ class Node:
 
     def squeeze(self, axis=None) -> "Node":
         axes = [i for i, d in enumerate(self.shape) if d == 1] if axis is None else self._axes(axis)
-        return self.graph._op("squeeze", [self], {"axes": [a % self.ndim for a in axes]})
+        return Node(self.graph, self.graph._g.squeeze(self.id, axes))
 
     def unsqueeze(self, axis) -> "Node":
-        axes = self._axes(axis)
-        r = self.ndim + len(axes)
-        return self.graph._op("unsqueeze", [self], {"axes": sorted(a % r for a in axes)})
+        return Node(self.graph, self.graph._g.unsqueeze(self.id, self._axes(axis)))
 
-    def flip(self, axis) -> "Node":
-        return self.graph._op("flip", [self], {"axes": sorted(a % self.ndim for a in self._axes(axis))})
+    def flip(self, axis=None) -> "Node":
+        return Node(self.graph, self.graph._g.flip(self.id, self._axes(axis)))
 
     def __getitem__(self, key) -> "Node":
         return _index(self, key)
 
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise Error("len() of a rank-0 node")
+        n = self.shape[0]
+        if not isinstance(n, int):
+            raise Error(f"len() of a node whose axis 0 is symbolic ('{n}')")
+        return n
+
+    def __iter__(self) -> Iterator["Node"]:
+        """Along axis 0, as numpy: `q, k, v = x` unpacks x[0], x[1], x[2]."""
+        return (self[i] for i in range(len(self)))
+
+
+_INT_DTYPES = ("i8", "u8", "i32", "i64")
+
+
+def _index_items(x: Node, key) -> list:
+    """The key as one (kind, value, axis of x) per axis of x, plus ("new", None, None) for None: Ellipsis
+    expanded, trailing axes taken whole, and a constant bool mask turned into the int arrays of its nonzeros
+    (its True count, known when building, fixes the result's shape)."""
+    key = list(key) if isinstance(key, tuple) else [key]
+    parsed = []  # (kind, value, number of axes of x it indexes)
+    for k in key:
+        if k is None:
+            parsed.append(("new", None, 0))
+        elif k is Ellipsis:
+            parsed.append(("ellipsis", None, 0))
+        elif isinstance(k, (bool, np.bool_)):
+            raise IndexingError("a bool scalar as an index is not supported (None adds an axis)")
+        elif isinstance(k, (int, np.integer)):
+            parsed.append(("int", int(k), 1))
+        elif isinstance(k, slice):
+            parsed.append(("slice", k, 1))
+        elif isinstance(k, Node):
+            if k.dtype == "bool":
+                raise IndexingError("a bool Node as a mask: the result's shape would depend on its values, which "
+                                    "a graph cannot express; use rlx.where(mask, x, fill), or a numpy mask")
+            if k.dtype not in _INT_DTYPES:
+                raise IndexingError(f"an index Node needs an integer dtype, got {k.dtype}")
+            parsed.append(("array", k, 1))
+        elif isinstance(k, (list, np.ndarray)):
+            arr = np.asarray(k)
+            if arr.dtype == np.bool_:
+                if arr.ndim == 0:
+                    raise IndexingError("a bool scalar as an index is not supported (None adds an axis)")
+                parsed.append(("mask", arr, arr.ndim))
+            elif arr.dtype.kind in "iu" or arr.size == 0:  # [] is an empty integer index, as in numpy
+                parsed.append(("array", arr.astype(np.int64), 1))
+            else:
+                raise IndexingError(f"arrays used as indices must be of integer or bool type, got {arr.dtype}")
+        else:
+            raise IndexingError(f"unsupported index {k!r}: ints, slices, None, Ellipsis, integer arrays or "
+                                "Nodes, and bool numpy masks index a Node")
+    if sum(1 for kind, _, _ in parsed if kind == "ellipsis") > 1:
+        raise IndexingError("an index can only have a single Ellipsis")
+    used = sum(n for _, _, n in parsed)
+    if used > x.ndim:
+        raise IndexingError(f"too many indices: {used} for a node of rank {x.ndim}")
+    if not any(kind == "ellipsis" for kind, _, _ in parsed):
+        parsed.append(("ellipsis", None, 0))
+    items, axis = [], 0
+    for kind, value, n in parsed:
+        if kind == "ellipsis":
+            for _ in range(x.ndim - used):
+                items.append(("slice", slice(None), axis))
+                axis += 1
+        elif kind == "mask":
+            extents = tuple(x.shape[axis:axis + n])
+            if extents != value.shape:
+                raise IndexingError(f"the bool mask of shape {value.shape} does not match axes {axis}..{axis + n - 1} "
+                                    f"of the node, of extents {extents}")
+            for i, nonzero in enumerate(np.nonzero(value)):
+                items.append(("array", nonzero.astype(np.int64), axis + i))
+            axis += n
+        else:
+            items.append((kind, value, None if kind == "new" else axis))
+            axis += n
+    return items
+
+
+def _static(extent, what: str) -> int:
+    if not isinstance(extent, int):
+        raise IndexingError(f"{what} on the symbolic dim '{extent}' is not supported")
+    return extent
+
 
 def _index(x: Node, key) -> Node:
-    """numpy-style basic indexing: ints, slices (any step), None, Ellipsis; a Node or
-    integer array indexes along the axis where it appears (index_select)."""
-    if not isinstance(key, tuple):
-        key = (key,)
-    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
-    if sum(1 for k in key if k is Ellipsis) > 1:
-        raise Error("an index can have only one Ellipsis")
-    expanded = []
-    for k in key:
-        if k is Ellipsis:
-            expanded.extend([slice(None)] * (x.ndim - n_real))
-        else:
-            expanded.append(k)
-    if sum(1 for k in expanded if k is not None) > x.ndim:
-        raise Error(f"too many indices for a node of rank {x.ndim}")
-    out, axis, drop, new_axes = x, 0, [], []
-    for k in expanded:
-        if k is None:
-            new_axes.append(axis + len(new_axes) - len(drop))
-            continue
-        dim = out.shape[axis]
-        if isinstance(k, (int, np.integer)):
-            i = int(k)
-            if not -dim <= i < dim:
-                raise Error(f"index {i} is out of range for axis {axis} with extent {dim}")
-            out = Node(out.graph, out.graph._g.slice(out.id, [axis], [i % dim], [i % dim + 1], [1]))
-            drop.append(axis)
-        elif isinstance(k, slice):
+    """numpy's indexing. Basic: ints, slices (any step), None, Ellipsis. Advanced, as soon as one index is an
+    integer array, list or Node (or a bool numpy mask): the index arrays, ints among them, broadcast together
+    and pick elements pairwise, `x[rows, cols]` being x[rows[i], cols[i]]; their dims replace the indexed axes
+    where those are adjacent, else come first."""
+    items = _index_items(x, key)
+    new_axes = [i for i, (kind, _, _) in enumerate(items) if kind == "new"]
+    if new_axes:  # None: an axis of extent 1, then indexed whole
+        x = x.unsqueeze(new_axes)
+        items = [("slice", slice(None), None) if kind == "new" else (kind, v, a) for kind, v, a in items]
+    advanced = any(kind == "array" for kind, _, _ in items)
+    out, drop = x, []
+    for i, (kind, k, axis) in enumerate(items):
+        if kind == "slice" and k != slice(None):
+            dim = _static(x.shape[i], "slicing")
             start, stop, step = k.indices(dim)
             if step < 0:  # reverse, then take the mirrored forward slice
-                out = out.flip(axis)
+                out = out.flip(i)
                 start, stop, step = dim - 1 - start, dim - 1 - stop, -step
-            out = Node(out.graph, out.graph._g.slice(out.id, [axis], [start], [max(stop, start)], [step]))
-        elif isinstance(k, (Node, list, np.ndarray)):
-            idx = out._lift(np.asarray(k, dtype=np.int64) if not isinstance(k, Node) else k)
-            out = out.graph._op("index_select", [out, idx], {"axis": axis})
-            axis += idx.ndim - 1
-        else:
-            raise Error(f"unsupported index {k!r}")
-        axis += 1
-    if drop:
-        out = out.squeeze(drop)
-    if new_axes:
-        out = out.unsqueeze(new_axes)
+            out = Node(out.graph, out.graph._g.slice(out.id, [i], [start], [max(stop, start)], [step]))
+        elif kind == "int":
+            dim = _static(x.shape[i], "an int index")
+            if not -dim <= k < dim:
+                raise IndexingError(f"index {k} is out of bounds for axis {axis} with size {dim}")
+            if not advanced:
+                out = Node(out.graph, out.graph._g.slice(out.id, [i], [k % dim], [k % dim + 1], [1]))
+                drop.append(i)
+    if not advanced:
+        return out.squeeze(drop) if drop else out
+    return _gather_advanced(out, items)
+
+
+def _gather_advanced(x: Node, items: list) -> Node:
+    positions = [i for i, (kind, _, _) in enumerate(items) if kind in ("int", "array")]
+    indices = []
+    for i in positions:
+        kind, k, axis = items[i]
+        dim = _static(x.shape[i], "an index array")
+        if isinstance(k, Node):  # negative indices count from the end, as numpy's
+            k = k._as("i64")
+            indices.append(where(k < 0, k + dim, k))
+            continue
+        k = np.asarray(k, dtype=np.int64)
+        bad = (k < -dim) | (k >= dim)
+        if bad.any():
+            raise IndexingError(f"index {int(k[bad].flat[0])} is out of bounds for axis {axis} with size {dim}")
+        indices.append(np.where(k < 0, k + dim, k))
+    shapes = [tuple(k.shape) for k in indices]
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise IndexingError("shape mismatch: the index arrays could not be broadcast together with shapes "
+                            + " ".join(str(list(s)) for s in shapes)) from None
+    if len(positions) == 1:  # one index array: index_select along its axis, in place
+        idx = x._lift(indices[0])
+        return x.graph._typed([x, idx], lambda g, ids: g.index_select(ids[0], ids[1], positions[0]))
+    # Several: the indexed axes first, flattened into one, and the index arrays combined into one linear index.
+    rest = [i for i in range(x.ndim) if i not in positions]
+    dims = [x.shape[i] for i in positions]
+    moved = x.permute(positions + rest) if positions + rest != list(range(x.ndim)) else x
+    flat = moved.reshape([int(np.prod(dims))] + [_static(x.shape[i], "advanced indexing") for i in rest])
+    strides = [int(np.prod(dims[j + 1:])) for j in range(len(dims))]
+    if all(isinstance(k, np.ndarray) for k in indices):
+        linear = x._lift(sum(k * s for k, s in zip(indices, strides)))
+    else:
+        linear = None
+        for k, s in zip(indices, strides):
+            term = x._lift(k) * s
+            linear = term if linear is None else linear + term
+    out = flat.graph._typed([flat, linear], lambda g, ids: g.index_select(ids[0], ids[1], 0))
+    nb = linear.ndim
+    if positions == list(range(positions[0], positions[0] + len(positions))) and positions[0] > 0:
+        p = positions[0]  # adjacent: the broadcast dims go where the indexed axes were
+        out = out.permute(list(range(nb, nb + p)) + list(range(nb)) + list(range(nb + p, out.ndim)))
     return out
 
 
@@ -328,12 +625,17 @@ class Graph:
     def __exit__(self, *exc) -> None:
         return None
 
-    def _op(self, op: str, inputs: Sequence[Node], attrs: Optional[dict] = None, dtype=None, shape=None) -> Node:
-        g = self  # the innermost graph among the operands': a body being traced takes outer nodes in
+    def _typed(self, inputs: Sequence[Node], build) -> Node:
+        """The node build(native graph, input ids) adds, in the innermost graph among the operands' (a body
+        being traced takes outer nodes in)."""
+        g = self
         for i in inputs:
             if isinstance(i, Node) and i.graph is not g and _encloses(g, i.graph):
                 g = i.graph
-        return Node(g, g._g.op(op, [g._node(i).id for i in inputs], attrs or {}, dtype, shape))
+        return Node(g, build(g._g, [g._node(i).id for i in inputs]))
+
+    def _op(self, op: str, inputs: Sequence[Node], attrs: Optional[dict] = None, dtype=None, shape=None) -> Node:
+        return self._typed(inputs, lambda g, ids: g.op(op, ids, attrs or {}, dtype, shape))
 
     def _node(self, x: Any) -> Node:
         if isinstance(x, Node):
@@ -404,7 +706,7 @@ class Graph:
         return Node(self, self._g.slice(x.id, [axis], [start], [start + length], [1]))
     def concat(self, xs: Sequence[Node], axis: int = 0) -> Node: return concat(xs, axis)
     def gather(self, x: Node, idx: Node, axis: int = 0) -> Node:
-        return self._op("gather", [x, idx], {"axis": axis % x.ndim})
+        return self._typed([x, idx], lambda g, ids: g.gather(ids[0], ids[1], int(axis)))
     def cast(self, x: Node, dtype: DTypeLike) -> Node: return x.astype(dtype)
     def layer_norm(self, x: Node, gamma=None, beta=None, eps: float = 1e-5) -> Node:
         return layer_norm(x, gamma, beta, eps)
@@ -466,27 +768,143 @@ def _opt(xs: Sequence[Optional[Node]]) -> list:
     return out
 
 
-def softmax(x: Node, axis: int = -1) -> Node: return _g(x)._op("softmax", [x], {"axis": axis % x.ndim})
-def log_softmax(x: Node, axis: int = -1) -> Node: return _g(x)._op("log_softmax", [x], {"axis": axis % x.ndim})
+def softmax(x: Node, axis: int = -1) -> Node: return Node(_g(x), x.graph._g.softmax(x.id, int(axis)))
+def log_softmax(x: Node, axis: int = -1) -> Node: return Node(_g(x), x.graph._g.log_softmax(x.id, int(axis)))
 def layer_norm(x: Node, gamma: Optional[Node] = None, beta: Optional[Node] = None, eps: float = 1e-5,
                axis: int = -1) -> Node:
-    return _g(x)._op("layer_norm", [x] + _opt([gamma, beta]), {"axis": axis % x.ndim, "eps": eps})
+    def build(g, ids):  # ids: x, then gamma and beta where given (the builder refuses beta without gamma)
+        rest = iter(ids[1:])
+        return g.layer_norm(ids[0], None if gamma is None else next(rest), None if beta is None else next(rest),
+                            float(eps), int(axis))
+    return _g(x)._typed([x] + [n for n in (gamma, beta) if n is not None], build)
 def rms_norm(x: Node, gamma: Optional[Node] = None, eps: float = 1e-6) -> Node:
     return _g(x)._op("rms_norm", [x] + _opt([gamma]), {"eps": eps})
 def linear(x: Node, w: Node, b: Optional[Node] = None) -> Node: return _g(x)._op("linear", [x, w] + _opt([b]))
 def embedding(table: Node, ids: Node) -> Node: return _g(table)._op("embedding", [table, ids])
 def matmul(a: Node, b: Node) -> Node: return a @ b
-def concat(xs: Sequence[Node], axis: int = 0) -> Node:
+
+
+def _nodes(xs: Sequence[Node], what: str) -> list:
     xs = list(xs)
-    return _g(xs[0])._op("concat", xs, {"axis": axis % xs[0].ndim})
+    if not xs:
+        raise Error(f"{what} needs at least one node")
+    for x in xs:
+        _g(x)
+    return _common(xs)
+
+
+def concat(xs: Sequence[Node], axis: int = 0) -> Node:
+    xs = _nodes(xs, "concat")
+    return xs[0].graph._typed(xs, lambda g, ids: g.concat(ids, int(axis)))
+
+
+def stack(arrays: Sequence[Node], axis: int = 0) -> Node:
+    """numpy's stack: nodes of one shape joined along a new axis."""
+    xs = _nodes(arrays, "stack")
+    if any(x.shape != xs[0].shape for x in xs):
+        raise Error("stack: all nodes must have the same shape, got " + ", ".join(str(list(x.shape)) for x in xs))
+    return concat([x.unsqueeze(axis) for x in xs], axis)
+
+
+def split(x: Node, indices_or_sections, axis: int = 0) -> list:
+    """numpy's split: into N equal parts (N an int), or at the given indices along the axis."""
+    g = _g(x)
+    if x.ndim == 0:
+        raise Error("split: a rank-0 node has no axis to split")
+    ax = _C._normalize_axis(int(axis), x.ndim)
+    n = _static(x.shape[ax], "split")
+    if isinstance(indices_or_sections, numbers.Integral):
+        sections = int(indices_or_sections)
+        if sections <= 0 or n % sections:
+            raise Error(f"split: {sections} sections do not divide axis {ax} of extent {n} equally")
+        bounds = [i * (n // sections) for i in range(1, sections)]
+    else:
+        bounds = [int(i) for i in indices_or_sections]
+    parts = []
+    for lo, hi in zip([0] + bounds, bounds + [n]):  # Python's slice rules: negative from the end, clipped
+        start, stop, _ = slice(lo, hi).indices(n)
+        parts.append(Node(g, g._g.slice(x.id, [ax], [start], [max(start, stop)], [1])))
+    return parts
+
+
+def pad(x: Node, pad_width, mode: str = "constant", constant_values=0) -> Node:
+    """numpy's pad, mode "constant": pad_width is an int, (before, after) or one pair per axis, and so is
+    constant_values."""
+    g = _g(x)
+    if mode != "constant":
+        raise Error(f"pad: mode {mode!r} is not supported (only 'constant'; build others from slices and concat)")
+    widths = np.asarray(pad_width)
+    if widths.dtype.kind not in "iu":
+        raise Error(f"pad: pad_width must be integers, got {pad_width!r}")
+    values = np.asarray(constant_values)
+    try:
+        widths = np.broadcast_to(widths, (x.ndim, 2))
+        values = np.broadcast_to(values, (x.ndim, 2)) if values.ndim else values
+    except ValueError:
+        raise Error(f"pad: pad_width {pad_width!r} or constant_values {constant_values!r} do not fit rank "
+                    f"{x.ndim} (one (before, after) pair per axis)") from None
+    if (widths < 0).any():
+        raise Error(f"pad: pad_width must be >= 0, got {pad_width!r}")
+    as_dtype = lambda v: float(np.asarray(v).astype(_RLX_TO_NP[x.dtype]))  # the value stored, as numpy casts it
+    if values.ndim == 0:
+        return Node(g, g._g.pad(x.id, [int(w) for w in widths[:, 0]] + [int(w) for w in widths[:, 1]],
+                                as_dtype(values)))
+    out = x
+    for axis in range(x.ndim):  # axis by axis, as numpy: a corner takes the value of the last axis padded there
+        for side in (0, 1):
+            if widths[axis, side]:
+                pads = [0] * (2 * x.ndim)
+                pads[axis + side * x.ndim] = int(widths[axis, side])
+                out = Node(g, g._g.pad(out.id, pads, as_dtype(values[axis, side])))
+    return out
+
+
+def _node(x: Any) -> Node:
+    _g(x)
+    return x
+
+
+def var(x: Node, axis=None, dtype: Optional[DTypeLike] = None, *, ddof: int = 0, keepdims: bool = False) -> Node:
+    return _node(x).var(axis, dtype, ddof=ddof, keepdims=keepdims)
+def std(x: Node, axis=None, dtype: Optional[DTypeLike] = None, *, ddof: int = 0, keepdims: bool = False) -> Node:
+    return _node(x).std(axis, dtype, ddof=ddof, keepdims=keepdims)
+def cumsum(x: Node, axis: Optional[int] = None, dtype: Optional[DTypeLike] = None) -> Node:
+    return _node(x).cumsum(axis, dtype)
+
+
+def _any(x: Node, axis=None, keepdims: bool = False) -> Node:
+    """numpy's any: whether an element is nonzero (NaN counts), over the axes."""
+    return _node(x).any(axis, keepdims)
+
+
+def _all(x: Node, axis=None, keepdims: bool = False) -> Node:
+    """numpy's all: whether every element is nonzero (NaN counts), over the axes."""
+    return _node(x).all(axis, keepdims)
+
+
+_any.__name__, _all.__name__ = "any", "all"
+# rlx.any and rlx.all, as numpy's, through the module's __getattr__ (PEP 562): defined as globals they would
+# shadow the builtins any() and all() for all the code of this module.
+_MODULE_FUNCTIONS = {"any": _any, "all": _all}
+
+
+def __getattr__(name: str):
+    try:
+        return _MODULE_FUNCTIONS[name]
+    except KeyError:
+        raise AttributeError(f"module 'pyrlx' has no attribute {name!r}") from None
+
+
 def where(cond: Node, a: Any, b: Any) -> Node:
+    """numpy's where: a where cond holds, else b; a and b promoted to one dtype as numpy does."""
     g = _g(cond)
     if isinstance(a, Node):
-        b = a._lift(b)
+        a, b = a._operands(b)
     elif isinstance(b, Node):
-        a = b._lift(a)
+        b, a = b._operands(a)
     else:
-        a, b = g.constant(np.float32(a)), g.constant(np.float32(b))
+        lift = lambda v: _scalar(g, v, _weak_dtype(v, None)) if _is_scalar(v) else g.constant(np.asarray(v))
+        a, b = _common([lift(a), lift(b)])
     return g._op("where", [cond, a, b])
 def attention(q: Node, k: Node, v: Node, mask: Optional[Node] = None, causal: bool = False,
               scale: float = 0.0) -> Node:

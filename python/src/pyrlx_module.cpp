@@ -1,6 +1,7 @@
 // The _pyrlx extension: a thin nanobind layer over the C++ API. The Python
 // DSL (pyrlx/__init__.py) builds on the generic `Graph.op(name, inputs, attrs)`
-// entry point, so this file does not mirror every builder by hand.
+// entry point, so this file does not mirror every builder by hand; the builders
+// that check an axis are bound typed.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -152,6 +153,21 @@ NB_MODULE(_pyrlx, m) {
            },
            "op"_a, "inputs"_a, "attrs"_a = nb::dict(), "dtype"_a = nb::none(), "shape"_a = nb::none())
       .def("slice", &ir::Graph::slice)
+      // The typed builders that take an axis: they refuse one outside [-rank, rank) (normalize_axis), where
+      // the generic `op` path stores what it is given.
+      .def("argmax", &ir::Graph::argmax)
+      .def("argmin", &ir::Graph::argmin)
+      .def("permute", &ir::Graph::permute)
+      .def("squeeze", &ir::Graph::squeeze)
+      .def("unsqueeze", &ir::Graph::unsqueeze)
+      .def("flip", &ir::Graph::flip)
+      .def("concat", &ir::Graph::concat)
+      .def("pad", &ir::Graph::pad)
+      .def("gather", &ir::Graph::gather)
+      .def("index_select", &ir::Graph::index_select)
+      .def("softmax", &ir::Graph::softmax)
+      .def("log_softmax", &ir::Graph::log_softmax)
+      .def("layer_norm", &ir::Graph::layer_norm)
       .def("reduce", [](ir::Graph& g, const std::string& op, ir::NodeId x, std::vector<std::int64_t> axes,
                         bool keepdims) { return g.reduce(parse_op_or_throw(op), x, std::move(axes), keepdims); })
       .def("reshape", [](ir::Graph& g, ir::NodeId x, std::vector<std::int64_t> shape) { return g.reshape(x, std::move(shape)); })
@@ -178,6 +194,8 @@ NB_MODULE(_pyrlx, m) {
       .def("copy", [](const ir::Graph& g) { return ir::Graph(g); });
 
   m.def("parse", [](const std::string& text) { return ir::parse_text(text); }, "text"_a);
+  // For the DSL's composites that index shapes in Python (cumsum, split, var): the builders' own axis check.
+  m.def("_normalize_axis", [](std::int64_t axis, std::size_t rank) { return ir::normalize_axis(axis, rank); });
 
   // Control flow: the DSL (rlx.scan, rlx.cond, rlx.while_loop) traces the bodies
   // into graphs; each returns the ids of the op's result nodes.

@@ -146,6 +146,7 @@ def test_movement(rng):
     x = g.input("x", a.shape)
     g.output(x.reshape(6, 4))
     g.output(x.T)
+    g.output(x.mT)
     g.output(x.permute(2, 0, 1))
     g.output(x.unsqueeze(0).squeeze(0))
     g.output(x.flip(1))
@@ -155,7 +156,7 @@ def test_movement(rng):
     g.output(rlx.concat([x, x * 2], axis=1))
     g.output(x.expand(5, 2, 3, 4))
     outs = run(g, {"x": a})
-    want = [a.reshape(6, 4), a.transpose(0, 2, 1), a.transpose(2, 0, 1), a, a[:, ::-1], a[None, 1, ::2, -3:],
+    want = [a.reshape(6, 4), a.T, a.transpose(0, 2, 1), a.transpose(2, 0, 1), a, a[:, ::-1], a[None, 1, ::2, -3:],
             a[..., 1], a[:, ::-1], np.concatenate([a, a * 2], 1), np.broadcast_to(a, (5, 2, 3, 4))]
     for got, w in zip(outs, want):
         np.testing.assert_allclose(got, w, **F32)
