@@ -212,11 +212,11 @@ def test_advanced_indexing_pairs_the_index_arrays(device, rng):
             (np.array([[0], [2]]), np.array([1, 3])), (None, [0, 1], [1, 2]), ([0, 1], None, [0, 1]),
             (Ellipsis, [4, -1]), (slice(None, None, -1), [3, 0], slice(1, 4)), ([-1, 0, 1], [[2], [0]], 4)]
     idx = np.array([[2, -1], [0, 1]], dtype=np.int64)  # an index Node, negative entries included
-    outs = build(device, lambda x, i: [x[k] for k in keys] + [x[i, :, i], x[1:, i]], [a, idx])
+    outs = build(device, lambda x, i: [x[k] for k in keys] + [x[i, :, i], x[1:, i], x[i, 2], x[[0, 1], i]], [a, idx])
     for got, k in zip(outs, keys):
         assert_same(got, a[k])
-    assert_same(outs[-2], a[idx, :, idx])
-    assert_same(outs[-1], a[1:][:, idx])
+    for got, want in zip(outs[len(keys):], [a[idx, :, idx], a[1:][:, idx], a[idx, 2], a[[0, 1], idx]]):
+        assert_same(got, want)
 
 
 def test_bool_masks(device, rng):
