@@ -194,6 +194,17 @@ def test_remainder_of_floats_reflected(device, rng):
             assert_same(got, want)
 
 
+def test_remainder_by_an_infinite_divisor(device):
+    # fmod(a, +-inf) is a; numpy's sign rule then gives a or +-inf (the quotient form would give NaN).
+    for dtype in (np.float32, np.float64):
+        a = np.array([5, -5, 0, -0.0, 2.5, -2.5, np.inf, np.nan], dtype)
+        for b in (np.inf, -np.inf):
+            bb = np.full_like(a, b)
+            (got,) = build(device, lambda x, y: [x % y], [a, bb])
+            with np.errstate(all="ignore"):
+                assert_same(got, a % bb)
+
+
 def test_xor_and_reflected_logic_on_bool(device, rng):
     p, q = rng.random((3, 5)) < 0.5, rng.random((3, 5)) < 0.5
     outs = build(device, lambda x, y: [x ^ y, x ^ True, False ^ y, True & x, False | y], [p, q])

@@ -337,8 +337,9 @@ NodeId Graph::squeeze(NodeId x, std::vector<std::int64_t> axes) {
   return add(OpKind::Squeeze, {x}, {{"axes", normalize_axes(std::move(axes), node(x).shape.rank())}});
 }
 NodeId Graph::unsqueeze(NodeId x, std::vector<std::int64_t> axes) {
-  return add(OpKind::Unsqueeze, {x},
-             {{"axes", normalize_axes(std::move(axes), node(x).shape.rank() + axes.size())}});
+  // The output rank is read before axes is moved from: argument evaluation order is unspecified.
+  const std::size_t out_rank = node(x).shape.rank() + axes.size();
+  return add(OpKind::Unsqueeze, {x}, {{"axes", normalize_axes(std::move(axes), out_rank)}});
 }
 NodeId Graph::flip(NodeId x, std::vector<std::int64_t> axes) {
   return add(OpKind::Flip, {x}, {{"axes", normalize_axes(std::move(axes), node(x).shape.rank())}});

@@ -133,7 +133,8 @@ const std::vector<Helper>& helper_table() {
       // Like std::fmod then NumPy's sign fix; in double so the quotient is exact for f32 operands.
       {"fmod", {}, R"(float rlx_fmod(float a, float b) {
   double da = double(a), db = double(b);
-  float r = float(da - db * trunc(da / db));
+  // fmod(a, +-inf) is a for a finite a; the quotient form would give inf * 0 = NaN.
+  float r = isinf(b) && !isinf(a) ? a : float(da - db * trunc(da / db));
   if (r == 0.0) return b < 0.0 ? uintBitsToFloat(0x80000000u) : 0.0;
   return ((r < 0.0) != (b < 0.0)) ? r + b : r;
 }
@@ -284,7 +285,7 @@ double rlx_cos(double x) { return rlx_trig(x, 1); }
       {"d_min", {"d_nan"}, "double rlx_min(double a, double b) { return (isnan(a) || isnan(b)) ? rlx_dnan() : min(a, b); }\n"},
       {"d_sign", {}, "double rlx_sign(double x) { return isnan(x) ? x : sign(x); }\n"},
       {"d_fmod", {}, R"(double rlx_fmod(double a, double b) {
-  double r = a - b * trunc(a / b);
+  double r = isinf(b) && !isinf(a) ? a : a - b * trunc(a / b);  // fmod(a, +-inf) = a
   if (r == 0.0lf) return b < 0.0lf ? -0.0lf : 0.0lf;
   return ((r < 0.0lf) != (b < 0.0lf)) ? r + b : r;
 }
