@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -77,7 +78,8 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// A function-try-block: nothing, not even an error while printing an error, reaches terminate().
+int main(int argc, char** argv) try {
   CLI::App app{"rlx: an ML graph compiler and runtime"};
   app.require_subcommand(1);
 
@@ -201,4 +203,7 @@ int main(int argc, char** argv) {
     return 3;
   }
   return 0;
+} catch (...) {
+  std::fputs("rlx: internal error\n", stderr);
+  return 3;
 }

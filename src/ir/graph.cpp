@@ -168,7 +168,7 @@ void Graph::add_output(NodeId id, std::string name) {
   outputs_.push_back({id, std::move(name)});
 }
 
-void Graph::set_outputs(std::vector<NodeId> ids) {
+void Graph::set_outputs(const std::vector<NodeId>& ids) {
   outputs_.clear();
   for (auto id : ids) add_output(id);
 }
@@ -307,7 +307,7 @@ NodeId Graph::concat(std::vector<NodeId> xs, std::int64_t axis) {
   return add(OpKind::Concat, std::move(xs), {{"axis", axis}});
 }
 
-std::vector<NodeId> Graph::split(NodeId x, std::vector<std::int64_t> sizes, std::int64_t axis) {
+std::vector<NodeId> Graph::split(NodeId x, const std::vector<std::int64_t>& sizes, std::int64_t axis) {
   std::vector<NodeId> parts;
   std::int64_t start = 0;
   for (auto sz : sizes) {

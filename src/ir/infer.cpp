@@ -165,10 +165,7 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         dims.push_back(b[b.rank() - 1]);
         return {in(0).dtype, Shape(std::move(dims))};
       }
-      case OpClass::Movement: break;
-      case OpClass::Composite: break;
-      case OpClass::Custom: break;
-      case OpClass::ControlFlow: break;
+      case OpClass::Movement: case OpClass::Composite: case OpClass::Custom: case OpClass::ControlFlow: break;
     }
 
     const Shape& s0 = in(0).shape;

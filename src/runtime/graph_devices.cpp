@@ -45,7 +45,7 @@ std::vector<std::string> blockers_of(const ir::Graph& g, const compile::BackendT
   const ir::Graph m = compile::passes::decompose(g, keep);
   std::vector<std::string> out;
   std::set<std::string> seen;
-  auto add = [&](std::string what, std::string msg) {
+  auto add = [&](const std::string& what, std::string msg) {
     if (seen.insert(what).second) out.push_back(std::move(msg));
   };
   for (const auto& n : m.nodes()) {

@@ -39,7 +39,7 @@ DevicePolicy DevicePolicy::only(std::vector<Device> devices) {
   return p;
 }
 
-DevicePolicy DevicePolicy::with_deny(std::vector<Device> devices) const {
+DevicePolicy DevicePolicy::with_deny(const std::vector<Device>& devices) const {
   auto p = *this;
   for (auto d : devices)
     if (std::find(p.deny_.begin(), p.deny_.end(), d) == p.deny_.end()) p.deny_.push_back(d);

@@ -33,7 +33,7 @@ ir::Tensor zeros(const StateSpec& s) {
 
 }  // namespace
 
-Trainer::Trainer(const ir::Graph& model, TensorMap params, const Optimizer& opt, TrainerOptions options)
+Trainer::Trainer(const ir::Graph& model, TensorMap params, const Optimizer& opt, const TrainerOptions& options)
     : step_(train_step(model, options.trainable.empty() ? default_trainable(model) : options.trainable, opt,
                        options.autodiff)),
       compiled_(runtime::Session(options.device).compile(params_to_inputs(step_.graph), options.compile)) {

@@ -98,7 +98,7 @@ class Graph {
   void tag_origin(NodeId first, const std::string& origin);
 
   void add_output(NodeId id, std::string name = {});
-  void set_outputs(std::vector<NodeId> ids);
+  void set_outputs(const std::vector<NodeId>& ids);
   void clear_outputs() { outputs_.clear(); }
 
   // ---- builders: leaves ----
@@ -144,7 +144,7 @@ class Graph {
                std::vector<std::int64_t> ends, std::vector<std::int64_t> steps = {});
   NodeId narrow(NodeId x, std::int64_t axis, std::int64_t start, std::int64_t length);
   NodeId concat(std::vector<NodeId> xs, std::int64_t axis);
-  std::vector<NodeId> split(NodeId x, std::vector<std::int64_t> sizes, std::int64_t axis);
+  std::vector<NodeId> split(NodeId x, const std::vector<std::int64_t>& sizes, std::int64_t axis);
   NodeId pad(NodeId x, std::vector<std::int64_t> pads, double value = 0);
   NodeId gather(NodeId x, NodeId idx, std::int64_t axis);
   NodeId index_select(NodeId x, NodeId idx, std::int64_t axis);

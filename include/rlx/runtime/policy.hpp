@@ -30,7 +30,7 @@ class DevicePolicy {
   static DevicePolicy all() { return {}; }
   // Only these devices.
   static DevicePolicy only(std::vector<Device> devices);
-  DevicePolicy with_deny(std::vector<Device> devices) const;
+  DevicePolicy with_deny(const std::vector<Device>& devices) const;
   // Tie-break order when cost estimates are within 10% of each other.
   DevicePolicy with_prefer(std::vector<Device> devices) const;
   // Pick by timing `runs` runs per candidate (needs inputs when resolving).

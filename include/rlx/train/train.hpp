@@ -104,7 +104,7 @@ struct TrainerOptions {
 class Trainer {
  public:
   // `params` gives the initial value of every param of `model`.
-  Trainer(const ir::Graph& model, TensorMap params, const Optimizer& opt, TrainerOptions options = {});
+  Trainer(const ir::Graph& model, TensorMap params, const Optimizer& opt, const TrainerOptions& options = {});
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
   Trainer(Trainer&&) noexcept = default;

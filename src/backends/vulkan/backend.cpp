@@ -354,7 +354,7 @@ std::string custom_name(const compile::Kernel& k) {
   return {};
 }
 
-std::shared_ptr<const Plan> build_plan(std::shared_ptr<Context> ctx, const compile::LirModule& lir,
+std::shared_ptr<const Plan> build_plan(const std::shared_ptr<Context>& ctx, const compile::LirModule& lir,
                                        const compile::CompileOptions& options, std::shared_ptr<Weights>& weights) {
   auto plan = std::make_shared<Plan>();
   plan->ctx = ctx;

@@ -374,7 +374,8 @@ KernelCode gen_native(const GenCtx& c) {
     }
 
     case OpKind::Attention: {
-      const Ints qs = xs, ks = body.node(op->inputs[1]).shape.extents(), vs = body.node(op->inputs[2]).shape.extents();
+      const Ints& qs = xs;
+      const Ints ks = body.node(op->inputs[1]).shape.extents(), vs = body.node(op->inputs[2]).shape.extents();
       const std::size_t r2 = qs.size() - 2;
       if (!std::equal(qs.begin(), qs.begin() + std::ptrdiff_t(r2), ks.begin()) ||
           !std::equal(qs.begin(), qs.begin() + std::ptrdiff_t(r2), vs.begin()))

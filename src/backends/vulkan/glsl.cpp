@@ -554,7 +554,7 @@ std::string Emitter::op_expr(const ir::Node& n, const std::vector<std::string>& 
   const DType t = n.dtype;
   const DType in_t = n.inputs.empty() ? t : body_.node(n.inputs[0]).dtype;
   const CT ct = compute_type(in_t);
-  auto call = [&](const char* helper, std::string args) {
+  auto call = [&](const char* helper, const std::string& args) {
     sh_.use(helper);
     return "rlx_" + std::string(helper) + "(" + args + ")";
   };
