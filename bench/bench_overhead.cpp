@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
   std::span<const rlx::runtime::NamedTensor> inputs(&in, 1);
   auto samples = rlx::bench::interleave({{"cpp_api", [&] { compiled.run_into(inputs, out); }}},
                                         {.reps = reps, .warmup = 100, .min_sample_s = 0.02, .settle_s = 0});
-  nlohmann::json rec = {{"workload", "run_overhead_tiny"}, {"impl", "cpp_api"}, {"samples_s", samples[0].seconds},
+  nlohmann::json rec = {{"workload", "run_overhead_tiny"},
+                        {"impl", "cpp_api"},
+                        {"samples_s", samples[0].seconds},
                         {"iters", samples[0].iters}};
   std::printf("%s\n", rec.dump().c_str());
 }

@@ -27,7 +27,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-void report(const std::string& key, double value, const std::string& unit) { fmt::print("{} {:.6g} {}\n", key, value, unit); }
+void report(const std::string& key, double value, const std::string& unit) {
+  fmt::print("{} {:.6g} {}\n", key, value, unit);
+}
 
 struct Timing {
   double gpu_s = 1e30, wall_s = 1e30;
@@ -115,7 +117,8 @@ void main() {{
   if (i < n / 4u) {{
 {1}  }}
 }}
-)", local, body);
+)",
+                                 local, body);
   ir::register_op(std::make_shared<BenchCopy>(name));
   runtime::register_vulkan_kernel(name, {.glsl = glsl, .local_size = {std::uint32_t(4 * per_thread * local), 1, 1}});
 }
@@ -199,8 +202,8 @@ int main(int argc, char** argv) {
     // ResNet's 3x3 conv at 256 channels, 14x14, batch 8 (the CPU benchmark's shape).
     {
       ir::Graph cv("conv2d");
-      cv.add_output(cv.conv2d(cv.param("x", ir::Shape{8, 256, 14, 14}), cv.param("w", ir::Shape{256, 256, 3, 3}), std::nullopt,
-                              {1, 1}, {1, 1}),
+      cv.add_output(cv.conv2d(cv.param("x", ir::Shape{8, 256, 14, 14}), cv.param("w", ir::Shape{256, 256, 3, 3}),
+                              std::nullopt, {1, 1}, {1, 1}),
                     "y");
       auto conv = prepare(*backend, cv);
       auto tv = time_runs(*conv.compiled.exe, conv.in, conv.out, 2, 10);
@@ -217,7 +220,8 @@ int main(int argc, char** argv) {
       report(std::string(name) + "_gpu_us", te.gpu_s * 1e6, "us");
       report(std::string(name) + "_kernels", double(enc.compiled.result->lir.kernels.size()), "kernels");
       report(std::string(name) + "_host_kernels", double(te.host_kernels), "kernels");
-      for (const auto& kt : vk::last_run_times(*enc.compiled.exe)) fmt::print("#   {:9.1f} us  {}\n", kt.micros, kt.kernel);
+      for (const auto& kt : vk::last_run_times(*enc.compiled.exe))
+        fmt::print("#   {:9.1f} us  {}\n", kt.micros, kt.kernel);
     }
   } catch (const Error& e) {
     fmt::print(stderr, "vulkan_bench: {}\n", e.what());

@@ -1,8 +1,8 @@
 // The rlx command line: `rlx demo` (the main job of `make demo`), `rlx compile`
 // for IR files, and `rlx svg` to draw a graph.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -109,8 +109,9 @@ int main(int argc, char** argv) try {
 
   std::string graph_file;
   bool json = false;
-  auto* devices = app.add_subcommand("devices", "Which backends are built in and available; with a graph, which device "
-                                                "would run it and why (policy from RLX_DEVICES etc.)");
+  auto* devices = app.add_subcommand("devices",
+                                     "Which backends are built in and available; with a graph, which device "
+                                     "would run it and why (policy from RLX_DEVICES etc.)");
   devices->add_option("graph", graph_file, "Graph in RLX IR text");
   devices->add_flag("--json", json, "Print the backends manifest as JSON");
 
@@ -179,8 +180,8 @@ int main(int argc, char** argv) try {
       fmt::print("backends\n{}", manifest.to_text());
       if (!graph_file.empty())
         fmt::print("\n{}", rlx::runtime::device_report(rlx::ir::parse_text(read_file(graph_file)),
-                                                        rlx::runtime::DevicePolicy::from_env())
-                                .to_text());
+                                                       rlx::runtime::DevicePolicy::from_env())
+                               .to_text());
       return 0;
     }
     if (*ops) {

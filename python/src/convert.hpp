@@ -38,8 +38,10 @@ inline ir::Shape to_shape(nb::handle h) {
   for (auto d : h) {
     if (dims.size() == ir::limits::kMaxRank)
       throw rlx::Error("a shape has more than " + std::to_string(ir::limits::kMaxRank) + " dims");
-    if (nb::isinstance<nb::str>(d)) dims.push_back(ir::Dim::symbol(nb::cast<std::string>(d)));
-    else dims.emplace_back(to_int64(d, "dim " + std::to_string(dims.size())));
+    if (nb::isinstance<nb::str>(d))
+      dims.push_back(ir::Dim::symbol(nb::cast<std::string>(d)));
+    else
+      dims.emplace_back(to_int64(d, "dim " + std::to_string(dims.size())));
   }
   ir::Shape s(std::move(dims));
   ir::check_shape(s, "shape");
@@ -49,8 +51,10 @@ inline ir::Shape to_shape(nb::handle h) {
 inline nb::tuple shape_tuple(const ir::Shape& s) {
   nb::list l;
   for (const auto& d : s.dims()) {
-    if (d.is_static()) l.append(d.size);
-    else l.append(d.sym);
+    if (d.is_static())
+      l.append(d.size);
+    else
+      l.append(d.sym);
   }
   return nb::tuple(l);
 }
@@ -103,6 +107,5 @@ inline nb::object tensor_to_array(const ir::Tensor& t) {
 inline ir::Tensor array_to_tensor(const AnyArray& a, ir::DType dtype) {
   return ir::Tensor(dtype, array_shape(a), std::span(static_cast<const std::byte*>(a.data()), a.nbytes()));
 }
-
 
 }  // namespace pyrlx

@@ -32,11 +32,15 @@ nb::dict attrs_to_dict(const ir::Attrs& attrs) {
   nb::dict d;
   for (const auto& [k, v] : attrs.items()) {
     if (k == "op") continue;
-    std::visit([&](const auto& x) {
-      using T = std::decay_t<decltype(x)>;
-      if constexpr (std::is_same_v<T, ir::DType>) d[k.c_str()] = std::string(ir::dtype_name(x));
-      else if constexpr (!std::is_same_v<T, ir::GraphRef>) d[k.c_str()] = x;  // custom ops take no bodies
-    }, v);
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, ir::DType>)
+            d[k.c_str()] = std::string(ir::dtype_name(x));
+          else if constexpr (!std::is_same_v<T, ir::GraphRef>)
+            d[k.c_str()] = x;  // custom ops take no bodies
+        },
+        v);
   }
   return d;
 }
@@ -58,11 +62,17 @@ auto guarded(std::string_view what, F&& f) -> decltype(f()) {
 
 class PyOp final : public ir::OpExtension {
  public:
-  PyOp(std::string name, int n_in, std::vector<ir::AttrSpec> schema, std::vector<std::string> keys,
-       nb::object infer, nb::object lower, nb::object kernel, nb::object wrap_lower, nb::object call_kernel)
-      : name_(std::move(name)), n_in_(n_in), keys_(std::move(keys)), schema_(std::move(schema)),
-        infer_(keep(std::move(infer))), lower_(keep(std::move(lower))), kernel_(keep(std::move(kernel))),
-        wrap_lower_(keep(std::move(wrap_lower))), call_kernel_(keep(std::move(call_kernel))) {
+  PyOp(std::string name, int n_in, std::vector<ir::AttrSpec> schema, std::vector<std::string> keys, nb::object infer,
+       nb::object lower, nb::object kernel, nb::object wrap_lower, nb::object call_kernel)
+      : name_(std::move(name)),
+        n_in_(n_in),
+        keys_(std::move(keys)),
+        schema_(std::move(schema)),
+        infer_(keep(std::move(infer))),
+        lower_(keep(std::move(lower))),
+        kernel_(keep(std::move(kernel))),
+        wrap_lower_(keep(std::move(wrap_lower))),
+        call_kernel_(keep(std::move(call_kernel))) {
     for (std::size_t i = 0; i < schema_.size(); ++i) schema_[i].key = keys_[i];  // keys_ owns the strings
     std::lock_guard lock(live_ops_mutex);
     for (auto** p : {&infer_, &lower_, &kernel_, &wrap_lower_, &call_kernel_}) live_callables.push_back(p);
@@ -120,8 +130,10 @@ class PyOp final : public ir::OpExtension {
       }
       std::vector<std::int64_t> oshape(out.shape.begin(), out.shape.end());
       // The Python side converts the result to the output's dtype and checks its shape.
-      nb::bytes r = nb::cast<nb::bytes>(
-          !kernel_ ? throw rlx::Error("its Python functions were released at interpreter exit") : (*call_kernel_)(*kernel_, arrays, oshape, std::string(ir::dtype_name(out.dtype)), attrs_to_dict(attrs)));
+      nb::bytes r =
+          nb::cast<nb::bytes>(!kernel_ ? throw rlx::Error("its Python functions were released at interpreter exit")
+                                       : (*call_kernel_)(*kernel_, arrays, oshape,
+                                                         std::string(ir::dtype_name(out.dtype)), attrs_to_dict(attrs)));
       if (r.size() != out.nbytes)
         throw rlx::Error("the result has " + std::to_string(r.size()) + " bytes, the output needs " +
                          std::to_string(out.nbytes));
@@ -142,38 +154,40 @@ class PyOp final : public ir::OpExtension {
 }  // namespace
 
 void bind_extend(nb::module_& m) {
-  m.def("_register_op",
-        [](const std::string& name, int n_in, const std::vector<std::pair<std::string, std::string>>& attrs,
-           nb::object infer, nb::object lower, nb::object kernel, nb::object wrap_lower, nb::object call_kernel) {
-          std::vector<ir::AttrSpec> schema;
-          std::vector<std::string> keys;
-          for (const auto& [key, type] : attrs) {
-            ir::AttrType t = type == "int" ? ir::AttrType::Int
-                             : type == "float" ? ir::AttrType::Float
-                             : type == "bool" ? ir::AttrType::Bool
-                             : type == "str" ? ir::AttrType::String
-                             : type == "ints" ? ir::AttrType::Ints
-                             : type == "dtype" ? ir::AttrType::DType
-                             : throw rlx::Error("register_op: attribute '" + key + "' has unknown type '" + type +
-                                                "' (int, float, bool, str, ints, dtype)");
-            keys.push_back(key);
-            schema.push_back({"", t, true});
-          }
-          auto op = std::make_shared<PyOp>(name, n_in, std::move(schema), std::move(keys), std::move(infer),
-                                           std::move(lower), std::move(kernel), std::move(wrap_lower),
-                                           std::move(call_kernel));
-          ir::register_op(op);
-          if (op->has_kernel()) {
-            // The extension lives as long as the process (the registry holds it).
-            const PyOp* raw = op.get();
-            rlx::runtime::register_host_kernel(
-                name, [raw](std::span<const ir::TensorView> in, const ir::MutableTensorView& out, const ir::Attrs& a) {
-                  raw->run_kernel(in, out, a);
-                });
-          }
-        },
-        nb::arg("name"), nb::arg("num_inputs"), nb::arg("attrs"), nb::arg("infer"), nb::arg("lower").none(),
-        nb::arg("kernel").none(), nb::arg("wrap_lower"), nb::arg("call_kernel"));
+  m.def(
+      "_register_op",
+      [](const std::string& name, int n_in, const std::vector<std::pair<std::string, std::string>>& attrs,
+         nb::object infer, nb::object lower, nb::object kernel, nb::object wrap_lower, nb::object call_kernel) {
+        std::vector<ir::AttrSpec> schema;
+        std::vector<std::string> keys;
+        for (const auto& [key, type] : attrs) {
+          ir::AttrType t = type == "int"     ? ir::AttrType::Int
+                           : type == "float" ? ir::AttrType::Float
+                           : type == "bool"  ? ir::AttrType::Bool
+                           : type == "str"   ? ir::AttrType::String
+                           : type == "ints"  ? ir::AttrType::Ints
+                           : type == "dtype"
+                               ? ir::AttrType::DType
+                               : throw rlx::Error("register_op: attribute '" + key + "' has unknown type '" + type +
+                                                  "' (int, float, bool, str, ints, dtype)");
+          keys.push_back(key);
+          schema.push_back({"", t, true});
+        }
+        auto op =
+            std::make_shared<PyOp>(name, n_in, std::move(schema), std::move(keys), std::move(infer), std::move(lower),
+                                   std::move(kernel), std::move(wrap_lower), std::move(call_kernel));
+        ir::register_op(op);
+        if (op->has_kernel()) {
+          // The extension lives as long as the process (the registry holds it).
+          const PyOp* raw = op.get();
+          rlx::runtime::register_host_kernel(
+              name, [raw](std::span<const ir::TensorView> in, const ir::MutableTensorView& out, const ir::Attrs& a) {
+                raw->run_kernel(in, out, a);
+              });
+        }
+      },
+      nb::arg("name"), nb::arg("num_inputs"), nb::arg("attrs"), nb::arg("infer"), nb::arg("lower").none(),
+      nb::arg("kernel").none(), nb::arg("wrap_lower"), nb::arg("call_kernel"));
   m.def("is_op_registered", [](const std::string& name) { return ir::is_op_registered(name); });
   // Called at interpreter exit; a custom op used after it reports that its Python side is gone.
   m.def("_release_python_ops", [] {

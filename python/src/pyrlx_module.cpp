@@ -16,8 +16,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "rlx/autodiff/autodiff.hpp"
 #include "convert.hpp"
+#include "rlx/autodiff/autodiff.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
@@ -124,34 +124,36 @@ NB_MODULE(_pyrlx, m) {
       .def(nb::init<std::string>(), "name"_a = "graph")
       .def_prop_ro("name", &ir::Graph::name)
       .def("__len__", &ir::Graph::size)
-      .def("input", [](ir::Graph& g, std::string name, nb::handle shape, const std::string& dtype) {
+      .def("input",
+           [](ir::Graph& g, std::string name, nb::handle shape, const std::string& dtype) {
              return g.input(std::move(name), to_shape(shape), ir::parse_dtype(dtype));
            })
-      .def("param", [](ir::Graph& g, std::string name, nb::handle shape, const std::string& dtype) {
+      .def("param",
+           [](ir::Graph& g, std::string name, nb::handle shape, const std::string& dtype) {
              return g.param(std::move(name), to_shape(shape), ir::parse_dtype(dtype));
            })
-      .def("constant", [](ir::Graph& g, const AnyArray& a, const std::string& dtype) {
-             return g.constant(array_to_tensor(a, ir::parse_dtype(dtype)));
-           })
-      .def("op",
-           [](ir::Graph& g, const std::string& name, const std::vector<ir::NodeId>& inputs, nb::dict attrs,
-              std::optional<std::string> dtype, nb::object shape) {
-             auto op = parse_op_or_throw(name);
-             ir::Attrs a;
-             // A custom op's schema depends on which op it is: read "op" first.
-             if (attrs.contains("op")) a.set("op", nb::cast<std::string>(attrs["op"]));
-             auto schema = ir::attr_schema_of(op, a);
-             for (auto [k, v] : attrs) {
-               auto key = nb::cast<std::string>(k);
-               a.set(key, to_attr(op, schema, key, v));
-             }
-             if (dtype || !shape.is_none()) {
-               auto d = dtype ? ir::parse_dtype(*dtype) : g.node(inputs.at(0)).dtype;
-               return g.add_declared(op, inputs, std::move(a), d, to_shape(shape));
-             }
-             return g.add(op, inputs, std::move(a));
-           },
-           "op"_a, "inputs"_a, "attrs"_a = nb::dict(), "dtype"_a = nb::none(), "shape"_a = nb::none())
+      .def("constant", [](ir::Graph& g, const AnyArray& a,
+                          const std::string& dtype) { return g.constant(array_to_tensor(a, ir::parse_dtype(dtype))); })
+      .def(
+          "op",
+          [](ir::Graph& g, const std::string& name, const std::vector<ir::NodeId>& inputs, nb::dict attrs,
+             std::optional<std::string> dtype, nb::object shape) {
+            auto op = parse_op_or_throw(name);
+            ir::Attrs a;
+            // A custom op's schema depends on which op it is: read "op" first.
+            if (attrs.contains("op")) a.set("op", nb::cast<std::string>(attrs["op"]));
+            auto schema = ir::attr_schema_of(op, a);
+            for (auto [k, v] : attrs) {
+              auto key = nb::cast<std::string>(k);
+              a.set(key, to_attr(op, schema, key, v));
+            }
+            if (dtype || !shape.is_none()) {
+              auto d = dtype ? ir::parse_dtype(*dtype) : g.node(inputs.at(0)).dtype;
+              return g.add_declared(op, inputs, std::move(a), d, to_shape(shape));
+            }
+            return g.add(op, inputs, std::move(a));
+          },
+          "op"_a, "inputs"_a, "attrs"_a = nb::dict(), "dtype"_a = nb::none(), "shape"_a = nb::none())
       .def("slice", &ir::Graph::slice)
       // The typed builders that take an axis: they refuse one outside [-rank, rank) (normalize_axis), where
       // the generic `op` path stores what it is given.
@@ -170,30 +172,34 @@ NB_MODULE(_pyrlx, m) {
       .def("layer_norm", &ir::Graph::layer_norm)
       .def("reduce", [](ir::Graph& g, const std::string& op, ir::NodeId x, std::vector<std::int64_t> axes,
                         bool keepdims) { return g.reduce(parse_op_or_throw(op), x, std::move(axes), keepdims); })
-      .def("reshape", [](ir::Graph& g, ir::NodeId x, std::vector<std::int64_t> shape) { return g.reshape(x, std::move(shape)); })
+      .def("reshape",
+           [](ir::Graph& g, ir::NodeId x, std::vector<std::int64_t> shape) { return g.reshape(x, std::move(shape)); })
       .def("shape", [](const ir::Graph& g, ir::NodeId id) { return shape_tuple(g.node(id).shape); })
       .def("dtype", [](const ir::Graph& g, ir::NodeId id) { return std::string(ir::dtype_name(g.node(id).dtype)); })
       .def("op_name", [](const ir::Graph& g, ir::NodeId id) { return std::string(ir::op_name(g.node(id).op)); })
       .def("add_output", &ir::Graph::add_output, "node"_a, "name"_a = "")
       .def("set_outputs", &ir::Graph::set_outputs)
       .def("outputs", &ir::Graph::output_ids)
-      .def("input_names", [](const ir::Graph& g) {
-        std::vector<std::string> names;
-        for (auto id : g.input_ids()) names.push_back(g.node(id).attrs.get_str("name"));
-        return names;
-      })
-      .def("param_names", [](const ir::Graph& g) {
-        std::vector<std::string> names;
-        for (auto id : g.param_ids()) names.push_back(g.node(id).attrs.get_str("name"));
-        return names;
-      })
+      .def("input_names",
+           [](const ir::Graph& g) {
+             std::vector<std::string> names;
+             for (auto id : g.input_ids()) names.push_back(g.node(id).attrs.get_str("name"));
+             return names;
+           })
+      .def("param_names",
+           [](const ir::Graph& g) {
+             std::vector<std::string> names;
+             for (auto id : g.param_ids()) names.push_back(g.node(id).attrs.get_str("name"));
+             return names;
+           })
       .def("verify", &ir::Graph::verify)
       .def("to_text", [](const ir::Graph& g) { return ir::to_text(g); })
       .def("to_dot", [](const ir::Graph& g) { return ir::to_dot(g); })
       .def("write_svg", [](const ir::Graph& g, const std::string& path) { ir::write_svg(g, path); })
       .def("copy", [](const ir::Graph& g) { return ir::Graph(g); });
 
-  m.def("parse", [](const std::string& text) { return ir::parse_text(text); }, "text"_a);
+  m.def(
+      "parse", [](const std::string& text) { return ir::parse_text(text); }, "text"_a);
   // For the DSL's composites that index shapes in Python (cumsum, split, var): the builders' own axis check.
   m.def("_normalize_axis", [](std::int64_t axis, std::size_t rank) { return ir::normalize_axis(axis, rank); });
 
@@ -215,27 +221,33 @@ NB_MODULE(_pyrlx, m) {
 
   // Autodiff transforms: each returns a new graph with the same inputs and params.
   auto transform = [&m](const char* name, ir::Graph (*fn)(const ir::Graph&, std::span<const std::string>,
-                                                        const rlx::autodiff::Options&)) {
-    m.def(name, [fn](const ir::Graph& g, const std::vector<std::string>& wrt, const std::vector<ir::NodeId>& stop,
-                     std::int64_t checkpoint_every, const std::vector<ir::NodeId>& checkpoint_at) {
-      rlx::autodiff::Options o;
-      o.stop_gradient.insert(stop.begin(), stop.end());
-      o.checkpoint.every = checkpoint_every;
-      o.checkpoint.boundaries.insert(checkpoint_at.begin(), checkpoint_at.end());
-      return fn(g, wrt, o);
-    }, "graph"_a, "wrt"_a, "stop_gradient"_a = std::vector<ir::NodeId>{}, "checkpoint_every"_a = 0,
-          "checkpoint_at"_a = std::vector<ir::NodeId>{});
+                                                          const rlx::autodiff::Options&)) {
+    m.def(
+        name,
+        [fn](const ir::Graph& g, const std::vector<std::string>& wrt, const std::vector<ir::NodeId>& stop,
+             std::int64_t checkpoint_every, const std::vector<ir::NodeId>& checkpoint_at) {
+          rlx::autodiff::Options o;
+          o.stop_gradient.insert(stop.begin(), stop.end());
+          o.checkpoint.every = checkpoint_every;
+          o.checkpoint.boundaries.insert(checkpoint_at.begin(), checkpoint_at.end());
+          return fn(g, wrt, o);
+        },
+        "graph"_a, "wrt"_a, "stop_gradient"_a = std::vector<ir::NodeId>{}, "checkpoint_every"_a = 0,
+        "checkpoint_at"_a = std::vector<ir::NodeId>{});
   };
   transform("_grad", &rlx::autodiff::grad);
   transform("_value_and_grad", &rlx::autodiff::value_and_grad);
   transform("_jvp", &rlx::autodiff::jvp);
   // A symbolic batch size is a string (the symbol), a static one an int.
-  m.def("_vmap", [](const ir::Graph& g, const std::vector<std::string>& batched,
-                    const std::variant<std::int64_t, std::string>& size, std::int64_t in_axis, std::int64_t out_axis) {
-    ir::Dim d = std::holds_alternative<std::string>(size) ? ir::Dim::symbol(std::get<std::string>(size))
-                                                          : ir::Dim(std::get<std::int64_t>(size));
-    return rlx::autodiff::vmap(g, {.batched = batched, .size = d, .in_axis = in_axis, .out_axis = out_axis});
-  }, "graph"_a, "batched"_a, "size"_a, "in_axis"_a, "out_axis"_a);
+  m.def(
+      "_vmap",
+      [](const ir::Graph& g, const std::vector<std::string>& batched,
+         const std::variant<std::int64_t, std::string>& size, std::int64_t in_axis, std::int64_t out_axis) {
+        ir::Dim d = std::holds_alternative<std::string>(size) ? ir::Dim::symbol(std::get<std::string>(size))
+                                                              : ir::Dim(std::get<std::int64_t>(size));
+        return rlx::autodiff::vmap(g, {.batched = batched, .size = d, .in_axis = in_axis, .out_axis = out_axis});
+      },
+      "graph"_a, "batched"_a, "size"_a, "in_axis"_a, "out_axis"_a);
 
   m.def("reference_run",
         [](const ir::Graph& g, const std::vector<std::tuple<std::string, AnyArray, std::string>>& inputs,
@@ -257,44 +269,51 @@ NB_MODULE(_pyrlx, m) {
       .def("set_profiling", [](PyCompiled& c, bool on) { c.g.set_profiling(on); })
       // Lock-free and quick: callable from any thread while another runs this graph with the GIL released.
       .def("cancel", [](PyCompiled& c) { c.g.cancel(); })
-      .def("set_run_timeout", [](PyCompiled& c, std::optional<double> seconds) {
-        if (seconds && !(*seconds > 0)) throw rlx::Error("set_timeout: seconds must be > 0, or None for no timeout");
-        if (!seconds) return c.g.set_run_timeout(std::nullopt);
-        c.g.set_run_timeout(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(std::min(*seconds, 1e9))));
-      }, nb::arg("seconds").none())
-      .def("kernel_times", [](const PyCompiled& c) {
-        nb::list rows;
-        for (const auto& t : c.g.kernel_times()) rows.append(nb::make_tuple(t.kernel, t.micros, t.host));
-        return rows;
-      })
-      .def("dispatch_report", [](const PyCompiled& c) {
-        nb::list rows;
-        for (const auto& e : c.g.compile_result().dispatch.entries)
-          rows.append(nb::make_tuple(e.hir_node, std::string(ir::op_name(e.op)),
-                                     std::string(rlx::compile::dispatch_tier_name(e.tier)), e.reason));
-        return rows;
-      })
-      .def("memory_plan", [](const PyCompiled& c) {
-        const auto& lir = c.g.compile_result().lir;
-        nb::list slots;
-        for (const auto& b : lir.buffers) {
-          if (b.role != rlx::compile::BufferRole::Arena || b.root != b.id) continue;
-          nb::dict slot;
-          slot["buffer"] = b.id;
-          slot["name"] = b.name;
-          slot["offset"] = b.arena_offset;
-          slot["bytes"] = b.nbytes();
-          slot["dtype"] = std::string(ir::dtype_name(b.dtype));
-          slots.append(slot);
-        }
-        nb::dict plan;
-        plan["arena_bytes"] = lir.memory.arena_bytes;
-        plan["naive_bytes"] = lir.memory.naive_bytes;
-        plan["views"] = lir.memory.view_count;
-        plan["slots"] = slots;
-        return plan;
-      })
+      .def(
+          "set_run_timeout",
+          [](PyCompiled& c, std::optional<double> seconds) {
+            if (seconds && !(*seconds > 0))
+              throw rlx::Error("set_timeout: seconds must be > 0, or None for no timeout");
+            if (!seconds) return c.g.set_run_timeout(std::nullopt);
+            c.g.set_run_timeout(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                std::chrono::duration<double>(std::min(*seconds, 1e9))));
+          },
+          nb::arg("seconds").none())
+      .def("kernel_times",
+           [](const PyCompiled& c) {
+             nb::list rows;
+             for (const auto& t : c.g.kernel_times()) rows.append(nb::make_tuple(t.kernel, t.micros, t.host));
+             return rows;
+           })
+      .def("dispatch_report",
+           [](const PyCompiled& c) {
+             nb::list rows;
+             for (const auto& e : c.g.compile_result().dispatch.entries)
+               rows.append(nb::make_tuple(e.hir_node, std::string(ir::op_name(e.op)),
+                                          std::string(rlx::compile::dispatch_tier_name(e.tier)), e.reason));
+             return rows;
+           })
+      .def("memory_plan",
+           [](const PyCompiled& c) {
+             const auto& lir = c.g.compile_result().lir;
+             nb::list slots;
+             for (const auto& b : lir.buffers) {
+               if (b.role != rlx::compile::BufferRole::Arena || b.root != b.id) continue;
+               nb::dict slot;
+               slot["buffer"] = b.id;
+               slot["name"] = b.name;
+               slot["offset"] = b.arena_offset;
+               slot["bytes"] = b.nbytes();
+               slot["dtype"] = std::string(ir::dtype_name(b.dtype));
+               slots.append(slot);
+             }
+             nb::dict plan;
+             plan["arena_bytes"] = lir.memory.arena_bytes;
+             plan["naive_bytes"] = lir.memory.naive_bytes;
+             plan["views"] = lir.memory.view_count;
+             plan["slots"] = slots;
+             return plan;
+           })
       .def("io", [](const PyCompiled& c) {
         auto conv = [](const std::vector<rlx::CompiledGraph::IoSpec>& specs) {
           nb::list l;
@@ -305,22 +324,22 @@ NB_MODULE(_pyrlx, m) {
       });
 
   nb::class_<rlx::Session>(m, "_Session")
-      .def("__init__", [](rlx::Session* s, const std::string& device) {
-        new (s) rlx::Session(rlx::runtime::parse_device(device));
-      })
-      .def("compile",
-           [](const rlx::Session& s, const ir::Graph& g, bool optimize, bool fusion, int num_threads,
-              const std::string& dump, const std::map<std::string, std::int64_t>& bind) {
-             rlx::compile::CompileOptions o;
-             o.bind.assign(bind.begin(), bind.end());
-             o.optimize = optimize;
-             o.fusion = fusion;
-             o.num_threads = num_threads;
-             o.dump = dump;
-             return PyCompiled{s.compile(g, o)};
-           },
-           "graph"_a, "optimize"_a = true, "fusion"_a = true, "num_threads"_a = 0, "dump"_a = "",
-           "bind"_a = std::map<std::string, std::int64_t>{})
+      .def("__init__",
+           [](rlx::Session* s, const std::string& device) { new (s) rlx::Session(rlx::runtime::parse_device(device)); })
+      .def(
+          "compile",
+          [](const rlx::Session& s, const ir::Graph& g, bool optimize, bool fusion, int num_threads,
+             const std::string& dump, const std::map<std::string, std::int64_t>& bind) {
+            rlx::compile::CompileOptions o;
+            o.bind.assign(bind.begin(), bind.end());
+            o.optimize = optimize;
+            o.fusion = fusion;
+            o.num_threads = num_threads;
+            o.dump = dump;
+            return PyCompiled{s.compile(g, o)};
+          },
+          "graph"_a, "optimize"_a = true, "fusion"_a = true, "num_threads"_a = 0, "dump"_a = "",
+          "bind"_a = std::map<std::string, std::int64_t>{})
       .def_prop_ro("device", [](const rlx::Session& s) { return std::string(rlx::runtime::device_label(s.device())); });
 
   m.def("available_devices", [] {
@@ -330,7 +349,8 @@ NB_MODULE(_pyrlx, m) {
       if (rlx::runtime::is_available(d)) out.emplace_back(rlx::runtime::device_label(d));
     return out;
   });
-  m.def("is_available", [](const std::string& name) { return rlx::runtime::is_available(rlx::runtime::parse_device(name)); });
+  m.def("is_available",
+        [](const std::string& name) { return rlx::runtime::is_available(rlx::runtime::parse_device(name)); });
   m.def("parse_device", [](const std::string& name) {
     return std::string(rlx::runtime::device_label(rlx::runtime::parse_device(name)));
   });

@@ -16,8 +16,8 @@ namespace rlx::autodiff::detail {
 using ir::Graph;
 using ir::Node;
 
-void checkpointed_reverse(Graph& g, const Graph& src, const Analysis& a, std::vector<Maybe>& ct,
-                          const Checkpoint& cp, NodeId loss) {
+void checkpointed_reverse(Graph& g, const Graph& src, const Analysis& a, std::vector<Maybe>& ct, const Checkpoint& cp,
+                          NodeId loss) {
   // Segment starts, in node order: a segment ends after every `every` ops and at each boundary.
   std::vector<std::size_t> starts{0};
   std::int64_t ops = 0;

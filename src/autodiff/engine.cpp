@@ -20,7 +20,10 @@ namespace {
 // define it, so their results are constants rather than errors.
 bool zero_derivative(const Node& n) {
   switch (n.op) {
-    case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: case OpKind::Sign: return ir::is_float(n.dtype);
+    case OpKind::Floor:
+    case OpKind::Ceil:
+    case OpKind::Round:
+    case OpKind::Sign: return ir::is_float(n.dtype);
     default: return false;
   }
 }
@@ -42,11 +45,16 @@ void check_rule(const Graph& g, NodeId v, const Graph& src, const Node& n, const
 bool is_selector(const Graph& g, const Node& n, std::size_t input) {
   switch (n.op) {
     case OpKind::Where: return input == 0;
-    case OpKind::Gather: case OpKind::IndexSelect: case OpKind::ScatterAdd: case OpKind::Embedding: return input == 1;
+    case OpKind::Gather:
+    case OpKind::IndexSelect:
+    case OpKind::ScatterAdd:
+    case OpKind::Embedding: return input == 1;
     case OpKind::Attention: return input == 3 && g.node(n.inputs[3]).dtype == DType::Bool;
-    case OpKind::If: return input == 0;  // the condition picks a branch
+    case OpKind::If:
+      return input == 0;  // the condition picks a branch
     // Integer and bool operands of a loop (counters, indices, flags) steer it.
-    case OpKind::Scan: case OpKind::While: return !ir::is_float(g.node(n.inputs[input]).dtype);
+    case OpKind::Scan:
+    case OpKind::While: return !ir::is_float(g.node(n.inputs[input]).dtype);
     default: return false;
   }
 }
@@ -164,8 +172,8 @@ NodeId unbroadcast(Graph& g, NodeId v, const ir::Shape& to) {
   std::size_t lead = from.rank() - to.rank();
   std::vector<std::int64_t> axes;
   for (std::size_t d = 0; d < from.rank(); ++d) {
-    bool stretched = d >= lead && to[d - lead].is_static() && to[d - lead].size == 1 &&
-                     !(from[d].is_static() && from[d].size == 1);
+    bool stretched =
+        d >= lead && to[d - lead].is_static() && to[d - lead].size == 1 && !(from[d].is_static() && from[d].size == 1);
     if (d < lead || stretched) axes.push_back(std::int64_t(d));
   }
   if (!axes.empty()) v = g.sum(v, axes);
@@ -184,7 +192,7 @@ namespace {
 // replayed into s.g on top of the node's operands.
 struct Inlined {
   Graph sub;
-  std::vector<NodeId> map;  // sub node -> s.g node
+  std::vector<NodeId> map;     // sub node -> s.g node
   std::vector<NodeId> inputs;  // sub ids of the operands, in order
   NodeId result;
 };

@@ -38,8 +38,8 @@ Analysis analyze(const ir::Graph& g, std::vector<Flow> flow, const std::set<Node
 // reverse: cotangents seeded in `ct` flow back through the nodes with ids in
 // [begin, end) (entries of non-leaf nodes are consumed); the whole graph by
 // default. forward: tangents seeded on leaves in `t` flow to every node in `needed`.
-void reverse(ir::Graph& g, const ir::Graph& src, std::span<const NodeId> map, const Analysis& a,
-             std::vector<Maybe>& ct, std::size_t begin = 0, std::size_t end = ~std::size_t{0});
+void reverse(ir::Graph& g, const ir::Graph& src, std::span<const NodeId> map, const Analysis& a, std::vector<Maybe>& ct,
+             std::size_t begin = 0, std::size_t end = ~std::size_t{0});
 void forward(ir::Graph& g, const ir::Graph& src, std::span<const NodeId> map, const Analysis& a,
              const std::vector<bool>& needed, std::vector<Maybe>& t);
 // reverse() over `src` (copied into g with the same ids) with gradient

@@ -11,8 +11,8 @@
 
 #include "autodiff/control_flow.hpp"
 #include "autodiff/engine.hpp"
-#include "rlx/ir/custom_op.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/custom_op.hpp"
 
 namespace rlx::autodiff::detail {
 namespace {
@@ -111,7 +111,8 @@ NodeId binary_partial(const Site& s, std::size_t k, NodeId v) {
         return g.where(cmp(OpKind::Eq, b, c(0)), c(0), g.mul(v, g.mul(b, g.binary(OpKind::Pow, a, g.sub(b, c(1))))));
       return g.where(g.binary(OpKind::And, cmp(OpKind::Eq, a, c(0)), cmp(OpKind::Ge, b, c(0))), c(0),
                      g.mul(v, g.mul(s.y, g.unary(OpKind::Log, a))));
-    case OpKind::Max: case OpKind::Min: {  // a tie splits the derivative evenly, as in torch and JAX
+    case OpKind::Max:
+    case OpKind::Min: {  // a tie splits the derivative evenly, as in torch and JAX
       NodeId mine = s.x[k], other = s.x[1 - k];
       NodeId tie = g.where(cmp(OpKind::Eq, mine, other), g.mul(v, c(0.5)), c(0));
       return g.where(cmp(s.n.op == OpKind::Max ? OpKind::Gt : OpKind::Lt, mine, other), v, tie);
@@ -173,8 +174,10 @@ NodeId prod_partials(const Site& s, const Reduction& r) {
   i64 n = 1;
   for (std::size_t d = 0; d < rank; ++d) {
     const Dim& e = xs[std::size_t(perm[d])];
-    if (d + r.axes.size() < rank) dims.push_back(e);
-    else n *= static_extent(s, e, "reduced dim");
+    if (d + r.axes.size() < rank)
+      dims.push_back(e);
+    else
+      n *= static_extent(s, e, "reduced dim");
   }
   dims.push_back(Dim(n));
   NodeId moved = g.permute(s.x[0], perm);
@@ -206,7 +209,8 @@ NodeId reduce_vjp(const Site& s, NodeId ct) {
       for (auto a : r.axes) count *= static_extent(s, xs[std::size_t(a)], "reduced dim");
       return fit(g, g.div(c, cst(s, double(count))), xs);
     }
-    case OpKind::ReduceMax: case OpKind::ReduceMin: return g.mul(extreme_partials(s, r), c);
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin: return g.mul(extreme_partials(s, r), c);
     case OpKind::ReduceProd: return g.mul(prod_partials(s, r), c);
     default: s.fail("no derivative rule for this op");
   }
@@ -215,8 +219,10 @@ NodeId reduce_vjp(const Site& s, NodeId ct) {
 NodeId reduce_jvp(const Site& s, NodeId t) {
   Reduction r = reduction(s);
   switch (s.n.op) {
-    case OpKind::ReduceSum: case OpKind::ReduceMean: return same_op(s, {t});
-    case OpKind::ReduceMax: case OpKind::ReduceMin: return s.g.sum(s.g.mul(extreme_partials(s, r), t), r.axes, r.keep);
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMean: return same_op(s, {t});
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin: return s.g.sum(s.g.mul(extreme_partials(s, r), t), r.axes, r.keep);
     case OpKind::ReduceProd: return s.g.sum(s.g.mul(prod_partials(s, r), t), r.axes, r.keep);
     default: s.fail("no derivative rule for this op");
   }
@@ -373,7 +379,10 @@ std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& w
       break;
     case OpKind::Cast: d[0] = g.cast(ct, s.in(0).dtype); break;
     case OpKind::Clamp: d[0] = clamp_map(s, ct); break;
-    case OpKind::ReduceSum: case OpKind::ReduceMean: case OpKind::ReduceMax: case OpKind::ReduceMin:
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMean:
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin:
     case OpKind::ReduceProd: d[0] = reduce_vjp(s, ct); break;
     case OpKind::MatMul:
       if (want[0]) d[0] = unbroadcast(g, g.matmul(ct, g.transpose(s.x[1])), shape(0));
@@ -416,9 +425,16 @@ std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& w
     case OpKind::LogSoftmax:  // v - softmax(x) sum(v)
       d[0] = g.add(OpKind::LogSoftmaxBackward, {s.y, ct}, {{"axis", n.attrs.get_int("axis")}});
       break;
-    case OpKind::LayerNorm: case OpKind::RmsNorm: return norm_vjp(s, ct, want);
-    case OpKind::Conv1d: case OpKind::Conv2d: case OpKind::MaxPool2d: case OpKind::AvgPool2d: case OpKind::Attention:
-    case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward: case OpKind::LayerNormBackward:
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm: return norm_vjp(s, ct, want);
+    case OpKind::Conv1d:
+    case OpKind::Conv2d:
+    case OpKind::MaxPool2d:
+    case OpKind::AvgPool2d:
+    case OpKind::Attention:
+    case OpKind::SoftmaxBackward:
+    case OpKind::LogSoftmaxBackward:
+    case OpKind::LayerNormBackward:
     case OpKind::RmsNormBackward: return vjp_decomposed(s, ct, want);
     case OpKind::Custom: {  // the extension's own rule, else through its lowering
       auto ext = ir::find_op_extension(n.attrs.get_str("op"));
@@ -428,7 +444,9 @@ std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& w
       }
       return vjp_decomposed(s, ct, want);
     }
-    case OpKind::Scan: case OpKind::If: case OpKind::While: return control_flow_vjp(s, ct, want);
+    case OpKind::Scan:
+    case OpKind::If:
+    case OpKind::While: return control_flow_vjp(s, ct, want);
     default: s.fail("no VJP rule for this op");
   }
   return d;
@@ -470,20 +488,28 @@ Maybe jvp_rule(const Site& s, std::span<const Maybe> t) {
       if (t[1]) terms.push_back(g.linear(s.x[0], *t[1]));
       if (t.size() == 3 && t[2]) terms.push_back(*t[2]);
       return sum_terms(g, terms, ys);
-    case OpKind::Conv1d: case OpKind::Conv2d:  // bilinear in (x, w), plus the bias
+    case OpKind::Conv1d:
+    case OpKind::Conv2d:  // bilinear in (x, w), plus the bias
       if (t[0]) terms.push_back(g.add(n.op, {*t[0], s.x[1]}, n.attrs));
       if (t[1]) terms.push_back(g.add(n.op, {s.x[0], *t[1]}, n.attrs));
       if (t.size() == 3 && t[2]) terms.push_back(channel_column(s, *t[2]));
       return sum_terms(g, terms, ys);
-    case OpKind::LayerNorm: case OpKind::RmsNorm: case OpKind::MaxPool2d: case OpKind::Attention:
-    case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward: case OpKind::LayerNormBackward:
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm:
+    case OpKind::MaxPool2d:
+    case OpKind::Attention:
+    case OpKind::SoftmaxBackward:
+    case OpKind::LogSoftmaxBackward:
+    case OpKind::LayerNormBackward:
     case OpKind::RmsNormBackward: return jvp_decomposed(s, t);
     case OpKind::Custom: {
       auto ext = ir::find_op_extension(n.attrs.get_str("op"));
       if (auto rule = ext->jvp(g, s.x, t, s.y, n.attrs)) return rule;
       return jvp_decomposed(s, t);
     }
-    case OpKind::Scan: case OpKind::If: case OpKind::While: return control_flow_jvp(s, t);
+    case OpKind::Scan:
+    case OpKind::If:
+    case OpKind::While: return control_flow_jvp(s, t);
     default: break;
   }
   // The rest are linear in their one differentiable operand.
@@ -492,16 +518,27 @@ Maybe jvp_rule(const Site& s, std::span<const Maybe> t) {
   switch (n.op) {
     case OpKind::Cast: return g.cast(v, n.dtype);
     case OpKind::Clamp: return clamp_map(s, v);
-    case OpKind::ReduceSum: case OpKind::ReduceMean: case OpKind::ReduceMax: case OpKind::ReduceMin:
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMean:
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin:
     case OpKind::ReduceProd: return reduce_jvp(s, v);
-    case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Squeeze:
-    case OpKind::Unsqueeze: case OpKind::Flip: case OpKind::AvgPool2d: return same_op(s, {v});
+    case OpKind::Reshape:
+    case OpKind::Permute:
+    case OpKind::Expand:
+    case OpKind::Slice:
+    case OpKind::Squeeze:
+    case OpKind::Unsqueeze:
+    case OpKind::Flip:
+    case OpKind::AvgPool2d: return same_op(s, {v});
     case OpKind::Pad: {
       ir::Attrs a = n.attrs;
       a.set("value", 0.0);  // the padding is a constant
       return g.add_declared(OpKind::Pad, {v}, std::move(a), n.dtype, ys);
     }
-    case OpKind::Gather: case OpKind::IndexSelect: case OpKind::Embedding: return same_op(s, {v, s.x[1]});
+    case OpKind::Gather:
+    case OpKind::IndexSelect:
+    case OpKind::Embedding: return same_op(s, {v, s.x[1]});
     case OpKind::Softmax: return softmax_map(s, v);
     case OpKind::LogSoftmax: {
       i64 ax = ir::normalize_axis(n.attrs.get_int("axis"), ys.rank());

@@ -62,8 +62,13 @@ Attrs with(const Node& n, const std::string& key, ir::AttrValue v) {
 // Ops whose "axis" attribute picks a dim; on a rank-0 operand it means a row of one.
 bool has_axis_over_operand(OpKind op) {
   switch (op) {
-    case OpKind::Softmax: case OpKind::LogSoftmax: case OpKind::ArgMax: case OpKind::ArgMin:
-    case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward: case OpKind::LayerNorm:
+    case OpKind::Softmax:
+    case OpKind::LogSoftmax:
+    case OpKind::ArgMax:
+    case OpKind::ArgMin:
+    case OpKind::SoftmaxBackward:
+    case OpKind::LogSoftmaxBackward:
+    case OpKind::LayerNorm:
     case OpKind::LayerNormBackward: return true;
     default: return false;
   }
@@ -192,8 +197,8 @@ class Batcher {
     for (std::size_t k = 0; k < x.size(); ++k) {
       DType t = g_.node(x[k].id).dtype;
       ins.push_back(one.input("operand" + std::to_string(k), Shape{1}, t));
-      rows.push_back({g_.reshape(x[k].id, x[k].batched ? Shape(std::vector<Dim>{size_, Dim(1)}) : Shape{1}),
-                      x[k].batched});
+      rows.push_back(
+          {g_.reshape(x[k].id, x[k].batched ? Shape(std::vector<Dim>{size_, Dim(1)}) : Shape{1}), x[k].batched});
     }
     one.add_output(one.reshape(one.add(n.op, ins, with(n, "axis", i64(0))), n.shape));
     auto vals = run(one, [&](const Node& m) -> std::optional<Val> {
@@ -239,7 +244,10 @@ class Batcher {
     if (has_axis_over_operand(n.op) && rank(0) == 0) return scalar_as_row(n, x);
 
     switch (ir::op_info(n.op).cls) {
-      case OpClass::Unary: case OpClass::Binary: case OpClass::Elementwise: case OpClass::MatMul: {
+      case OpClass::Unary:
+      case OpClass::Binary:
+      case OpClass::Elementwise:
+      case OpClass::MatMul: {
         // Shared operands broadcast as they did; batched ones get 1-dims up
         // to the result's rank so that the batch axis lines up in front.
         std::vector<NodeId> ins;
@@ -280,25 +288,32 @@ class Batcher {
         pads.insert(pads.begin(), 0);
         return out(g_.add(OpKind::Pad, {x[0].id}, with(n, "pads", pads)));
       }
-      case OpKind::Squeeze: case OpKind::Flip:
+      case OpKind::Squeeze:
+      case OpKind::Flip:
         return out(g_.add(n.op, {x[0].id}, with(n, "axes", shifted(n.attrs.get_ints("axes"), rank(0)))));
       case OpKind::Unsqueeze:
         return out(g_.add(n.op, {x[0].id}, with(n, "axes", shifted(n.attrs.get_ints("axes"), R))));
-      case OpKind::Concat: case OpKind::Gather: case OpKind::ScatterAdd: case OpKind::SoftmaxBackward:
+      case OpKind::Concat:
+      case OpKind::Gather:
+      case OpKind::ScatterAdd:
+      case OpKind::SoftmaxBackward:
       case OpKind::LogSoftmaxBackward: {
         std::vector<NodeId> ins;
         for (std::size_t k = 0; k < x.size(); ++k) ins.push_back(lifted(k));
         return out(g_.add(n.op, std::move(ins), with(n, "axis", axis1(0))));
       }
       case OpKind::IndexSelect: return index_select(src, n, x);
-      case OpKind::Softmax: case OpKind::LogSoftmax: return out(g_.add(n.op, {x[0].id}, with(n, "axis", axis1(0))));
-      case OpKind::Linear: case OpKind::RmsNorm:
+      case OpKind::Softmax:
+      case OpKind::LogSoftmax: return out(g_.add(n.op, {x[0].id}, with(n, "axis", axis1(0))));
+      case OpKind::Linear:
+      case OpKind::RmsNorm:
         if (only_first_batched()) return out(g_.add(n.op, ids(x), n.attrs));
         return decomposed(src, n, x);
       case OpKind::LayerNorm:
         if (only_first_batched()) return out(g_.add(n.op, ids(x), with(n, "axis", axis1(0))));
         return decomposed(src, n, x);
-      case OpKind::LayerNormBackward: case OpKind::RmsNormBackward: {
+      case OpKind::LayerNormBackward:
+      case OpKind::RmsNormBackward: {
         if (x.size() == 3 && x[2].batched) return decomposed(src, n, x);
         std::vector<NodeId> ins{lifted(0), lifted(1)};
         if (x.size() == 3) ins.push_back(x[2].id);
@@ -307,14 +322,20 @@ class Batcher {
       case OpKind::Embedding:
         if (!x[0].batched) return out(g_.add(OpKind::Embedding, {x[0].id, x[1].id}, n.attrs));
         return decomposed(src, n, x);
-      case OpKind::Conv1d: case OpKind::Conv2d:
-        if (only_first_batched() && mergeable(src, n)) return out(split(g_.add(n.op, [&] {
-          auto ins = ids(x);
-          ins[0] = merge(ins[0]);
-          return ins;
-        }(), n.attrs)));
+      case OpKind::Conv1d:
+      case OpKind::Conv2d:
+        if (only_first_batched() && mergeable(src, n))
+          return out(split(g_.add(
+              n.op,
+              [&] {
+                auto ins = ids(x);
+                ins[0] = merge(ins[0]);
+                return ins;
+              }(),
+              n.attrs)));
         return decomposed(src, n, x);
-      case OpKind::MaxPool2d: case OpKind::AvgPool2d:
+      case OpKind::MaxPool2d:
+      case OpKind::AvgPool2d:
         if (mergeable(src, n)) return out(split(g_.add(n.op, {merge(x[0].id)}, n.attrs)));
         return decomposed(src, n, x);
       case OpKind::Attention: return attention(src, n, x);
@@ -372,8 +393,9 @@ class Batcher {
   Val control_flow(const Graph& src, const Node& n, const std::vector<Val>& x) {
     for (const auto& [graph, id, results] : done_)
       if (graph == &src && ir::are_siblings(src.node(id), n)) return results[std::size_t(n.attrs.get_int("result"))];
-    std::vector<Val> results = n.op == OpKind::Scan ? scan(src, n, x) : n.op == OpKind::If ? if_else(src, n, x)
-                                                                                          : while_loop(src, n, x);
+    std::vector<Val> results = n.op == OpKind::Scan ? scan(src, n, x)
+                               : n.op == OpKind::If ? if_else(src, n, x)
+                                                    : while_loop(src, n, x);
     done_.push_back({&src, n.id, results});
     return results[std::size_t(n.attrs.get_int("result"))];
   }

@@ -234,7 +234,9 @@ constexpr Helper kHelpers[] = {
      "  $T r = fmod$F(a, b);\n"
      "  if (r == 0) return copysign$F(0, b);\n"
      "  return (r < 0) != (b < 0) ? r + b : r;\n}"},
-    {"clamp", true, "static $T rlx_clamp$F($T x, $T lo, $T hi) { return isnan(x) || isnan(lo) || isnan(hi) ? x + lo + hi : fmin$F(fmax$F(x, lo), hi); }"},
+    {"clamp", true,
+     "static $T rlx_clamp$F($T x, $T lo, $T hi) { return isnan(x) || isnan(lo) || isnan(hi) ? x + lo + hi : "
+     "fmin$F(fmax$F(x, lo), hi); }"},
     {"idiv", false,
      "/* Truncating division; x / 0 is 0 and INT64_MIN / -1 wraps, as in RLX. */\n"
      "static int64_t rlx_idiv(int64_t x, int64_t y) {\n"

@@ -91,8 +91,8 @@ class Lowerer {
       const auto steps = std::size_t(length) * body.size();
       // The length rule alone would let nested scans multiply (64 x 64 x ... body nodes): it holds only while
       // the unrolled loop stays under kMaxUnrolledNodes, past which a scan is always a host loop.
-      const bool by_length = opt_.scan_unroll_max_length > 0 && length <= opt_.scan_unroll_max_length &&
-                             steps <= kMaxUnrolledNodes;
+      const bool by_length =
+          opt_.scan_unroll_max_length > 0 && length <= opt_.scan_unroll_max_length && steps <= kMaxUnrolledNodes;
       const bool by_budget = opt_.scan_unroll_budget > 0 && steps <= std::size_t(opt_.scan_unroll_budget);
       if (by_length || by_budget) {
         results = unroll_scan(out, n, body, ins);

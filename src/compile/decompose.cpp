@@ -65,9 +65,7 @@ Ints range(i64 lo, i64 hi) {
 }
 
 // x - max(x): exp of it cannot overflow, and -inf entries (masked) stay -inf.
-NodeId shift_by_max(Graph& g, NodeId x, i64 axis) {
-  return g.sub(x, g.reduce(OpKind::ReduceMax, x, {axis}, true));
-}
+NodeId shift_by_max(Graph& g, NodeId x, i64 axis) { return g.sub(x, g.reduce(OpKind::ReduceMax, x, {axis}, true)); }
 
 NodeId softmax(Graph& g, NodeId x, i64 axis) {
   NodeId e = g.exp(shift_by_max(g, x, axis));
@@ -286,8 +284,8 @@ ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, Dispat
     if (ir::op_info(n.op).cls != ir::OpClass::Composite) return std::nullopt;
     if (keep.contains(n.op)) {
       if (report)
-        report->entries.push_back(
-            {n.id, n.op, DispatchTier::Native, report->backend + " claims " + std::string(ir::op_name(n.op)) + " natively"});
+        report->entries.push_back({n.id, n.op, DispatchTier::Native,
+                                   report->backend + " claims " + std::string(ir::op_name(n.op)) + " natively"});
       return std::nullopt;
     }
     std::size_t before = r.out().size();

@@ -10,8 +10,7 @@
 
 namespace rlx::compile::passes {
 
-ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::less<>>& native,
-                        DispatchReport* report) {
+ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::less<>>& native, DispatchReport* report) {
   auto record = [&](const ir::Node& n, DispatchTier tier, std::string why) {
     if (report) report->entries.push_back({n.id, n.op, tier, std::move(why)});
   };
@@ -33,7 +32,8 @@ ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::les
       throw Error(ir::describe_node(g, n) + ": lowering of custom op '" + name + "' failed: " + e.what());
     }
     if (!out) {
-      record(n, DispatchTier::Unsupported, "custom op '" + name + "' has no lowering and " + backend + " has no kernel");
+      record(n, DispatchTier::Unsupported,
+             "custom op '" + name + "' has no lowering and " + backend + " has no kernel");
       throw Error(ir::describe_node(g, n) + ": custom op '" + name + "' has no lowering and backend '" + backend +
                   "' has no kernel for it (register one with rlx::runtime::register_host_kernel)");
     }
@@ -41,7 +41,8 @@ ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::les
     // never saw (from another graph, or the caller's), and would silently compute something else.
     if (*out < first && std::find(ins.begin(), ins.end(), *out) == ins.end())
       throw Error(ir::describe_node(g, n) + ": the lowering of custom op '" + name + "' returned node %" +
-                  std::to_string(*out) + ", which is neither one of its inputs nor a node it added (a node of "
+                  std::to_string(*out) +
+                  ", which is neither one of its inputs nor a node it added (a node of "
                   "another graph?)");
     if (*out >= r.out().size())
       throw Error(ir::describe_node(g, n) + ": the lowering of custom op '" + name + "' returned node %" +
@@ -52,8 +53,9 @@ ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::les
                   std::string(ir::dtype_name(res.dtype)) + res.shape.str() + " but infers " +
                   std::string(ir::dtype_name(n.dtype)) + n.shape.str());
     r.out().tag_origin(first, "custom:" + name);
-    record(n, DispatchTier::Decomposed, "inlined the lowering of custom op '" + name + "' (" +
-                                            std::to_string(r.out().size() - first) + " primitives)");
+    record(
+        n, DispatchTier::Decomposed,
+        "inlined the lowering of custom op '" + name + "' (" + std::to_string(r.out().size() - first) + " primitives)");
     return out;
   });
 }

@@ -189,11 +189,25 @@ double millis_since(Clock::time_point t0) {
 // What to print to stderr: CompileOptions::dump, else $RLX_DUMP (the only
 // place the environment is read).
 // The levels and passes a dump may name: a typo is an error, not a silent no-dump.
-constexpr std::string_view kDumpable[] = {"hir", "mir", "lir", "all", "lower_control_flow", "inline",
-                                          "param_specialize", "decompose", "legalize_f32_compute",
-                                          "legalize_dtypes", "legalize_broadcast", "const_fold",
-                                          "algebraic_simplify", "cse", "dce", "promote_params", "verify",
-                                          "lower_to_lir", "plan_memory"};
+constexpr std::string_view kDumpable[] = {"hir",
+                                          "mir",
+                                          "lir",
+                                          "all",
+                                          "lower_control_flow",
+                                          "inline",
+                                          "param_specialize",
+                                          "decompose",
+                                          "legalize_f32_compute",
+                                          "legalize_dtypes",
+                                          "legalize_broadcast",
+                                          "const_fold",
+                                          "algebraic_simplify",
+                                          "cse",
+                                          "dce",
+                                          "promote_params",
+                                          "verify",
+                                          "lower_to_lir",
+                                          "plan_memory"};
 
 std::set<std::string, std::less<>> dump_names(const CompileOptions& o) {
   std::set<std::string, std::less<>> names;
@@ -294,11 +308,11 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   pm.dump("hir", ir::to_text(g));
 
   if (std::any_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node& n) { return ir::is_control_flow(n.op); }))
-    pm.run("lower_control_flow", g, [&](const ir::Graph& x) {
-      return passes::lower_control_flow(x, options, backend, &res.dispatch);
-    });
+    pm.run("lower_control_flow", g,
+           [&](const ir::Graph& x) { return passes::lower_control_flow(x, options, backend, &res.dispatch); });
   const auto has_custom = [](const ir::Graph& x) {
-    return std::any_of(x.nodes().begin(), x.nodes().end(), [](const ir::Node& n) { return n.op == ir::OpKind::Custom; });
+    return std::any_of(x.nodes().begin(), x.nodes().end(),
+                       [](const ir::Node& n) { return n.op == ir::OpKind::Custom; });
   };
   if (has_custom(g))
     pm.run("inline", g,

@@ -9,10 +9,15 @@ namespace rlx::ir {
 
 std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F64: case DType::I64: return 8;
-    case DType::F32: case DType::I32: return 4;
-    case DType::F16: case DType::BF16: return 2;
-    case DType::I8: case DType::U8: case DType::Bool: return 1;
+    case DType::F64:
+    case DType::I64: return 8;
+    case DType::F32:
+    case DType::I32: return 4;
+    case DType::F16:
+    case DType::BF16: return 2;
+    case DType::I8:
+    case DType::U8:
+    case DType::Bool: return 1;
   }
   return 0;
 }
@@ -52,7 +57,10 @@ float half_to_float(std::uint16_t h) {
       bits = sign;
     } else {  // subnormal: renormalize
       int e = -1;
-      do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
       bits = sign | std::uint32_t(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
     }
   } else if (exp == 31) {
@@ -70,7 +78,7 @@ std::uint16_t float_to_half(float f) {
   std::memcpy(&bits, &f, 4);
   std::uint32_t sign = (bits >> 16) & 0x8000u;
   std::uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return std::uint16_t(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return std::uint16_t(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);  // overflow (rounds to inf)
   if (abs < 0x38800000u) {  // subnormal or zero in half: round at 2^-24 granularity
     float a;

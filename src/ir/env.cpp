@@ -45,7 +45,8 @@ const std::vector<Var>& catalog() {
        "Directory of the calibration caches (<backend>-calib-<device>.json). Unset = $XDG_CACHE_HOME/rlx, "
        "else $HOME/.cache/rlx."},
       {"XDG_CACHE_HOME", Type::String, "", "Read only to place the cache directory when RLX_CACHE_DIR is unset."},
-      {"HOME", Type::String, "", "Read only to place the cache directory when RLX_CACHE_DIR and XDG_CACHE_HOME are unset."},
+      {"HOME", Type::String, "",
+       "Read only to place the cache directory when RLX_CACHE_DIR and XDG_CACHE_HOME are unset."},
   };
   return vars;
 }

@@ -79,8 +79,8 @@ static NodeId find_named(const Graph& g, OpKind kind, std::string_view name) {
     if (n.attrs.get_str("name") == name) return n.id;
     known += (known.empty() ? "" : ", ") + n.attrs.get_str("name");
   }
-  throw Error("graph '" + g.name() + "' has no " + std::string(op_name(kind)) + " named '" + std::string(name) +
-              "' (" + (known.empty() ? "it has none" : "known: " + known) + ")");
+  throw Error("graph '" + g.name() + "' has no " + std::string(op_name(kind)) + " named '" + std::string(name) + "' (" +
+              (known.empty() ? "it has none" : "known: " + known) + ")");
 }
 NodeId Graph::find_input(std::string_view name) const { return find_named(*this, OpKind::Input, name); }
 NodeId Graph::find_param(std::string_view name) const { return find_named(*this, OpKind::Param, name); }
@@ -139,7 +139,8 @@ std::vector<NodeId> Graph::inline_graph(const Graph& body, std::span<const NodeI
   std::size_t next_arg = 0;
   for (const auto& n : body.nodes()) {
     if (n.op == OpKind::Param)
-      throw Error("inlining graph '" + body.name() + "': " + describe_node(body, n) + " is a param; bodies take inputs only");
+      throw Error("inlining graph '" + body.name() + "': " + describe_node(body, n) +
+                  " is a param; bodies take inputs only");
     if (n.op == OpKind::Input) {
       const Node& a = node(args[next_arg]);
       if (a.dtype != n.dtype || a.shape != n.shape)
@@ -286,7 +287,8 @@ NodeId Graph::slice(NodeId x, std::vector<std::int64_t> axes, std::vector<std::i
     en[i] = s[i].is_static() ? s[i].size : std::numeric_limits<std::int64_t>::max();
   for (std::size_t i = 0; i < axes.size(); ++i) {
     auto ax = static_cast<std::size_t>(normalize_axis(axes[i], s.rank()));
-    if (!s[ax].is_static()) throw Error("slice of node %" + std::to_string(x) + ": axis " + std::to_string(ax) + " is symbolic");
+    if (!s[ax].is_static())
+      throw Error("slice of node %" + std::to_string(x) + ": axis " + std::to_string(ax) + " is symbolic");
     if (steps[i] < 1) throw Error("slice of node %" + std::to_string(x) + ": steps must be >= 1 (use flip)");
     std::int64_t d = s[ax].size;
     auto clampi = [d](std::int64_t v) { return std::clamp(v < 0 ? v + d : v, std::int64_t{0}, d); };
@@ -386,16 +388,20 @@ NodeId Graph::conv2d(NodeId x, NodeId w, std::optional<NodeId> bias, std::vector
   std::vector<NodeId> ins{x, w};
   if (bias) ins.push_back(*bias);
   return add(OpKind::Conv2d, std::move(ins),
-             {{"stride", std::move(stride)}, {"padding", std::move(padding)}, {"dilation", std::move(dilation)},
+             {{"stride", std::move(stride)},
+              {"padding", std::move(padding)},
+              {"dilation", std::move(dilation)},
               {"groups", groups}});
 }
 NodeId Graph::max_pool2d(NodeId x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride,
                          std::vector<std::int64_t> padding) {
-  return add(OpKind::MaxPool2d, {x}, {{"kernel", std::move(kernel)}, {"stride", std::move(stride)}, {"padding", std::move(padding)}});
+  return add(OpKind::MaxPool2d, {x},
+             {{"kernel", std::move(kernel)}, {"stride", std::move(stride)}, {"padding", std::move(padding)}});
 }
 NodeId Graph::avg_pool2d(NodeId x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride,
                          std::vector<std::int64_t> padding) {
-  return add(OpKind::AvgPool2d, {x}, {{"kernel", std::move(kernel)}, {"stride", std::move(stride)}, {"padding", std::move(padding)}});
+  return add(OpKind::AvgPool2d, {x},
+             {{"kernel", std::move(kernel)}, {"stride", std::move(stride)}, {"padding", std::move(padding)}});
 }
 NodeId Graph::embedding(NodeId table, NodeId ids) { return add(OpKind::Embedding, {table, ids}); }
 NodeId Graph::attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask, bool causal, double scale) {
@@ -422,7 +428,8 @@ void verify_graph(const Graph& g, std::set<const Graph*>& verified) {
     for (auto in : n.inputs) {
       if (in >= nodes.size()) throw Error(where() + "input %" + std::to_string(in) + " is dangling (no such node)");
       if (in >= n.id)
-        throw Error(where() + "input %" + std::to_string(in) + " is not defined before its use (cycle or forward reference)");
+        throw Error(where() + "input %" + std::to_string(in) +
+                    " is not defined before its use (cycle or forward reference)");
     }
     std::vector<AttrSpec> schema;
     try {
@@ -437,7 +444,9 @@ void verify_graph(const Graph& g, std::set<const Graph*>& verified) {
       bool ok = false;
       switch (it->type) {
         case AttrType::Int: ok = std::holds_alternative<std::int64_t>(value); break;
-        case AttrType::Float: ok = std::holds_alternative<double>(value) || std::holds_alternative<std::int64_t>(value); break;
+        case AttrType::Float:
+          ok = std::holds_alternative<double>(value) || std::holds_alternative<std::int64_t>(value);
+          break;
         case AttrType::Bool: ok = std::holds_alternative<bool>(value); break;
         case AttrType::String: ok = std::holds_alternative<std::string>(value); break;
         case AttrType::Ints: ok = std::holds_alternative<std::vector<std::int64_t>>(value); break;
@@ -478,7 +487,8 @@ void verify_graph(const Graph& g, std::set<const Graph*>& verified) {
                   std::string(dtype_name(t.dtype)) + t.shape.str());
   }
   for (const auto& o : g.outputs())
-    if (o.node >= nodes.size()) throw Error("graph '" + gname + "': output %" + std::to_string(o.node) + " is dangling");
+    if (o.node >= nodes.size())
+      throw Error("graph '" + gname + "': output %" + std::to_string(o.node) + " is dangling");
 }
 
 }  // namespace
@@ -510,8 +520,7 @@ void collect_symbols(const Graph& g, std::set<std::string, std::less<>>& out, st
 
 using BoundBodies = std::map<const Graph*, GraphRef>;
 
-Graph bind_graph(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings,
-                 BoundBodies& bound);
+Graph bind_graph(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings, BoundBodies& bound);
 }  // namespace
 
 Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings) {

@@ -46,9 +46,10 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
   auto n_in = static_cast<int>(inputs.size());
   if (n_in < info.min_inputs || n_in > info.max_inputs)
     fail(g, op, inputs,
-         "expects " + (info.min_inputs == info.max_inputs ? std::to_string(info.min_inputs)
-                                                           : std::to_string(info.min_inputs) + " to " +
-                                                                 std::to_string(info.max_inputs)) +
+         "expects " +
+             (info.min_inputs == info.max_inputs
+                  ? std::to_string(info.min_inputs)
+                  : std::to_string(info.min_inputs) + " to " + std::to_string(info.max_inputs)) +
              " inputs, got " + std::to_string(n_in));
   for (auto id : inputs)
     if (id >= g.size()) fail(g, op, inputs, "input %" + std::to_string(id) + " does not exist");
@@ -70,7 +71,8 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         if (spec.required && !attrs.has(spec.key)) require(false, "missing attribute '" + std::string(spec.key) + "'");
       if (ext->num_inputs() >= 0)
         require(n_in == ext->num_inputs(), "custom op '" + std::string(ext->name()) + "' takes " +
-                                               std::to_string(ext->num_inputs()) + " inputs, got " + std::to_string(n_in));
+                                               std::to_string(ext->num_inputs()) + " inputs, got " +
+                                               std::to_string(n_in));
       std::vector<TypeInfo> ins;
       for (int i = 0; i < n_in; ++i) ins.push_back({in(i).dtype, in(i).shape});
       return ext->infer(ins, attrs);
@@ -82,7 +84,8 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         const TypeInfo& d = need_declared();
         for (const auto& dim : d.shape.dims()) require(!dim.is_static() || dim.size >= 0, "negative extent");
         if (op == OpKind::Iota) normalize_axis(attrs.get_int("axis"), d.shape.rank());
-        if (op == OpKind::RandomUniform || op == OpKind::RandomNormal) require(is_float(d.dtype), "needs a float dtype");
+        if (op == OpKind::RandomUniform || op == OpKind::RandomNormal)
+          require(is_float(d.dtype), "needs a float dtype");
         return d;
       }
       case OpClass::Unary: {
@@ -92,8 +95,13 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         } else {
           require(t != DType::Bool, "does not take bool (cast first)");
           switch (op) {
-            case OpKind::Neg: case OpKind::Abs: case OpKind::Relu: case OpKind::Sign: case OpKind::Floor:
-            case OpKind::Ceil: case OpKind::Round: break;
+            case OpKind::Neg:
+            case OpKind::Abs:
+            case OpKind::Relu:
+            case OpKind::Sign:
+            case OpKind::Floor:
+            case OpKind::Ceil:
+            case OpKind::Round: break;
             default: require(is_float(t), "needs a float input");
           }
         }
@@ -145,8 +153,10 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         }
         std::vector<Dim> out;
         for (std::size_t i = 0; i < s.rank(); ++i) {
-          if (!reduced[i]) out.push_back(s[i]);
-          else if (keep) out.emplace_back(1);
+          if (!reduced[i])
+            out.push_back(s[i]);
+          else if (keep)
+            out.emplace_back(1);
         }
         return {t, Shape(std::move(out))};
       }
@@ -155,8 +165,8 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         require(in(0).dtype == in(1).dtype, "operand dtypes differ");
         require(in(0).dtype != DType::Bool, "does not take bool");
         require(a.rank() >= 2 && b.rank() >= 2, "operands need rank >= 2");
-        require(a[a.rank() - 1] == b[b.rank() - 2], "contraction dims differ (" + a[a.rank() - 1].str() + " vs " +
-                                                      b[b.rank() - 2].str() + ")");
+        require(a[a.rank() - 1] == b[b.rank() - 2],
+                "contraction dims differ (" + a[a.rank() - 1].str() + " vs " + b[b.rank() - 2].str() + ")");
         Shape ba(std::vector<Dim>(a.dims().begin(), a.dims().end() - 2));
         Shape bb(std::vector<Dim>(b.dims().begin(), b.dims().end() - 2));
         Shape batch = broadcast_shapes(ba, bb);
@@ -165,16 +175,21 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         dims.push_back(b[b.rank() - 1]);
         return {in(0).dtype, Shape(std::move(dims))};
       }
-      case OpClass::Movement: case OpClass::Composite: case OpClass::Custom: case OpClass::ControlFlow: break;
+      case OpClass::Movement:
+      case OpClass::Composite:
+      case OpClass::Custom:
+      case OpClass::ControlFlow: break;
     }
 
     const Shape& s0 = in(0).shape;
     DType t0 = in(0).dtype;
     auto rank = s0.rank();
     switch (op) {
-      case OpKind::Concat: case OpKind::Gather: case OpKind::ScatterAdd: case OpKind::Squeeze: case OpKind::Flip:
-        require(rank > 0, "needs an input of rank >= 1");
-        break;
+      case OpKind::Concat:
+      case OpKind::Gather:
+      case OpKind::ScatterAdd:
+      case OpKind::Squeeze:
+      case OpKind::Flip: require(rank > 0, "needs an input of rank >= 1"); break;
       default: break;
     }
     switch (op) {
@@ -193,11 +208,13 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
       }
       case OpKind::Permute: {
         const auto& perm = attrs.get_ints("perm");
-        require(perm.size() == rank, "perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
+        require(perm.size() == rank,
+                "perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(rank));
         std::vector<bool> seen(rank, false);
         std::vector<Dim> out;
         for (auto p : perm) {
-          require(p >= 0 && static_cast<std::size_t>(p) < rank && !seen[static_cast<std::size_t>(p)], "perm is not a permutation");
+          require(p >= 0 && static_cast<std::size_t>(p) < rank && !seen[static_cast<std::size_t>(p)],
+                  "perm is not a permutation");
           seen[static_cast<std::size_t>(p)] = true;
           out.push_back(s0[static_cast<std::size_t>(p)]);
         }
@@ -205,7 +222,8 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
       }
       case OpKind::Slice: {
         const auto &st = attrs.get_ints("starts"), &en = attrs.get_ints("ends"), &sp = attrs.get_ints("steps");
-        require(st.size() == rank && en.size() == rank && sp.size() == rank, "starts/ends/steps need one entry per axis");
+        require(st.size() == rank && en.size() == rank && sp.size() == rank,
+                "starts/ends/steps need one entry per axis");
         std::vector<Dim> out;
         for (std::size_t i = 0; i < rank; ++i) {
           require(sp[i] >= 1, "steps must be >= 1 (use flip for reversal)");
@@ -215,9 +233,9 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
             out.push_back(s0[i]);
             continue;
           }
-          require(0 <= st[i] && st[i] <= en[i] && en[i] <= s0[i].size, "slice [" + std::to_string(st[i]) + ":" +
-                                                                          std::to_string(en[i]) + "] is out of range on axis " +
-                                                                          std::to_string(i));
+          require(0 <= st[i] && st[i] <= en[i] && en[i] <= s0[i].size,
+                  "slice [" + std::to_string(st[i]) + ":" + std::to_string(en[i]) + "] is out of range on axis " +
+                      std::to_string(i));
           const std::int64_t span = en[i] - st[i];  // >= 0, no overflow: both are in [0, extent]
           out.emplace_back(span / sp[i] + (span % sp[i] != 0));
         }
@@ -244,7 +262,10 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         require(pads.size() == 2 * rank, "pads needs 2 entries per axis (befores then afters)");
         std::vector<Dim> out;
         for (std::size_t i = 0; i < rank; ++i) {
-          if (pads[i] == 0 && pads[i + rank] == 0) { out.push_back(s0[i]); continue; }
+          if (pads[i] == 0 && pads[i + rank] == 0) {
+            out.push_back(s0[i]);
+            continue;
+          }
           require(s0[i].is_static(), "cannot pad a symbolic dim");
           auto e = limits::checked_add(limits::checked_add(s0[i].size, pads[i], "pad"), pads[i + rank], "pad");
           require(e >= 0, "padding crops axis " + std::to_string(i) + " below zero");
@@ -318,7 +339,8 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         out.back() = w[1];
         return {t0, Shape(std::move(out))};
       }
-      case OpKind::Softmax: case OpKind::LogSoftmax:
+      case OpKind::Softmax:
+      case OpKind::LogSoftmax:
         require(is_float(t0), "needs a float input");
         normalize_axis(attrs.get_int("axis"), rank);
         return {t0, s0};
@@ -332,25 +354,34 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
       }
       case OpKind::RmsNorm:
         require(is_float(t0) && rank >= 1, "needs a float input of rank >= 1");
-        if (n_in == 2) require(in(1).shape == Shape(std::vector<Dim>{s0[rank - 1]}) && in(1).dtype == t0, "gamma must be [last dim]");
+        if (n_in == 2)
+          require(in(1).shape == Shape(std::vector<Dim>{s0[rank - 1]}) && in(1).dtype == t0,
+                  "gamma must be [last dim]");
         return {t0, s0};
       // Backward ops: (forward value, output cotangent[, gamma]) -> input cotangent.
-      case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward:
+      case OpKind::SoftmaxBackward:
+      case OpKind::LogSoftmaxBackward:
         require(is_float(t0), "needs a float input");
         require(in(1).dtype == t0 && in(1).shape == s0, "y and dy must have the same dtype and shape");
         normalize_axis(attrs.get_int("axis"), rank);
         return {t0, s0};
-      case OpKind::LayerNormBackward: case OpKind::RmsNormBackward: {
+      case OpKind::LayerNormBackward:
+      case OpKind::RmsNormBackward: {
         require(is_float(t0), "needs a float input");
         require(in(1).dtype == t0 && in(1).shape == s0, "x and dy must have the same dtype and shape");
         std::size_t axis = rank ? rank - 1 : 0;
-        if (op == OpKind::LayerNormBackward) axis = static_cast<std::size_t>(normalize_axis(attrs.get_int("axis"), rank));
-        else require(rank >= 1, "needs rank >= 1");
+        if (op == OpKind::LayerNormBackward)
+          axis = static_cast<std::size_t>(normalize_axis(attrs.get_int("axis"), rank));
+        else
+          require(rank >= 1, "needs rank >= 1");
         Shape norm(std::vector<Dim>(s0.dims().begin() + static_cast<std::ptrdiff_t>(axis), s0.dims().end()));
         if (n_in == 3) require(in(2).shape == norm && in(2).dtype == t0, "gamma must be " + norm.str());
         return {t0, s0};
       }
-      case OpKind::Conv1d: case OpKind::Conv2d: case OpKind::MaxPool2d: case OpKind::AvgPool2d: {
+      case OpKind::Conv1d:
+      case OpKind::Conv2d:
+      case OpKind::MaxPool2d:
+      case OpKind::AvgPool2d: {
         bool pool = op == OpKind::MaxPool2d || op == OpKind::AvgPool2d;
         std::size_t sp = op == OpKind::Conv1d ? 1 : 2;
         require(is_float(t0), "needs a float input");
@@ -372,17 +403,20 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
           auto groups = attrs.get_int("groups");
           require(in(1).dtype == t0 && w.rank() == rank && w.is_static(), "weight must be [O, C/groups, k...]");
           require(groups >= 1 && s0[1].size % groups == 0 && w[0].size % groups == 0, "groups must divide C and O");
-          require(w[1].size * groups == s0[1].size, "weight has " + w[1].str() + " input channels per group, input has " +
-                                                        s0[1].str() + " channels and groups=" + std::to_string(groups));
+          require(w[1].size * groups == s0[1].size, "weight has " + w[1].str() +
+                                                        " input channels per group, input has " + s0[1].str() +
+                                                        " channels and groups=" + std::to_string(groups));
           out_c = w[0].size;
           for (std::size_t i = 0; i < sp; ++i) kernel.push_back(w[2 + i].size);
           if (n_in == 3) require(in(2).shape == Shape{out_c} && in(2).dtype == t0, "bias must be [O]");
         }
         std::vector<Dim> out{s0[0], Dim(out_c)};
         for (std::size_t i = 0; i < sp; ++i) {
-          require(stride[i] >= 1 && dilation[i] >= 1 && padding[i] >= 0 && kernel[i] >= 1, "stride/dilation/kernel must be >= 1");
+          require(stride[i] >= 1 && dilation[i] >= 1 && padding[i] >= 0 && kernel[i] >= 1,
+                  "stride/dilation/kernel must be >= 1");
           using limits::checked_add, limits::checked_mul;
-          auto eff = checked_add(checked_mul(dilation[i], kernel[i] - 1, "the dilated kernel"), 1, "the dilated kernel");
+          auto eff =
+              checked_add(checked_mul(dilation[i], kernel[i] - 1, "the dilated kernel"), 1, "the dilated kernel");
           auto e = checked_add(s0[2 + i].size, checked_mul(2, padding[i], "the padding"), "the padded input") - eff;
           require(e >= 0, "kernel is larger than the padded input");
           out.emplace_back(e / stride[i] + 1);
@@ -435,8 +469,9 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
   }
   // A declaration that inference contradicts is an error, whichever op it is on (never silently replaced).
   if (declared && (declared->dtype != t.dtype || declared->shape != t.shape))
-    fail(g, op, inputs, "declared " + std::string(dtype_name(declared->dtype)) + declared->shape.str() +
-                            " but inference gives " + std::string(dtype_name(t.dtype)) + t.shape.str());
+    fail(g, op, inputs,
+         "declared " + std::string(dtype_name(declared->dtype)) + declared->shape.str() + " but inference gives " +
+             std::string(dtype_name(t.dtype)) + t.shape.str());
   return t;
 }
 

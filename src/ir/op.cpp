@@ -52,7 +52,12 @@ std::optional<OpKind> parse_op(std::string_view name) {
 
 bool is_comparison(OpKind k) {
   switch (k) {
-    case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le: case OpKind::Gt: case OpKind::Ge: return true;
+    case OpKind::Eq:
+    case OpKind::Ne:
+    case OpKind::Lt:
+    case OpKind::Le:
+    case OpKind::Gt:
+    case OpKind::Ge: return true;
     default: return false;
   }
 }
@@ -91,46 +96,66 @@ const std::vector<AttrSpec>& op_attr_schema(OpKind k) {
   static const std::vector<AttrSpec> cast{{"to", T::DType, true}};
   static const std::vector<AttrSpec> clamp{{"min", T::Float, true}, {"max", T::Float, true}};
   static const std::vector<AttrSpec> permute{{"perm", T::Ints, true}};
-  static const std::vector<AttrSpec> slice{{"starts", T::Ints, true}, {"ends", T::Ints, true}, {"steps", T::Ints, true}};
+  static const std::vector<AttrSpec> slice{
+      {"starts", T::Ints, true}, {"ends", T::Ints, true}, {"steps", T::Ints, true}};
   static const std::vector<AttrSpec> pad{{"pads", T::Ints, true}, {"value", T::Float, true}};
   static const std::vector<AttrSpec> layer_norm{{"axis", T::Int, true}, {"eps", T::Float, true}};
   static const std::vector<AttrSpec> rms_norm{{"eps", T::Float, true}};
   static const std::vector<AttrSpec> conv{
       {"stride", T::Ints, true}, {"padding", T::Ints, true}, {"dilation", T::Ints, true}, {"groups", T::Int, true}};
-  static const std::vector<AttrSpec> pool{{"kernel", T::Ints, true}, {"stride", T::Ints, true}, {"padding", T::Ints, true}};
+  static const std::vector<AttrSpec> pool{
+      {"kernel", T::Ints, true}, {"stride", T::Ints, true}, {"padding", T::Ints, true}};
   static const std::vector<AttrSpec> attention{{"causal", T::Bool, true}, {"scale", T::Float, true}};
   // A custom op's own attributes come from its extension's schema (attr_schema_of).
   static const std::vector<AttrSpec> custom{{"op", T::String, true}};
   // Control flow: `result` picks which of the op's results a node stands for
   // (rlx/ir/control_flow.hpp).
-  static const std::vector<AttrSpec> scan{{"body", T::Graph, true},        {"length", T::Int, true},
-                                          {"num_carries", T::Int, true},   {"num_consts", T::Int, false},
-                                          {"reverse", T::Bool, false},     {"result", T::Int, true}};
+  static const std::vector<AttrSpec> scan{{"body", T::Graph, true},      {"length", T::Int, true},
+                                          {"num_carries", T::Int, true}, {"num_consts", T::Int, false},
+                                          {"reverse", T::Bool, false},   {"result", T::Int, true}};
   static const std::vector<AttrSpec> if_{{"then", T::Graph, true}, {"else", T::Graph, true}, {"result", T::Int, true}};
-  static const std::vector<AttrSpec> while_{{"cond", T::Graph, true},         {"body", T::Graph, true},
-                                            {"num_carries", T::Int, true},    {"max_trip_count", T::Int, false},
+  static const std::vector<AttrSpec> while_{{"cond", T::Graph, true},
+                                            {"body", T::Graph, true},
+                                            {"num_carries", T::Int, true},
+                                            {"max_trip_count", T::Int, false},
                                             {"result", T::Int, true}};
   switch (k) {
-    case OpKind::Input: case OpKind::Param: return name;
+    case OpKind::Input:
+    case OpKind::Param: return name;
     case OpKind::Iota: return axis;
     case OpKind::RandomUniform: return uniform;
     case OpKind::RandomNormal: return normal;
     case OpKind::Cast: return cast;
     case OpKind::Clamp: return clamp;
-    case OpKind::ReduceSum: case OpKind::ReduceMean: case OpKind::ReduceMax: case OpKind::ReduceMin:
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMean:
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin:
     case OpKind::ReduceProd: return reduce;
-    case OpKind::ArgMax: case OpKind::ArgMin: return arg;
+    case OpKind::ArgMax:
+    case OpKind::ArgMin: return arg;
     case OpKind::Permute: return permute;
     case OpKind::Slice: return slice;
-    case OpKind::Concat: case OpKind::Gather: case OpKind::IndexSelect: case OpKind::ScatterAdd:
-    case OpKind::Softmax: case OpKind::LogSoftmax: case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward:
-      return axis;
+    case OpKind::Concat:
+    case OpKind::Gather:
+    case OpKind::IndexSelect:
+    case OpKind::ScatterAdd:
+    case OpKind::Softmax:
+    case OpKind::LogSoftmax:
+    case OpKind::SoftmaxBackward:
+    case OpKind::LogSoftmaxBackward: return axis;
     case OpKind::Pad: return pad;
-    case OpKind::Squeeze: case OpKind::Unsqueeze: case OpKind::Flip: return axes;
-    case OpKind::LayerNorm: case OpKind::LayerNormBackward: return layer_norm;
-    case OpKind::RmsNorm: case OpKind::RmsNormBackward: return rms_norm;
-    case OpKind::Conv1d: case OpKind::Conv2d: return conv;
-    case OpKind::MaxPool2d: case OpKind::AvgPool2d: return pool;
+    case OpKind::Squeeze:
+    case OpKind::Unsqueeze:
+    case OpKind::Flip: return axes;
+    case OpKind::LayerNorm:
+    case OpKind::LayerNormBackward: return layer_norm;
+    case OpKind::RmsNorm:
+    case OpKind::RmsNormBackward: return rms_norm;
+    case OpKind::Conv1d:
+    case OpKind::Conv2d: return conv;
+    case OpKind::MaxPool2d:
+    case OpKind::AvgPool2d: return pool;
     case OpKind::Attention: return attention;
     case OpKind::Custom: return custom;
     case OpKind::Scan: return scan;

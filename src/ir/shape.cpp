@@ -1,8 +1,7 @@
 #include "rlx/ir/shape.hpp"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "rlx/error.hpp"
 #include "rlx/ir/limits.hpp"
@@ -95,7 +94,8 @@ void check_shape(const Shape& shape, std::string_view what) {
   }
   if (shape.rank() > limits::kMaxRank)
     throw Error(fmt::format("{} has rank {}, more than the limit of {}", what, shape.rank(), limits::kMaxRank));
-  checked_numel(extents, fmt::format("{} {}", what, shape.rank() <= 16 ? shape.str() : "of rank " + std::to_string(shape.rank())));
+  checked_numel(extents, fmt::format("{} {}", what,
+                                     shape.rank() <= 16 ? shape.str() : "of rank " + std::to_string(shape.rank())));
 }
 
 std::string Shape::str() const {
@@ -111,10 +111,13 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
     const Dim one(1);
     const Dim& da = i < r - a.rank() ? one : a[i - (r - a.rank())];
     const Dim& db = i < r - b.rank() ? one : b[i - (r - b.rank())];
-    if (da == db || db == one) out[i] = da;
-    else if (da == one) out[i] = db;
-    else throw Error("shapes " + a.str() + " and " + b.str() + " do not broadcast (dim " + std::to_string(i) + ": " +
-                     da.str() + " vs " + db.str() + ")");
+    if (da == db || db == one)
+      out[i] = da;
+    else if (da == one)
+      out[i] = db;
+    else
+      throw Error("shapes " + a.str() + " and " + b.str() + " do not broadcast (dim " + std::to_string(i) + ": " +
+                  da.str() + " vs " + db.str() + ")");
   }
   return Shape(std::move(out));
 }

@@ -94,8 +94,6 @@ std::vector<double> Tensor::to_f64() const {
   return out;
 }
 
-bool Tensor::operator==(const Tensor& o) const {
-  return dtype_ == o.dtype_ && shape_ == o.shape_ && data_ == o.data_;
-}
+bool Tensor::operator==(const Tensor& o) const { return dtype_ == o.dtype_ && shape_ == o.shape_ && data_ == o.data_; }
 
 }  // namespace rlx::ir

@@ -37,11 +37,16 @@ std::string quote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') out += {'\\', c};
-    else if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
-    else out += c;
+    if (c == '"' || c == '\\')
+      out += {'\\', c};
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
   }
   return out + '"';
 }
@@ -72,13 +77,20 @@ std::string format_attr(const AttrValue& value, const BodyLabels& bodies) {
   return std::visit(
       [&](const auto& v) -> std::string {
         using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(v);
-        else if constexpr (std::is_same_v<T, GraphRef>) return "@" + bodies.at(v.get());
-        else if constexpr (std::is_same_v<T, double>) return format_float_attr(v);
-        else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::string>) return quote(v);
-        else if constexpr (std::is_same_v<T, DType>) return std::string(dtype_name(v));
-        else return fmt::format("[{}]", fmt::join(v, ", "));
+        if constexpr (std::is_same_v<T, std::int64_t>)
+          return std::to_string(v);
+        else if constexpr (std::is_same_v<T, GraphRef>)
+          return "@" + bodies.at(v.get());
+        else if constexpr (std::is_same_v<T, double>)
+          return format_float_attr(v);
+        else if constexpr (std::is_same_v<T, bool>)
+          return v ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return quote(v);
+        else if constexpr (std::is_same_v<T, DType>)
+          return std::string(dtype_name(v));
+        else
+          return fmt::format("[{}]", fmt::join(v, ", "));
       },
       value);
 }
@@ -225,9 +237,12 @@ std::vector<Token> lex(std::string_view s) {
         }
         const int esc_col = col(i);
         const char e = ++i < s.size() ? s[i] : '\0';
-        if (e == 'n') t.text += '\n';
-        else if (e == 't') t.text += '\t';
-        else if (e == '"' || e == '\\') t.text += e;
+        if (e == 'n')
+          t.text += '\n';
+        else if (e == 't')
+          t.text += '\t';
+        else if (e == '"' || e == '\\')
+          t.text += e;
         else if (e == 'x' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
                  std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
           t.text += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
@@ -243,8 +258,8 @@ std::vector<Token> lex(std::string_view s) {
       ++i;
     } else {
       auto u = static_cast<unsigned char>(c);
-      fail(t, std::isprint(u) ? fmt::format("unexpected character '{}'", c)
-                              : fmt::format("unexpected byte 0x{:02x}", u));
+      fail(t,
+           std::isprint(u) ? fmt::format("unexpected character '{}'", c) : fmt::format("unexpected byte 0x{:02x}", u));
     }
     out.push_back(std::move(t));
   }
@@ -303,18 +318,22 @@ class Parser {
     } nest(depth_);
     next();
     const Token& name = next();
-    if (name.kind != Tok::Ident && name.kind != Tok::String)
-      fail(name, "expected a graph name, got " + describe(name));
+    if (name.kind != Tok::Ident && name.kind != Tok::String) fail(name, "expected a graph name, got " + describe(name));
     expect("{");
     Graph g(name.text);
     for (;;) {
       const Token& t = peek();
       if (is_punct(t, "}")) break;
-      if (t.kind == Tok::Label) parse_node(g);
-      else if (is_word(t, "output")) parse_outputs(g);
-      else if (is_word(t, "body")) parse_body();
-      else if (t.kind == Tok::End) fail(t, "unexpected end of input, expected '}'");
-      else fail(t, "expected a node ('%label = op ...'), 'body', 'output' or '}', got " + describe(t));
+      if (t.kind == Tok::Label)
+        parse_node(g);
+      else if (is_word(t, "output"))
+        parse_outputs(g);
+      else if (is_word(t, "body"))
+        parse_body();
+      else if (t.kind == Tok::End)
+        fail(t, "unexpected end of input, expected '}'");
+      else
+        fail(t, "expected a node ('%label = op ...'), 'body', 'output' or '}', got " + describe(t));
     }
     next();
     verify(g, kw);
@@ -380,9 +399,9 @@ class Parser {
     const std::string& s = lit.tok->text;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), mag);
     auto [lo, hi] = int_range(range);
-    const bool fits = ec == std::errc() && end == s.data() + s.size() &&
-                      (lit.minus ? mag <= std::uint64_t(0) - static_cast<std::uint64_t>(lo)
-                                 : mag <= static_cast<std::uint64_t>(hi));
+    const bool fits =
+        ec == std::errc() && end == s.data() + s.size() &&
+        (lit.minus ? mag <= std::uint64_t(0) - static_cast<std::uint64_t>(lo) : mag <= static_cast<std::uint64_t>(hi));
     if (!fits) fail(lit.where(), fmt::format("integer '{}' out of range for {}", lit.str(), dtype_name(range)));
     return lit.minus ? static_cast<std::int64_t>(std::uint64_t(0) - mag) : static_cast<std::int64_t>(mag);
   }
@@ -390,9 +409,12 @@ class Parser {
   static double to_float(const Literal& lit) {
     const std::string& s = lit.tok->text;
     double v = 0;
-    if (s == "inf") v = std::numeric_limits<double>::infinity();
-    else if (s == "nan") v = std::numeric_limits<double>::quiet_NaN();
-    else if (lit.tok->kind == Tok::Ident) fail(lit.where(), fmt::format("expected a number, got '{}'", s));
+    if (s == "inf")
+      v = std::numeric_limits<double>::infinity();
+    else if (s == "nan")
+      v = std::numeric_limits<double>::quiet_NaN();
+    else if (lit.tok->kind == Tok::Ident)
+      fail(lit.where(), fmt::format("expected a number, got '{}'", s));
     else if (auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
              ec != std::errc() || end != s.data() + s.size())
       fail(lit.where(), fmt::format("number '{}' out of range", lit.str()));
@@ -422,7 +444,8 @@ class Parser {
 
   AttrValue attr_value(const AttrSpec& spec, OpKind op) {
     const Token& at = peek();
-    const bool literal_next = is_punct(at, "-") || at.kind == Tok::Int || at.kind == Tok::Float || at.kind == Tok::Ident;
+    const bool literal_next =
+        is_punct(at, "-") || at.kind == Tok::Int || at.kind == Tok::Float || at.kind == Tok::Ident;
     switch (spec.type) {
       case AttrType::Int:
         if (!literal_next) mismatch(at, spec, op, "an integer");
@@ -512,8 +535,10 @@ class Parser {
     const std::size_t resume = pos_;
     for (const auto& [key, at] : deferred) {
       const std::string& wanted = key->text;
-      auto spec = std::find_if(ext_schema.begin(), ext_schema.end(), [&](const AttrSpec& s) { return s.key == wanted; });
-      if (spec == ext_schema.end()) fail(*key, fmt::format("unknown attribute '{}' for custom op '{}'", key->text, n.attrs.get_str("op")));
+      auto spec =
+          std::find_if(ext_schema.begin(), ext_schema.end(), [&](const AttrSpec& s) { return s.key == wanted; });
+      if (spec == ext_schema.end())
+        fail(*key, fmt::format("unknown attribute '{}' for custom op '{}'", key->text, n.attrs.get_str("op")));
       pos_ = at;
       n.attrs.set(key->text, attr_value(*spec, n.op));
     }
@@ -533,9 +558,12 @@ class Parser {
     do {
       const Token& t = next();
       if (dims.size() == limits::kMaxRank) fail(t, fmt::format("a shape has more than {} dims", limits::kMaxRank));
-      if (t.kind == Tok::Ident || t.kind == Tok::String) dims.push_back(Dim::symbol(t.text));
-      else if (t.kind == Tok::Int) dims.emplace_back(to_int({nullptr, &t}));
-      else fail(t, "expected a dim (an extent or a symbol), got " + describe(t));
+      if (t.kind == Tok::Ident || t.kind == Tok::String)
+        dims.push_back(Dim::symbol(t.text));
+      else if (t.kind == Tok::Int)
+        dims.emplace_back(to_int({nullptr, &t}));
+      else
+        fail(t, "expected a dim (an extent or a symbol), got " + describe(t));
     } while (accept(","));
     expect("]");
     return Shape(std::move(dims));
@@ -543,8 +571,7 @@ class Parser {
 
   static std::shared_ptr<const Tensor> make_constant(const Node& n, const Token& type_tok,
                                                      const std::vector<Literal>& values, const Token& values_tok) {
-    if (!n.shape.is_static())
-      fail(type_tok, "a constant's shape must be static, got " + format_type(n.dtype, n.shape));
+    if (!n.shape.is_static()) fail(type_tok, "a constant's shape must be static, got " + format_type(n.dtype, n.shape));
     // Counted before the tensor exists: a huge declared shape must not be allocated to be refused.
     std::int64_t count = 0;
     try {
@@ -558,10 +585,14 @@ class Parser {
     auto t = std::make_shared<Tensor>(n.dtype, n.shape.extents());
     for (std::size_t i = 0; i < values.size(); ++i) {
       const auto at = static_cast<std::int64_t>(i);
-      if (n.dtype == DType::Bool) t->set(at, to_bool(values[i]));
-      else if (is_float(n.dtype)) t->set(at, to_float(values[i]));
-      else if (n.dtype == DType::I64) t->data_as<std::int64_t>()[i] = to_int(values[i]);
-      else t->set(at, static_cast<double>(to_int(values[i], n.dtype)));
+      if (n.dtype == DType::Bool)
+        t->set(at, to_bool(values[i]));
+      else if (is_float(n.dtype))
+        t->set(at, to_float(values[i]));
+      else if (n.dtype == DType::I64)
+        t->data_as<std::int64_t>()[i] = to_int(values[i]);
+      else
+        t->set(at, static_cast<double>(to_int(values[i], n.dtype)));
     }
     return t;
   }
@@ -578,7 +609,8 @@ class Parser {
     Node n;
     n.op = *op;
     n.id = static_cast<NodeId>(g.size());
-    if ((n.op == OpKind::Input || n.op == OpKind::Param) && peek().kind == Tok::String) n.attrs.set("name", next().text);
+    if ((n.op == OpKind::Input || n.op == OpKind::Param) && peek().kind == Tok::String)
+      n.attrs.set("name", next().text);
     if (peek().kind == Tok::Label) {
       do n.inputs.push_back(resolve(next()));
       while (accept(","));
@@ -586,10 +618,10 @@ class Parser {
     const OpInfo& info = op_info(n.op);
     const auto arity = static_cast<int>(n.inputs.size());
     if (arity < info.min_inputs || arity > info.max_inputs)
-      fail(op_tok, info.min_inputs == info.max_inputs
-                       ? fmt::format("{} takes {} operand(s), got {}", info.name, info.min_inputs, arity)
-                       : fmt::format("{} takes {} to {} operands, got {}", info.name, info.min_inputs,
-                                     info.max_inputs, arity));
+      fail(op_tok,
+           info.min_inputs == info.max_inputs
+               ? fmt::format("{} takes {} operand(s), got {}", info.name, info.min_inputs, arity)
+               : fmt::format("{} takes {} to {} operands, got {}", info.name, info.min_inputs, info.max_inputs, arity));
     std::vector<Literal> values;
     const Token* values_tok = nullptr;
     if (accept("{")) parse_attrs(n, op_tok, values, values_tok);

@@ -29,7 +29,9 @@ ir::Graph encoder_block(const EncoderConfig& c) {
   auto proj = [&](ir::NodeId v, const std::string& name, std::int64_t in, std::int64_t out) {
     return g.linear(v, g.param(name, {in, out}), g.param(name + "_bias", {out}));
   };
-  auto heads = [&](ir::NodeId v) { return g.permute(g.reshape(v, std::vector<std::int64_t>{B, S, H, Dh}), {0, 2, 1, 3}); };
+  auto heads = [&](ir::NodeId v) {
+    return g.permute(g.reshape(v, std::vector<std::int64_t>{B, S, H, Dh}), {0, 2, 1, 3});
+  };
   auto h = ln(x, "ln1");
   auto q = heads(proj(h, "wq", D, D));
   auto k = heads(proj(h, "wk", D, D));

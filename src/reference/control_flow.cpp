@@ -1,12 +1,12 @@
 // scan, if and while in the reference: the bodies run through the reference
 // itself, step by step. A node computes its whole op and keeps the result it
 // stands for; siblings repeat the work, which the oracle can afford.
-#include "rlx/run_control.hpp"
 #include "rlx/ir/control_flow.hpp"
 
 #include <algorithm>
 
 #include "rlx/reference/interpreter.hpp"
+#include "rlx/run_control.hpp"
 #include "value.hpp"
 
 namespace rlx::reference::detail {

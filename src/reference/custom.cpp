@@ -28,7 +28,8 @@ Value eval_custom(const Ctx& c) {
   } else {
     out = ext->reference(ins, c.attrs(), {c.n.dtype, c.n.shape});
   }
-  if (!out) c.fail("custom op '" + std::string(ext->name()) + "' has neither a lowering nor a reference implementation");
+  if (!out)
+    c.fail("custom op '" + std::string(ext->name()) + "' has neither a lowering nor a reference implementation");
   Value r(out->dtype(), out->shape());
   r.v = out->to_f64();
   return r;

@@ -10,14 +10,14 @@ namespace rlx::runtime {
 
 namespace {
 constexpr std::array<std::pair<Device, std::string_view>, 9> kLabels{{{Device::Cpu, "cpu"},
-                                                                       {Device::Cuda, "cuda"},
-                                                                       {Device::Rocm, "rocm"},
-                                                                       {Device::Metal, "metal"},
-                                                                       {Device::Mlx, "mlx"},
-                                                                       {Device::Gpu, "gpu"},
-                                                                       {Device::Vulkan, "vulkan"},
-                                                                       {Device::CoreMl, "coreml"},
-                                                                       {Device::Tpu, "tpu"}}};
+                                                                      {Device::Cuda, "cuda"},
+                                                                      {Device::Rocm, "rocm"},
+                                                                      {Device::Metal, "metal"},
+                                                                      {Device::Mlx, "mlx"},
+                                                                      {Device::Gpu, "gpu"},
+                                                                      {Device::Vulkan, "vulkan"},
+                                                                      {Device::CoreMl, "coreml"},
+                                                                      {Device::Tpu, "tpu"}}};
 
 struct Registry {
   std::mutex mu;
@@ -59,7 +59,8 @@ std::unique_ptr<Backend> make_backend(Device device) {
     factory = r.factories[static_cast<std::size_t>(device)];
   }
   if (!factory)
-    throw Error("device '" + std::string(device_label(device)) + "' is unavailable: no backend for it is built into this RLX");
+    throw Error("device '" + std::string(device_label(device)) +
+                "' is unavailable: no backend for it is built into this RLX");
   auto backend = factory();
   if (auto why = backend->unavailable_reason(); !why.empty())
     throw Error("device '" + std::string(device_label(device)) + "' is unavailable: " + why);

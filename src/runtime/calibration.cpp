@@ -78,8 +78,8 @@ std::optional<Calibration> load_calibration(const fs::path& path, std::string* w
     if (!j.contains("version")) return fail(fmt::format("stale cache file {}: no version field", path.string()));
     c.version = j.at("version").get<int>();
     if (c.version != kCalibrationVersion)
-      return fail(fmt::format("stale cache file {}: version {}, expected {}", path.string(), c.version,
-                              kCalibrationVersion));
+      return fail(
+          fmt::format("stale cache file {}: version {}, expected {}", path.string(), c.version, kCalibrationVersion));
     c.backend = j.value("backend", "");
     c.device = j.value("device", "");
     c.measured_at = j.at("measured_at").get<std::int64_t>();
@@ -220,7 +220,8 @@ GraphCost graph_cost(const ir::Graph& graph, const std::vector<std::pair<std::st
   GraphCost c;
   for (const auto& n : g.nodes()) {
     const auto cls = ir::op_info(n.op).cls;
-    if (cls == ir::OpClass::Leaf || n.op == ir::OpKind::Reshape) continue;  // leaves are read by their users; reshape is a view
+    if (cls == ir::OpClass::Leaf || n.op == ir::OpKind::Reshape)
+      continue;  // leaves are read by their users; reshape is a view
     ++c.ops;
     double in_bytes = 0;
     for (auto i : n.inputs) in_bytes += bytes(g.node(i));
@@ -262,13 +263,13 @@ CostEstimate estimate_cost(const GraphCost& cost, const Calibration& calib) {
   e.memory_s = cost.bytes / (calib.memory_bw_gbps * 1e9);
   e.overhead_s = calib.roundtrip_overhead_ns * 1e-9;
   e.seconds = e.overhead_s + std::max(e.compute_s, e.memory_s);
-  e.explain = fmt::format("{} at {} = {}; {} at {} = {}; overhead {} -> {} ({})", si(cost.flops, "FLOP"),
-                          si(gemm, "FLOP/s"), seconds_str(e.compute_s), si(cost.bytes, "B"),
-                          si(calib.memory_bw_gbps * 1e9, "B/s"), seconds_str(e.memory_s), seconds_str(e.overhead_s),
-                          seconds_str(e.seconds),
-                          e.overhead_s >= std::max(e.compute_s, e.memory_s) ? "overhead bound"
-                          : e.compute_s >= e.memory_s                       ? "compute bound"
-                                                                            : "memory bound");
+  e.explain =
+      fmt::format("{} at {} = {}; {} at {} = {}; overhead {} -> {} ({})", si(cost.flops, "FLOP"), si(gemm, "FLOP/s"),
+                  seconds_str(e.compute_s), si(cost.bytes, "B"), si(calib.memory_bw_gbps * 1e9, "B/s"),
+                  seconds_str(e.memory_s), seconds_str(e.overhead_s), seconds_str(e.seconds),
+                  e.overhead_s >= std::max(e.compute_s, e.memory_s) ? "overhead bound"
+                  : e.compute_s >= e.memory_s                       ? "compute bound"
+                                                                    : "memory bound");
   return e;
 }
 

@@ -34,11 +34,15 @@ const typename Map::mapped_type* get(const Map& m, std::string_view name) {
 }
 }  // namespace
 
-void register_host_kernel(std::string op_name, HostKernel kernel) { put(kernels().host, std::move(op_name), std::move(kernel)); }
+void register_host_kernel(std::string op_name, HostKernel kernel) {
+  put(kernels().host, std::move(op_name), std::move(kernel));
+}
 void register_vulkan_kernel(std::string op_name, VulkanKernel kernel) {
   put(kernels().vulkan, std::move(op_name), std::move(kernel));
 }
-void register_cuda_kernel(std::string op_name, CudaKernel kernel) { put(kernels().cuda, std::move(op_name), std::move(kernel)); }
+void register_cuda_kernel(std::string op_name, CudaKernel kernel) {
+  put(kernels().cuda, std::move(op_name), std::move(kernel));
+}
 const HostKernel* find_host_kernel(std::string_view op_name) { return get(kernels().host, op_name); }
 const VulkanKernel* find_vulkan_kernel(std::string_view op_name) { return get(kernels().vulkan, op_name); }
 const CudaKernel* find_cuda_kernel(std::string_view op_name) { return get(kernels().cuda, op_name); }
@@ -58,7 +62,8 @@ std::vector<std::string> vulkan_kernel_names() {
 }
 
 CustomRoute custom_op_route(std::string_view op_name, Device device) {
-  if ((device == Device::Vulkan && find_vulkan_kernel(op_name)) || (device == Device::Cuda && find_cuda_kernel(op_name)))
+  if ((device == Device::Vulkan && find_vulkan_kernel(op_name)) ||
+      (device == Device::Cuda && find_cuda_kernel(op_name)))
     return CustomRoute::RawGpuKernel;
   // Vulkan runs host kernels through host staging.
   if ((device == Device::Cpu || device == Device::Vulkan) && find_host_kernel(op_name)) return CustomRoute::HostKernel;

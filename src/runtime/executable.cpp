@@ -57,8 +57,12 @@ void ExecutableGraph::not_offered(std::string_view method, std::string_view bit)
   throw Error(fmt::format("{}: backend '{}' does not offer it (capability '{}' is false)", method, backend_name_, bit));
 }
 
-void ExecutableGraph::set_param_typed(std::size_t, const ir::TensorView&) { not_offered("set_param_typed", "typed_io"); }
-std::vector<ir::Tensor> ExecutableGraph::run_typed(std::span<const ir::TensorView>) { not_offered("run_typed", "typed_io"); }
+void ExecutableGraph::set_param_typed(std::size_t, const ir::TensorView&) {
+  not_offered("set_param_typed", "typed_io");
+}
+std::vector<ir::Tensor> ExecutableGraph::run_typed(std::span<const ir::TensorView>) {
+  not_offered("run_typed", "typed_io");
+}
 void ExecutableGraph::run_read_outputs(std::span<const void* const>, std::span<void* const>) {
   not_offered("run_read_outputs", "read_outputs");
 }
@@ -72,9 +76,13 @@ void ExecutableGraph::run_pipelined(std::span<const std::vector<const void*>>, s
 void ExecutableGraph::bind_handle(std::size_t, const void*, std::size_t) {
   not_offered("bind_handle", "persistent_handles");
 }
-void ExecutableGraph::read_handle(std::size_t, void*, std::size_t) const { not_offered("read_handle", "persistent_handles"); }
+void ExecutableGraph::read_handle(std::size_t, void*, std::size_t) const {
+  not_offered("read_handle", "persistent_handles");
+}
 void ExecutableGraph::feed_handle(std::size_t, std::size_t) { not_offered("feed_handle", "kv_resident"); }
-void ExecutableGraph::set_active_extent(std::optional<std::int64_t>) { not_offered("set_active_extent", "active_extent"); }
+void ExecutableGraph::set_active_extent(std::optional<std::int64_t>) {
+  not_offered("set_active_extent", "active_extent");
+}
 void ExecutableGraph::set_profiling(bool) { not_offered("set_profiling", "kernel_times"); }
 std::vector<KernelTime> ExecutableGraph::kernel_times() const { not_offered("kernel_times", "kernel_times"); }
 void ExecutableGraph::set_rng(const RngOptions&) { not_offered("set_rng", "rng"); }
@@ -105,8 +113,8 @@ ExecutableCapabilities advisory_capabilities(Device device) {
   c.clone = true;
   switch (device) {
     case Device::Cpu:
-      c.persistent_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =
-          c.copy_params = c.kernel_times = true;
+      c.persistent_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng = c.copy_params =
+          c.kernel_times = true;
       break;
     case Device::Cuda:
     case Device::Rocm:
@@ -121,9 +129,7 @@ ExecutableCapabilities advisory_capabilities(Device device) {
     case Device::Gpu:
       c.persistent_handles = c.gpu_handles = c.async_pipeline = c.read_outputs = c.kernel_times = true;
       break;
-    case Device::CoreMl:
-      c.typed_io = true;
-      break;
+    case Device::CoreMl: c.typed_io = true; break;
     case Device::Tpu: break;
   }
   return c;

@@ -217,16 +217,17 @@ std::string DeviceReport::to_text() const {
   std::string s = fmt::format("devices for graph '{}' (policy: {})\n", graph, policy);
   s += fmt::format("  {:<7} {:<12} {:<10} {}\n", "device", "status", "estimate", "why");
   for (const auto& x : candidates) {
-    const char* status = x.recommended  ? "recommended"
-                         : x.viable()   ? "viable"
-                         : !x.available ? "unavailable"
+    const char* status = x.recommended             ? "recommended"
+                         : x.viable()              ? "viable"
+                         : !x.available            ? "unavailable"
                          : !x.policy_block.empty() ? "blocked"
                                                    : "cannot run";
     s += fmt::format("  {:<7} {:<12} {:<10} {}\n", x.label, status, x.estimate ? seconds_str(x.estimate->seconds) : "-",
                      x.why);
     if (x.estimate) s += fmt::format("  {:<7} {:<12} {:<10} estimate: {}\n", "", "", "", x.estimate->explain);
     if (x.available)
-      s += fmt::format("  {:<7} {:<12} {:<10} capabilities (advisory): {}\n", "", "", "", fmt::join(x.capabilities, ","));
+      s += fmt::format("  {:<7} {:<12} {:<10} capabilities (advisory): {}\n", "", "", "",
+                       fmt::join(x.capabilities, ","));
   }
   s += fmt::format("recommended: {}\n", recommended ? why : "none (" + why + ")");
   return s;
@@ -234,8 +235,8 @@ std::string DeviceReport::to_text() const {
 
 Device fastest_device_for(const ir::Graph& graph, const DevicePolicy& policy) {
   auto r = device_report(graph, policy);
-  if (!r.recommended) throw Error(fmt::format("no device can run graph '{}' under the policy ({}): {}", graph.name(),
-                                              r.policy, r.why));
+  if (!r.recommended)
+    throw Error(fmt::format("no device can run graph '{}' under the policy ({}): {}", graph.name(), r.policy, r.why));
   return *r.recommended;
 }
 
@@ -262,8 +263,8 @@ void GraphDevices::set_param(std::string_view name, const ir::Tensor& value) {
 void GraphDevices::set_param_typed(std::string_view name, const ir::Tensor& value) {
   const auto& n = param_node(name);
   if (n.shape.is_static() && n.shape.extents() != value.shape())
-    throw Error(fmt::format("set_param: param '{}' has shape {}, got {}", name, n.shape.str(),
-                            ir::Shape(value.shape()).str()));
+    throw Error(
+        fmt::format("set_param: param '{}' has shape {}, got {}", name, n.shape.str(), ir::Shape(value.shape()).str()));
   Param p{value, value.dtype() != n.dtype};
   for (auto& [d, c] : cache_) push(c, std::string(name), p);
   params_[std::string(name)] = std::move(p);
@@ -359,8 +360,9 @@ std::pair<Device, std::vector<ir::Tensor>> GraphDevices::run_try(std::span<const
   }
   std::vector<std::string> parts;
   for (const auto& [d, why] : failures_) parts.push_back(fmt::format("{}: {}", device_label(d), why));
-  throw Error(fmt::format("no device ran graph '{}' (tried {}): {}", graph_.name(), device_list_str(order),
-                          parts.empty() ? std::string("the list is empty") : fmt::format("{}", fmt::join(parts, "; "))));
+  throw Error(
+      fmt::format("no device ran graph '{}' (tried {}): {}", graph_.name(), device_list_str(order),
+                  parts.empty() ? std::string("the list is empty") : fmt::format("{}", fmt::join(parts, "; "))));
 }
 
 std::vector<Device> GraphDevices::warm_all() {

@@ -47,9 +47,9 @@ std::string op_coverage_markdown() {
   for (std::size_t i = 0; i < backends.size(); ++i) s += "---|";
   s += "\n";
   for (auto op : ir::kAllOps) {
-    s += "| `" + std::string(ir::op_name(op)) + "` | " +
-         std::string(class_name(ir::op_info(op).cls)) + " |";
-    for (const auto& [name, traits] : backends) s += " " + std::string(compile::dispatch_tier_name(dispatch_tier(op, traits))) + " |";
+    s += "| `" + std::string(ir::op_name(op)) + "` | " + std::string(class_name(ir::op_info(op).cls)) + " |";
+    for (const auto& [name, traits] : backends)
+      s += " " + std::string(compile::dispatch_tier_name(dispatch_tier(op, traits))) + " |";
     s += "\n";
   }
   return s;

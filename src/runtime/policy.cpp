@@ -81,7 +81,8 @@ DevicePolicy DevicePolicy::from_env_key(std::string_view prefix) {
   p.chain_ = list("RLX_DEVICE_CHAIN");
   if (auto d = env::get("RLX_DEVICE", prefix)) p.device_ = parse_device_list(std::vector{*d}, var("RLX_DEVICE")).at(0);
   if (auto n = env::get_int("RLX_BENCHMARK_PICK", prefix)) {
-    if (*n < 0) throw Error(fmt::format("environment variable {}={} must be a run count >= 0", var("RLX_BENCHMARK_PICK"), *n));
+    if (*n < 0)
+      throw Error(fmt::format("environment variable {}={} must be a run count >= 0", var("RLX_BENCHMARK_PICK"), *n));
     if (*n > 0) p.strategy_ = DevicePickStrategy::benchmark(int(std::min<long long>(*n, 1 << 20)));
   }
   return p;

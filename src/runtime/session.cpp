@@ -30,8 +30,8 @@ void check_value(std::string_view what, const CompiledGraph::IoSpec& spec, const
     throw Error(std::string(what) + " '" + spec.name + "' expects " + type_str(spec.dtype, spec.shape) + ", got " +
                 type_str(v.dtype, v.shape));
   if (v.nbytes != spec_bytes(spec))
-    throw Error(std::string(what) + " '" + spec.name + "' expects " + std::to_string(spec_bytes(spec)) + " bytes, got " +
-                std::to_string(v.nbytes));
+    throw Error(std::string(what) + " '" + spec.name + "' expects " + std::to_string(spec_bytes(spec)) +
+                " bytes, got " + std::to_string(v.nbytes));
   if (v.data == nullptr && v.nbytes != 0) throw Error(std::string(what) + " '" + spec.name + "' has no data");
 }
 }  // namespace
@@ -73,8 +73,7 @@ void CompiledGraph::set_param(std::string_view name, const ir::TensorView& value
 void CompiledGraph::bind_inputs(std::span<const NamedTensor> inputs) {
   if (pending_) throw Error("run: a commit_no_wait is pending; call sync_pending first");
   for (std::size_t i = 0; i < params_.size(); ++i)
-    if (!(*params_set_)[i])
-      throw Error("run: param '" + params_[i].name + "' has not been set (call set_param first)");
+    if (!(*params_set_)[i]) throw Error("run: param '" + params_[i].name + "' has not been set (call set_param first)");
   auto& ptrs = in_ptrs_;
   ptrs.assign(inputs_.size(), nullptr);
   for (const auto& in : inputs) {
@@ -98,7 +97,8 @@ void CompiledGraph::run_into(std::span<const NamedTensor> inputs, std::span<ir::
   auto held = lock();
   bind_inputs(inputs);
   if (outputs.size() != outputs_.size())
-    throw Error("run_into: expected " + std::to_string(outputs_.size()) + " outputs, got " + std::to_string(outputs.size()));
+    throw Error("run_into: expected " + std::to_string(outputs_.size()) + " outputs, got " +
+                std::to_string(outputs.size()));
   out_ptrs_.resize(outputs.size());
   for (std::size_t j = 0; j < outputs.size(); ++j) {
     check_value("output", outputs_[j], ir::view(outputs[j]));
@@ -155,8 +155,8 @@ std::size_t CompiledGraph::input_index(std::string_view name, std::string_view m
     if (inputs_[i].name == name) return i;
   std::string known;
   for (const auto& s : inputs_) known += (known.empty() ? "" : ", ") + s.name;
-  throw Error(std::string(method) + ": the graph has no input named '" + std::string(name) + "' (inputs: " +
-              (known.empty() ? "none" : known) + ")");
+  throw Error(std::string(method) + ": the graph has no input named '" + std::string(name) +
+              "' (inputs: " + (known.empty() ? "none" : known) + ")");
 }
 
 void CompiledGraph::set_param_typed(std::string_view name, const ir::TensorView& value) {
@@ -238,7 +238,8 @@ std::vector<ir::Tensor> CompiledGraph::sync_pending() {
   return outs;
 }
 
-std::vector<std::vector<ir::Tensor>> CompiledGraph::run_pipelined(std::span<const std::vector<NamedTensor>> input_sets) {
+std::vector<std::vector<ir::Tensor>> CompiledGraph::run_pipelined(
+    std::span<const std::vector<NamedTensor>> input_sets) {
   auto held = lock();
   std::vector<std::vector<const void*>> ins;
   std::vector<std::vector<void*>> outs_ptrs;

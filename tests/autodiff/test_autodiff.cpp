@@ -14,8 +14,6 @@
 // stencil point crosses a kink.
 #include <gtest/gtest.h>
 
-#include "support/test_ops.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -28,6 +26,7 @@
 #include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
+#include "support/test_ops.hpp"
 #include "support/testing.hpp"
 
 namespace rlx {
@@ -485,7 +484,9 @@ std::vector<Case> composite_cases() {
   rlx::testing::register_test_ops();
   return {
       {"custom_through_lowering",
-       [](Graph& g) { return g.custom_op("test_scaled_silu", {{"alpha", 1.5}}, {in(g, "x", {2, 3})}); }},
+       [](Graph& g) {
+         return g.custom_op("test_scaled_silu", {{"alpha", 1.5}}, {in(g, "x", {2, 3})});
+       }},
       {"linear_vector",
        [](Graph& g) {
          return g.linear(in(g, "x", {4}), in(g, "w", {4, 3}), in(g, "b", {3}));

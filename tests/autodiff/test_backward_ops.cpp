@@ -77,8 +77,8 @@ TEST(BackwardOps, CpuRunsThreeNativelyAndDecomposesLogSoftmaxBackward) {
     auto it = std::find_if(report.entries.begin(), report.entries.end(),
                            [op](const compile::DispatchEntry& e) { return e.op == op; });
     ASSERT_NE(it, report.entries.end()) << ir::op_name(op);
-    EXPECT_EQ(it->tier, op == OpKind::LogSoftmaxBackward ? compile::DispatchTier::Decomposed
-                                                         : compile::DispatchTier::Native)
+    EXPECT_EQ(it->tier,
+              op == OpKind::LogSoftmaxBackward ? compile::DispatchTier::Decomposed : compile::DispatchTier::Native)
         << ir::op_name(op);
   }
   std::mt19937_64 rng(testing::test_seed());

@@ -73,8 +73,8 @@ TEST(Checkpoint, SameGradientsOnTheReference) {
   for (const auto& options : {every(1), every(2), every(5), every(1000), named}) {
     Graph cg = autodiff::value_and_grad(g, wrt, options);
     EXPECT_TRUE(std::any_of(cg.nodes().begin(), cg.nodes().end(), [](const ir::Node& n) {
-      return n.origin == "recompute";
-    }) == (options.checkpoint.every != 1000));
+                  return n.origin == "recompute";
+                }) == (options.checkpoint.every != 1000));
     auto got = reference::run(cg, inputs, params);
     ASSERT_EQ(got.size(), plain.size());
     for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], plain[i]) << cg.outputs()[i].name;
@@ -102,9 +102,7 @@ TEST(Checkpoint, SelectorsAndCompositesAreRecomputed) {
   }
 }
 
-compile::CompileResult compile_cpu(const Graph& g) {
-  return runtime::Session().compile(g).compile_result();
-}
+compile::CompileResult compile_cpu(const Graph& g) { return runtime::Session().compile(g).compile_result(); }
 
 std::size_t recomputed_nodes(const Graph& mir) {
   return std::size_t(std::count_if(mir.nodes().begin(), mir.nodes().end(),

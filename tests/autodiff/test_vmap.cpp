@@ -55,7 +55,7 @@ Gen bools() { return uniform(0, 1, DType::Bool); }
 
 struct Case {
   std::string name;
-  std::function<void(Graph&)> build;  // declares inputs/params and adds outputs
+  std::function<void(Graph&)> build;     // declares inputs/params and adds outputs
   std::map<std::string, Gen> gens = {};  // default: uniform(-2, 2) in the input's dtype
 };
 
@@ -336,11 +336,12 @@ std::vector<Case> composite_cases() {
                                   in(g, "m", {2, 1, 3, 3}, DType::Bool)));
        },
        // Key 0 is always visible, so no row is fully masked.
-       {{"m", [](const Ints& s, std::mt19937_64& rng) {
-          Tensor t = testing::random_tensor(DType::Bool, s, rng, 0, 1);
-          for (std::int64_t i = 0; i < t.numel(); i += s.back()) t.set(i, 1);
-          return t;
-        }}}},
+       {{"m",
+         [](const Ints& s, std::mt19937_64& rng) {
+           Tensor t = testing::random_tensor(DType::Bool, s, rng, 0, 1);
+           for (std::int64_t i = 0; i < t.numel(); i += s.back()) t.set(i, 1);
+           return t;
+         }}}},
       {"backward_ops",
        [](Graph& g) {
          NodeId y = in(g, "y", {3, 4}), dy = in(g, "dy", {3, 4});
@@ -387,8 +388,8 @@ std::vector<Case> control_flow_cases() {
       {"if",
        [unary_body](Graph& g) {
          NodeId v = in(g, "v", {3});
-         g.add_output(ir::if_else(g, in(g, "flag", {}, DType::Bool), unary_body(OpKind::Exp), unary_body(OpKind::Neg),
-                                  {v})[0]);
+         g.add_output(
+             ir::if_else(g, in(g, "flag", {}, DType::Bool), unary_body(OpKind::Exp), unary_body(OpKind::Neg), {v})[0]);
        }},
       {"if_on_a_computed_condition",
        [unary_body](Graph& g) {
@@ -416,8 +417,8 @@ std::vector<Case> control_flow_cases() {
 
 std::vector<Case> all_cases() {
   std::vector<Case> all;
-  for (auto part : {elementwise_cases(), leaf_and_reduce_cases(), movement_cases(), composite_cases(),
-                    control_flow_cases()})
+  for (auto part :
+       {elementwise_cases(), leaf_and_reduce_cases(), movement_cases(), composite_cases(), control_flow_cases()})
     all.insert(all.end(), part.begin(), part.end());
   return all;
 }

@@ -91,7 +91,9 @@ TEST(Decompose, Linear) {
 
 TEST(Decompose, Embedding) {
   expect_decomposes(
-      [](Graph& g, DType dt) { g.add_output(g.embedding(g.input("table", {7, 3}, dt), g.input("ids", {2, 4}, DType::I64))); },
+      [](Graph& g, DType dt) {
+        g.add_output(g.embedding(g.input("table", {7, 3}, dt), g.input("ids", {2, 4}, DType::I64)));
+      },
       [](const ir::Node& n, std::mt19937_64& rng) {
         return testing::random_tensor(n.dtype, n.shape.extents(), rng, 0, n.dtype == DType::I64 ? 7 : 2);
       });

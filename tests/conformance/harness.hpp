@@ -53,7 +53,8 @@ inline std::string unavailable_reason(Device d) {
 using Gen = std::function<ir::Tensor(ir::DType, const Ints&, std::mt19937_64&)>;
 
 inline Gen uniform(double lo = -2.0, double hi = 2.0) {
-  return [lo, hi](ir::DType t, const Ints& s, std::mt19937_64& rng) { return testing::random_tensor(t, s, rng, lo, hi); };
+  return
+      [lo, hi](ir::DType t, const Ints& s, std::mt19937_64& rng) { return testing::random_tensor(t, s, rng, lo, hi); };
 }
 // Integer values in [lo, hi] (stored in any dtype: indices, exact ties).
 inline Gen ints_in(std::int64_t lo, std::int64_t hi) {
@@ -129,7 +130,7 @@ inline ::testing::AssertionResult check_bool_bytes(const ir::Tensor& t) {
 // ---- the check ---------------------------------------------------------------
 struct Check {
   compile::CompileOptions options;
-  Gens gens;                   // by input/param name; others get uniform(-2, 2)
+  Gens gens;  // by input/param name; others get uniform(-2, 2)
   Gen fallback = uniform();
   // Replaces tolerance_for(dtype) for float outputs. Integer and bool outputs are always exact.
   std::optional<testing::Tolerance> tol;
@@ -168,19 +169,21 @@ inline ::testing::AssertionResult matches_reference(Device device, const ir::Gra
     }
     for (int run = 0; run < c.runs; ++run) {
       reference::TensorMap inputs;
-      for (ir::NodeId id : graph.input_ids()) inputs[graph.node(id).attrs.get_str("name")] = make_value(graph.node(id), c, rng);
+      for (ir::NodeId id : graph.input_ids())
+        inputs[graph.node(id).attrs.get_str("name")] = make_value(graph.node(id), c, rng);
       stage = "reference";
       auto want = reference::run(oracle, inputs, params);
       const auto& specs = exe.output_specs();
       if (specs.size() != want.size())
-        return ::testing::AssertionFailure() << specs.size() << " outputs, the reference has " << want.size() << context();
+        return ::testing::AssertionFailure()
+               << specs.size() << " outputs, the reference has " << want.size() << context();
       std::vector<ir::Tensor> got;
       for (std::size_t j = 0; j < specs.size(); ++j) {
         if (specs[j].dtype != want[j].dtype() || specs[j].shape != want[j].shape())
           return ::testing::AssertionFailure()
-                 << "output " << j << " is declared " << ir::dtype_name(specs[j].dtype) << ir::Shape(specs[j].shape).str()
-                 << ", the reference gives " << ir::dtype_name(want[j].dtype()) << ir::Shape(want[j].shape()).str()
-                 << context();
+                 << "output " << j << " is declared " << ir::dtype_name(specs[j].dtype)
+                 << ir::Shape(specs[j].shape).str() << ", the reference gives " << ir::dtype_name(want[j].dtype())
+                 << ir::Shape(want[j].shape()).str() << context();
         got.push_back(poisoned(specs[j].dtype, specs[j].shape));
       }
       std::vector<runtime::NamedTensor> named;
@@ -192,8 +195,8 @@ inline ::testing::AssertionResult matches_reference(Device device, const ir::Gra
         auto close = testing::tensors_close(got[j], want[j], tol);
         if (close) close = check_bool_bytes(got[j]);
         if (!close)
-          return ::testing::AssertionFailure() << "run " << run << ", output " << j << " '" << specs[j].name
-                                               << "': " << close.message() << context();
+          return ::testing::AssertionFailure()
+                 << "run " << run << ", output " << j << " '" << specs[j].name << "': " << close.message() << context();
       }
     }
   } catch (const std::exception& e) {

@@ -131,7 +131,9 @@ const Ints kLarge = {256, 257};
 
 Gen unary_domain(OpKind op) {
   switch (op) {
-    case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: return uniform(0.05, 4);
+    case OpKind::Log:
+    case OpKind::Sqrt:
+    case OpKind::Rsqrt: return uniform(0.05, 4);
     case OpKind::Reciprocal: return nonzero(0.1, 4);
     case OpKind::Softplus: return uniform(-8, 8);
     default: return uniform(-4, 4);
@@ -152,7 +154,8 @@ Variants unary_variants(OpKind op) {
     // Exact ties: halves for round (to even), integers for floor/ceil, zeros for sign.
     if (op == OpKind::Round || op == OpKind::Floor || op == OpKind::Ceil || op == OpKind::Sign) {
       V v(std::string(ir::op_name(op)) + " " + dt(t) + " ties");
-      r.push_back(v.out({v.g().unary(op, v.in("x", t, {4, 8}, one_of({-2.5, -1.5, -1, -0.5, -0.0, 0, 0.5, 1, 1.5, 2.5, 3})))}));
+      r.push_back(
+          v.out({v.g().unary(op, v.in("x", t, {4, 8}, one_of({-2.5, -1.5, -1, -0.5, -0.0, 0, 0.5, 1, 1.5, 2.5, 3})))}));
     }
     if (op == OpKind::Relu || op == OpKind::Sign || op == OpKind::Abs) {
       V v(std::string(ir::op_name(op)) + " " + dt(t) + " NaN propagates");
@@ -181,8 +184,8 @@ Variants not_variants() {
 
 using ShapePair = std::pair<Ints, Ints>;
 const std::vector<ShapePair> kBroadcastPairs = {
-    {{2, 3}, {2, 3}}, {{2, 3}, {3}}, {{3}, {2, 3}}, {{2, 1, 4}, {3, 1}}, {{}, {2, 3}},
-    {{2, 3}, {}},     {{4, 1}, {1, 5}}, {{0, 3}, {1, 3}}, {{}, {}},       {{1}, {2, 1, 1, 3}}};
+    {{2, 3}, {2, 3}}, {{2, 3}, {3}},    {{3}, {2, 3}}, {{2, 1, 4}, {3, 1}}, {{}, {2, 3}}, {{2, 3}, {}},
+    {{4, 1}, {1, 5}}, {{0, 3}, {1, 3}}, {{}, {}},      {{1}, {2, 1, 1, 3}}};
 
 std::pair<Gen, Gen> float_binary_domain(OpKind op) {
   switch (op) {
@@ -198,8 +201,10 @@ std::pair<Gen, Gen> int_binary_domain(OpKind op, DType t) {
   Gen wide = t == DType::U8 ? ints_in(0, 255) : t == DType::I8 ? ints_in(-128, 127) : ints_in(-1000, 1000);
   switch (op) {
     // Truncating division and a divisor-signed modulo show on mixed signs; no zero divisors.
-    case OpKind::Div: case OpKind::Mod:
-      return {narrow ? wide : ints_in(-20, 20), t == DType::U8 ? one_of({1, 2, 3, 7}) : one_of({-5, -3, -2, -1, 1, 2, 3, 7})};
+    case OpKind::Div:
+    case OpKind::Mod:
+      return {narrow ? wide : ints_in(-20, 20),
+              t == DType::U8 ? one_of({1, 2, 3, 7}) : one_of({-5, -3, -2, -1, 1, 2, 3, 7})};
     case OpKind::Pow: return {ints_in(-3, 3), ints_in(0, 5)};
     default: return {wide, wide};  // narrow types wrap around
   }
@@ -225,18 +230,21 @@ Variants binary_variants(OpKind op) {
   // Exact multiples of every sign combination: the remainder is a zero with the divisor's sign, never +-b.
   if (op == OpKind::Mod)
     for (DType t : kFloats)
-      add(t, {{6, 1}, {1, 4}}, {cycle_of({-3.09375, 3.09375, -6, 6, 7.5, -7.5}), cycle_of({-1.03125, 1.03125, 1.5, -2.5})});
+      add(t, {{6, 1}, {1, 4}},
+          {cycle_of({-3.09375, 3.09375, -6, 6, 7.5, -7.5}), cycle_of({-1.03125, 1.03125, 1.5, -2.5})});
   std::vector<DType> ints = {DType::I32, DType::I64};
   if (op != OpKind::Pow) ints.insert(ints.end(), {DType::I8, DType::U8});
   for (DType t : ints)
-    for (const ShapePair& s : {ShapePair{{2, 3}, {3}}, ShapePair{{}, {4}}, ShapePair{{3, 1}, {1, 4}}, ShapePair{{64}, {64}}})
+    for (const ShapePair& s :
+         {ShapePair{{2, 3}, {3}}, ShapePair{{}, {4}}, ShapePair{{3, 1}, {1, 4}}, ShapePair{{64}, {64}}})
       add(t, s, int_binary_domain(op, t));
   return r;
 }
 
 Variants compare_variants(OpKind op) {
   Variants r;
-  std::vector<DType> types = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64, DType::I8, DType::U8};
+  std::vector<DType> types = {DType::F32, DType::F16, DType::BF16, DType::F64,
+                              DType::I32, DType::I64, DType::I8,   DType::U8};
   if (op == OpKind::Eq || op == OpKind::Ne) types.push_back(DType::Bool);
   for (DType t : types) {
     // A small value set makes ties, where lt/le and eq/ne differ, common.
@@ -342,7 +350,8 @@ Variants reduce_variants(OpKind op) {
     // Products stay within f16's range and integer products within 2^31 by reducing few, small factors.
     Gen gen = prod ? (is_int ? ints_in(-2, 2) : uniform(0.85, 1.15)) : is_int ? ints_in(-100, 100) : uniform(-2, 2);
     std::vector<std::pair<Ints, bool>> cases = {{{0}, false}, {{1}, true}, {{2}, false}, {{-1}, true}};
-    if (!(prod && is_int)) cases.insert(cases.end(), {{{0, 2}, false}, {{0, 1, 2}, false}, {{0, 1, 2}, true}, {{}, false}});
+    if (!(prod && is_int))
+      cases.insert(cases.end(), {{{0, 2}, false}, {{0, 1, 2}, false}, {{0, 1, 2}, true}, {{}, false}});
     for (const auto& [axes, keep] : cases) {
       V v(name + " " + dt(t) + " [3,4,5] axes " + str(axes) + (keep ? " keepdims" : ""));
       r.push_back(v.out({v.g().reduce(op, v.in("x", t, {3, 4, 5}, gen), axes, keep)}));
@@ -399,9 +408,8 @@ Variants argreduce_variants(OpKind op) {
 Variants matmul_variants() {
   Variants r;
   const std::vector<ShapePair> shapes = {
-      {{3, 4}, {4, 5}},       {{1, 4}, {4, 1}},       {{2, 3, 4}, {4, 5}}, {{2, 3, 4}, {2, 4, 5}},
-      {{2, 1, 3, 4}, {5, 4, 2}}, {{3, 4}, {2, 4, 5}}, {{3, 1}, {1, 6}},    {{3, 0}, {0, 5}},
-      {{0, 4}, {4, 5}},       {{2, 17, 9}, {9, 33}}};
+      {{3, 4}, {4, 5}},    {{1, 4}, {4, 1}}, {{2, 3, 4}, {4, 5}}, {{2, 3, 4}, {2, 4, 5}}, {{2, 1, 3, 4}, {5, 4, 2}},
+      {{3, 4}, {2, 4, 5}}, {{3, 1}, {1, 6}}, {{3, 0}, {0, 5}},    {{0, 4}, {4, 5}},       {{2, 17, 9}, {9, 33}}};
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64}) {
     Gen gen = ir::is_float(t) ? uniform(-1, 1) : ints_in(-5, 5);
     for (const auto& [a, b] : shapes) {
@@ -411,7 +419,8 @@ Variants matmul_variants() {
   }
   // The BLAS path, K = 96 terms per dot product.
   V v("matmul f32 [64,96] x [96,80]");
-  r.push_back(v.tol({2e-4, 2e-4}).out({v.g().matmul(v.in("a", DType::F32, {64, 96}), v.in("b", DType::F32, {96, 80}))}));
+  r.push_back(
+      v.tol({2e-4, 2e-4}).out({v.g().matmul(v.in("a", DType::F32, {64, 96}), v.in("b", DType::F32, {96, 80}))}));
   V t("matmul f32 transposed operand");
   auto a = t.in("a", DType::F32, {5, 3});
   r.push_back(t.out({t.g().matmul(t.g().transpose(a), t.in("b", DType::F32, {5, 4}))}));
@@ -485,9 +494,12 @@ Variants slice_variants() {
   struct S {
     Ints shape, axes, starts, ends, steps;
   };
-  const std::vector<S> cases = {{{6, 7}, {1}, {1}, {6}, {2}},       {{6, 7}, {0}, {-3}, {100}, {1}},
-                                {{6, 7}, {0, 1}, {1, 0}, {5, 7}, {3, 3}}, {{6, 7}, {1}, {2}, {2}, {1}},
-                                {{2, 5, 4}, {1, 2}, {1, 1}, {4, 3}, {2, 1}}, {{9}, {0}, {0}, {9}, {4}},
+  const std::vector<S> cases = {{{6, 7}, {1}, {1}, {6}, {2}},
+                                {{6, 7}, {0}, {-3}, {100}, {1}},
+                                {{6, 7}, {0, 1}, {1, 0}, {5, 7}, {3, 3}},
+                                {{6, 7}, {1}, {2}, {2}, {1}},
+                                {{2, 5, 4}, {1, 2}, {1, 1}, {4, 3}, {2, 1}},
+                                {{9}, {0}, {0}, {9}, {4}},
                                 {{3, 4}, {-1}, {-2}, {4}, {1}}};
   for (DType t : kMoveTypes)
     for (const auto& c : cases) {
@@ -542,7 +554,8 @@ Variants gather_variants() {
       r.push_back(w.out({w.g().gather(w.in("x", t, {4, 5}), w.in("i", it, {2, 7}, ints_in(0, 4)), 1)}));
     }
   V v("gather f32 rank 3 axis -1");
-  r.push_back(v.out({v.g().gather(v.in("x", DType::F32, {2, 3, 4}), v.in("i", DType::I64, {2, 2, 6}, ints_in(0, 3)), -1)}));
+  r.push_back(
+      v.out({v.g().gather(v.in("x", DType::F32, {2, 3, 4}), v.in("i", DType::I64, {2, 2, 6}, ints_in(0, 3)), -1)}));
   V z("gather f32 zero-size indices");
   r.push_back(z.out({z.g().gather(z.in("x", DType::F32, {2, 3}), z.in("i", DType::I64, {0, 3}, ints_in(0, 1)), 0)}));
   return r;
@@ -605,8 +618,13 @@ Variants unsqueeze_variants() {
 Variants flip_variants() {
   Variants r;
   for (DType t : kMoveTypes)
-    for (const auto& [s, axes] : std::vector<std::pair<Ints, Ints>>{
-             {{3, 4}, {0}}, {{3, 4}, {1}}, {{3, 4}, {0, 1}}, {{2, 3, 4}, {1}}, {{7}, {0}}, {{0, 2}, {0}}, {{3, 4}, {}}}) {
+    for (const auto& [s, axes] : std::vector<std::pair<Ints, Ints>>{{{3, 4}, {0}},
+                                                                    {{3, 4}, {1}},
+                                                                    {{3, 4}, {0, 1}},
+                                                                    {{2, 3, 4}, {1}},
+                                                                    {{7}, {0}},
+                                                                    {{0, 2}, {0}},
+                                                                    {{3, 4}, {}}}) {
       V v("flip " + dt(t) + str(s) + " axes " + str(axes));
       r.push_back(v.out({v.g().flip(v.in("x", t, s), axes)}));
     }
@@ -800,8 +818,11 @@ Variants attention_variants() {
                                         {{1, 1, 4, 4}, {1, 1, 4, 4}, {1, 1, 4, 4}, 1, {4, 4}, true, 0.25},
                                         {{1, 2, 1, 16}, {1, 2, 7, 16}, {1, 2, 7, 16}, 2, {1, 2, 1, 7}, false, 0.0}}) {
       V v("attention " + dt(t) + " q" + str(c.q) + " k" + str(c.k) + " v" + str(c.v) +
-          (c.mask == 1 ? " bool mask " : c.mask == 2 ? " float mask " : "") + (c.mask ? str(c.mask_shape) : "") +
-          (c.causal ? " causal" : "") + (c.scale != 0 ? " scale " + std::to_string(c.scale) : ""));
+          (c.mask == 1   ? " bool mask "
+           : c.mask == 2 ? " float mask "
+                         : "") +
+          (c.mask ? str(c.mask_shape) : "") + (c.causal ? " causal" : "") +
+          (c.scale != 0 ? " scale " + std::to_string(c.scale) : ""));
       auto q = v.in("q", t, c.q, uniform(-1, 1));
       auto k = v.in("k", t, c.k, uniform(-1, 1));
       auto val = v.in("v", t, c.v, uniform(-1, 1));
@@ -874,8 +895,8 @@ Variants if_variants() {
     r.push_back(v.out(res));
     for (bool c : {true, false}) {
       V k("if " + dt(t) + " constant " + (c ? "true" : "false") + " (resolved)");
-      r.push_back(k.out({ir::if_else(k.g(), k.g().scalar(c, DType::Bool), tb, eb,
-                                     {k.in("a", t, {3, 4}), k.in("b", t, {4})})[1]}));
+      r.push_back(k.out(
+          {ir::if_else(k.g(), k.g().scalar(c, DType::Bool), tb, eb, {k.in("a", t, {3, 4}), k.in("b", t, {4})})[1]}));
     }
   }
   return r;

@@ -58,7 +58,9 @@ class RandomGraph {
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
   double real(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng_); }
   Ints shape(const Val& v) const { return g_.node(v.id).shape.extents(); }
-  static std::int64_t numel(const Ints& s) { return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>()); }
+  static std::int64_t numel(const Ints& s) {
+    return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>());
+  }
   const Val& any() { return pool_[std::size_t(pick(0, int(pool_.size()) - 1))]; }
   // Recent values are likelier operands, so graphs grow deep as well as wide.
   const Val& recent() { return chance(0.6) ? pool_.back() : any(); }
@@ -83,8 +85,12 @@ class RandomGraph {
 
   void step() {
     switch (pick(0, 9)) {
-      case 0: case 1: case 2: unary(); break;
-      case 3: case 4: case 5: binary(); break;
+      case 0:
+      case 1:
+      case 2: unary(); break;
+      case 3:
+      case 4:
+      case 5: binary(); break;
       case 6: reduce(); break;
       case 7: matmul(); break;
       default: movement(); break;
@@ -92,10 +98,10 @@ class RandomGraph {
   }
 
   void unary() {
-    static constexpr OpKind kOps[] = {OpKind::Neg,  OpKind::Abs,     OpKind::Exp,  OpKind::Log,  OpKind::Sqrt,
-                                      OpKind::Rsqrt, OpKind::Reciprocal, OpKind::Tanh, OpKind::Sigmoid, OpKind::Relu,
-                                      OpKind::Gelu, OpKind::GeluTanh, OpKind::Silu, OpKind::Softplus, OpKind::Erf,
-                                      OpKind::Sin,  OpKind::Cos};
+    static constexpr OpKind kOps[] = {OpKind::Neg,   OpKind::Abs,        OpKind::Exp,  OpKind::Log,      OpKind::Sqrt,
+                                      OpKind::Rsqrt, OpKind::Reciprocal, OpKind::Tanh, OpKind::Sigmoid,  OpKind::Relu,
+                                      OpKind::Gelu,  OpKind::GeluTanh,   OpKind::Silu, OpKind::Softplus, OpKind::Erf,
+                                      OpKind::Sin,   OpKind::Cos};
     OpKind op = kOps[pick(0, int(std::size(kOps)) - 1)];
     Val x = recent();
     switch (op) {
@@ -103,14 +109,19 @@ class RandomGraph {
         if (x.mag > 2) x = {g_.unary(OpKind::Tanh, x.id), 1};
         push(g_.exp(x.id), std::exp(x.mag));
         return;
-      case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Reciprocal: {
+      case OpKind::Log:
+      case OpKind::Sqrt:
+      case OpKind::Rsqrt:
+      case OpKind::Reciprocal: {
         NodeId y = g_.unary(op, at_least_one(x.id));
         push(y, op == OpKind::Log ? std::log1p(x.mag) : op == OpKind::Sqrt ? std::sqrt(x.mag + 1) : 1);
         return;
       }
-      case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf: case OpKind::Sin: case OpKind::Cos:
-        push(g_.unary(op, x.id), 1);
-        return;
+      case OpKind::Tanh:
+      case OpKind::Sigmoid:
+      case OpKind::Erf:
+      case OpKind::Sin:
+      case OpKind::Cos: push(g_.unary(op, x.id), 1); return;
       default: push(g_.unary(op, x.id), x.mag + 1); return;
     }
   }
@@ -168,7 +179,8 @@ class RandomGraph {
         return;
       }
       case OpKind::Mul: push(g_.mul(a.id, b.id), a.mag * b.mag); return;
-      case OpKind::Max: case OpKind::Min: push(g_.binary(op, a.id, b.id), std::max(a.mag, b.mag)); return;
+      case OpKind::Max:
+      case OpKind::Min: push(g_.binary(op, a.id, b.id), std::max(a.mag, b.mag)); return;
       default: push(g_.binary(op, a.id, b.id), a.mag + b.mag); return;
     }
   }
@@ -358,8 +370,10 @@ struct Shard {
   int first, count;
 };
 void PrintTo(const Shard& s, std::ostream* os) {
-  *os << (s.mode == Mode::Default ? "default" : s.mode == Mode::NoFusion ? "nofusion" : "nooptimize") << " graphs ["
-      << s.first << ", " << s.first + s.count << ")";
+  *os << (s.mode == Mode::Default    ? "default"
+          : s.mode == Mode::NoFusion ? "nofusion"
+                                     : "nooptimize")
+      << " graphs [" << s.first << ", " << s.first + s.count << ")";
 }
 
 class RandomGraphs : public ::testing::TestWithParam<std::tuple<Device, Shard>> {
@@ -401,11 +415,13 @@ std::vector<Shard> shards() {
 std::string shard_name(const ::testing::TestParamInfo<RandomGraphs::ParamType>& info) {
   const Shard& shard = std::get<1>(info.param);
   const char* mode = shard.mode == Mode::Default ? "default" : shard.mode == Mode::NoFusion ? "nofusion" : "nooptimize";
-  return std::string(runtime::device_label(std::get<0>(info.param))) + "_" + mode + "_" + std::to_string(shard.first / 50);
+  return std::string(runtime::device_label(std::get<0>(info.param))) + "_" + mode + "_" +
+         std::to_string(shard.first / 50);
 }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, RandomGraphs,
-                         ::testing::Combine(::testing::ValuesIn(backends()), ::testing::ValuesIn(shards())), shard_name);
+                         ::testing::Combine(::testing::ValuesIn(backends()), ::testing::ValuesIn(shards())),
+                         shard_name);
 
 }  // namespace
 }  // namespace rlx::conformance

@@ -4,6 +4,8 @@
 // weights, set_param repacking, clones sharing the packed copy, the override
 // and the shape rule.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -15,9 +17,6 @@
 #include <span>
 #include <stdexcept>
 #include <thread>
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/isa.hpp"
@@ -304,8 +303,8 @@ TEST(CpuGemm, ActivationBOfEveryWidthIsReadInBoundsOnEveryIsa) {
       GuardedFloats wb(std::size_t(K * N));
       std::memcpy(wb.floats().data(), w.data(), w.nbytes());
       const Ints w_shape{K, N};
-      const runtime::NamedTensor inputs[] = {{"x", ir::view(x)},
-                                             {"w", ir::TensorView{DType::F32, w_shape, wb.floats().data(), w.nbytes()}}};
+      const runtime::NamedTensor inputs[] = {
+          {"x", ir::view(x)}, {"w", ir::TensorView{DType::F32, w_shape, wb.floats().data(), w.nbytes()}}};
       std::vector<ir::Tensor> out;
       out.emplace_back(DType::F32, Ints{M, N});
       compiled.run_into(inputs, out);
@@ -327,7 +326,8 @@ TEST(CpuGemm, TransposedInPlaceAndSeveralOutputsOnEveryIsa) {
     g.add_output(g.matmul(g.input("x", {M, K}), g.permute(g.param("w", {N, K}), {1, 0})));
     graphs.push_back(std::move(g));
     Graph c("x @ constant^T, relu");
-    c.add_output(c.relu(c.matmul(c.input("x", {M, K}), c.permute(c.constant(testing::random_tensor(DType::F32, {N, K}, rng)), {1, 0}))));
+    c.add_output(c.relu(c.matmul(c.input("x", {M, K}),
+                                 c.permute(c.constant(testing::random_tensor(DType::F32, {N, K}, rng)), {1, 0}))));
     graphs.push_back(std::move(c));
   }
   {
@@ -361,8 +361,8 @@ TEST(CpuGemm, TransposedInPlaceAndSeveralOutputsOnEveryIsa) {
     for (const auto& isa : available_isas()) {
       Env env("RLX_CPU_ISA", isa);
       for (const auto& g : graphs)
-        EXPECT_TRUE(conformance::matches_reference(
-            Device::Cpu, g, packed_check(std::string(choice) + " " + isa + " " + g.name())));
+        EXPECT_TRUE(conformance::matches_reference(Device::Cpu, g,
+                                                   packed_check(std::string(choice) + " " + isa + " " + g.name())));
     }
   }
   // The weight gradient's update is one kernel with three outputs, and no transpose kernel runs for w^T.

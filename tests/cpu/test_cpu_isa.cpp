@@ -103,7 +103,8 @@ TEST(CpuIsa, EveryIsaMatchesTheReferenceAndTheOthers) {
       for (std::size_t j = 0; j < got.size(); ++j) {
         // ISAs round transcendentals differently by ~1 ulp of f32, which can flip the last bit of a
         // narrower output dtype: allow that dtype's rounding, and 2e-6 for f32.
-        auto tol = got[j].dtype() == DType::F32 ? testing::Tolerance{2e-6, 2e-6} : testing::tolerance_for(got[j].dtype());
+        auto tol =
+            got[j].dtype() == DType::F32 ? testing::Tolerance{2e-6, 2e-6} : testing::tolerance_for(got[j].dtype());
         EXPECT_TRUE(testing::tensors_close(got[j], (*first)[j], tol))
             << "output " << j << " differs from " << available_isas().front();
       }

@@ -118,10 +118,12 @@ TEST(CustomOps, TextRoundTripKeepsTypedAttributes) {
   EXPECT_EQ(ir::to_text(parsed), text);
   EXPECT_EQ(parsed.node(1).attrs.get_float("alpha"), 2.0);
   auto msg = error_of([&] {
-    ir::parse_text("graph g {\n  %0 = input \"x\" : f32[4]\n  %1 = custom %0 {op=\"test_scaled_silu\", beta=1.0} : f32[4]\n}");
+    ir::parse_text(
+        "graph g {\n  %0 = input \"x\" : f32[4]\n  %1 = custom %0 {op=\"test_scaled_silu\", beta=1.0} : f32[4]\n}");
   });
   EXPECT_NE(msg.find("unknown attribute 'beta'"), std::string::npos) << msg;
-  msg = error_of([&] { ir::parse_text("graph g {\n  %0 = input \"x\" : f32[4]\n  %1 = custom %0 {op=\"nope\"} : f32[4]\n}"); });
+  msg = error_of(
+      [&] { ir::parse_text("graph g {\n  %0 = input \"x\" : f32[4]\n  %1 = custom %0 {op=\"nope\"} : f32[4]\n}"); });
   EXPECT_NE(msg.find("line 3"), std::string::npos) << msg;
 }
 

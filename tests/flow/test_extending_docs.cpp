@@ -292,8 +292,8 @@ TEST(ExtendingDocs, CustomOp) {
   ir::Graph g("docs_custom_op");
   auto x = g.input("x", {4});
   std::string error;
-  rlx::ir::register_op(std::make_shared<ScaledSilu>());      // register_op_strict throws on a name clash
-  auto y = g.custom_op("scaled_silu", {{"alpha", 1.5}}, {x}); // rlx::Error for an unknown name or bad inputs
+  rlx::ir::register_op(std::make_shared<ScaledSilu>());        // register_op_strict throws on a name clash
+  auto y = g.custom_op("scaled_silu", {{"alpha", 1.5}}, {x});  // rlx::Error for an unknown name or bad inputs
   auto z = g.try_custom_op("scaled_silu", {{"alpha", 1.5}}, {x}, &error);  // std::optional, message in `error`
   ASSERT_TRUE(z.has_value()) << error;
   g.add_output(y);

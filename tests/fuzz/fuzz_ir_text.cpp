@@ -4,14 +4,14 @@
 // that parses must also print and parse back to the same text.
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "rlx/error.hpp"
-#include "support/test_ops.hpp"
 #include "rlx/ir/text.hpp"
+#include "support/test_ops.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   rlx::testing::register_test_ops();  // custom ops in inputs resolve, so their paths are fuzzed too

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "rlx/error.hpp"
-#include "support/test_ops.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/runtime/session.hpp"
+#include "support/test_ops.hpp"
 
 namespace {
 
@@ -24,8 +24,7 @@ bool small_enough(const rlx::ir::Graph& g) {
   if (g.size() > kMaxNodes || g.nesting_depth() > 4) return false;
   for (const auto& n : g.nodes()) {
     if (n.shape.is_static() && n.shape.numel() > kMaxNodeElements) return false;
-    if (n.op == rlx::ir::OpKind::While &&
-        (!n.attrs.has("max_trip_count") || n.attrs.get_int("max_trip_count") > 64))
+    if (n.op == rlx::ir::OpKind::While && (!n.attrs.has("max_trip_count") || n.attrs.get_int("max_trip_count") > 64))
       return false;
     for (const auto& [key, value] : n.attrs.items())
       if (const auto* body = std::get_if<rlx::ir::GraphRef>(&value); body && *body && !small_enough(**body))

@@ -73,7 +73,7 @@ TEST(Infer, ElementwiseAndReduce) {
   auto am = g.argmax(x, 1);
   EXPECT_EQ(g.node(am).dtype, DType::I64);
   EXPECT_EQ(g.node(am).shape, Shape{2});
-  EXPECT_THROW(g.exp(g.cast(x, DType::I32)), rlx::Error);  // exp needs a float
+  EXPECT_THROW(g.exp(g.cast(x, DType::I32)), rlx::Error);     // exp needs a float
   EXPECT_THROW(g.add(x, g.cast(b, DType::F16)), rlx::Error);  // no implicit promotion
 }
 

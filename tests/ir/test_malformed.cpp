@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <map>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,8 +42,10 @@ std::vector<TextCase> read_corpus() {
   std::vector<TextCase> cases;
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("=== ", 0) == 0) cases.push_back({line.substr(4), ""});
-    else if (!cases.empty()) cases.back().text += line + "\n";
+    if (line.rfind("=== ", 0) == 0)
+      cases.push_back({line.substr(4), ""});
+    else if (!cases.empty())
+      cases.back().text += line + "\n";
   }
   return cases;
 }

@@ -1,7 +1,5 @@
 #include <gtest/gtest.h>
 
-#include "support/test_ops.hpp"
-
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -18,6 +16,7 @@
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/graph.hpp"
 #include "rlx/ir/text.hpp"
+#include "support/test_ops.hpp"
 #include "support/testing.hpp"
 
 namespace rlx::ir {
@@ -216,8 +215,7 @@ TEST(Text, ConstantsOfEveryDTypeRoundTrip) {
   g.constant(Tensor(DType::F32, {0}));
   for (NodeId i = 0; i < g.size(); ++i) g.add_output(i);
   expect_round_trip(g);
-  EXPECT_NE(to_text(g).find("value=[-9223372036854775808, 9223372036854775807, 9007199254740993]"),
-            std::string::npos);
+  EXPECT_NE(to_text(g).find("value=[-9223372036854775808, 9223372036854775807, 9007199254740993]"), std::string::npos);
 }
 
 TEST(Text, ParsesNaNAndInfConstants) {
@@ -307,8 +305,7 @@ TEST_P(TextErrors, ThrowsWithPosition) {
 INSTANTIATE_TEST_SUITE_P(
     Table, TextErrors,
     ::testing::Values(
-        Malformed{"", {"line 1, col 1", "empty"}},
-        Malformed{"  \n // only a comment\n", {"line 3, col 1", "empty"}},
+        Malformed{"", {"line 1, col 1", "empty"}}, Malformed{"  \n // only a comment\n", {"line 3, col 1", "empty"}},
         Malformed{"grap g {}", {"line 1, col 1", "'grap'"}},
         Malformed{"graph {}", {"line 1, col 7", "graph name", "'{'"}},
         Malformed{"graph g\n %0 = input \"x\" : f32[2]\n}", {"line 2, col 2", "expected '{'"}},
@@ -322,14 +319,17 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{G "  %1 = relu %0 : f32[2\n}", {"line 4, col 1", "expected ']'"}},
         Malformed{G "  %1 = relu %0 f32[2]\n}", {"line 3, col 16", "expected ':'", "'f32'"}},
         Malformed{G "  %1 = relu %7 : f32[2]\n}", {"line 3, col 13", "undefined", "%7"}},
-        Malformed{G "  %1 = relu %2 : f32[2]\n  %2 = relu %0 : f32[2]\n}", {"line 3, col 13", "forward", "%2", "line 4"}},
+        Malformed{G "  %1 = relu %2 : f32[2]\n  %2 = relu %0 : f32[2]\n}",
+                  {"line 3, col 13", "forward", "%2", "line 4"}},
         Malformed{G "  %0 = relu %0 : f32[2]\n}", {"line 3, col 3", "duplicate label %0", "line 2"}},
         Malformed{G "  %1 = relu %0 {alpha=1.0} : f32[2]\n}", {"line 3, col 17", "unknown attribute 'alpha'", "relu"}},
         Malformed{G "  %1 = reduce_sum %0 {axes=1.5, keepdims=true} : f32[]\n}", {"line 3, col 28", "axes", "'1.5'"}},
         Malformed{G "  %1 = reduce_sum %0 {axes=[0], keepdims=1} : f32[]\n}", {"line 3, col 42", "true or false"}},
-        Malformed{G "  %1 = reduce_sum %0 {axes=[0], axes=[0], keepdims=true} : f32[]\n}", {"line 3, col 33", "duplicate attribute 'axes'"}},
+        Malformed{G "  %1 = reduce_sum %0 {axes=[0], axes=[0], keepdims=true} : f32[]\n}",
+                  {"line 3, col 33", "duplicate attribute 'axes'"}},
         Malformed{G "  %1 = argmax %0 {axis=1.0, keepdims=true} : i64[]\n}", {"line 3, col 24", "integer", "'1.0'"}},
-        Malformed{G "  %1 = argmax %0 {axis=99999999999999999999, keepdims=true} : i64[]\n}", {"line 3", "99999999999999999999"}},
+        Malformed{G "  %1 = argmax %0 {axis=99999999999999999999, keepdims=true} : i64[]\n}",
+                  {"line 3", "99999999999999999999"}},
         Malformed{G "  %1 = cast %0 : f16[2]\n}", {"line 3, col 8", "cast", "'to'"}},
         Malformed{G "  %1 = cast %0 {to=f99} : f99[2]\n}", {"line 3, col 20", "f99"}},
         Malformed{G "  %1 = relu %0, %0 : f32[2]\n}", {"line 3, col 8", "relu takes 1 operand"}},
@@ -344,8 +344,7 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{G "  %1 = constant {value=[1], value=[2]} : f32[1]\n}", {"line 3, col 29", "duplicate"}},
         Malformed{G "  %1 = input \"y\" {name=\"z\"} : f32[2]\n}", {"line 3, col 19", "duplicate attribute 'name'"}},
         Malformed{G "  %1 = input : f32[2]\n}", {"line 3, col 8", "'name'"}},
-        Malformed{G "  output %9\n}", {"line 3, col 10", "%9"}},
-        Malformed{G "  output\n}", {"line 4, col 1", "label"}},
+        Malformed{G "  output %9\n}", {"line 3, col 10", "%9"}}, Malformed{G "  output\n}", {"line 4, col 1", "label"}},
         Malformed{G "  %1 = relu %0 : f32[2] @\n}", {"line 3, col 25", "'@'"}},
         Malformed{G "  %1 = input \"y : f32[2]\n}", {"line 3, col 14", "unterminated string"}},
         Malformed{G "  %1 = input \"y\\q\" : f32[2]\n}", {"line 3, col 16", "escape"}},
@@ -366,8 +365,8 @@ TEST(Text, DotContainsEveryNodeAndEdge) {
   EXPECT_EQ(dot.rfind("digraph \"all_ops\" {", 0), 0u);
   std::size_t edges = 0;
   for (const Node& n : g.nodes()) {
-    const std::string label = "n" + std::to_string(n.id) + " [label=\"%" + std::to_string(n.id) + " " +
-                              std::string(op_name(n.op));
+    const std::string label =
+        "n" + std::to_string(n.id) + " [label=\"%" + std::to_string(n.id) + " " + std::string(op_name(n.op));
     EXPECT_NE(dot.find(label), std::string::npos) << label;
     EXPECT_NE(dot.find(std::string(dtype_name(n.dtype)) + n.shape.str() + "\""), std::string::npos);
     for (NodeId in : n.inputs)

@@ -26,7 +26,7 @@ struct TwinOptions {
   bool forward_optional = true;  // false: only set_param/run/clone, so every other optional method throws
   bool fail_compile = false;
   bool fail_run = false;
-  std::chrono::milliseconds delay{0};  // per run
+  std::chrono::milliseconds delay{0};   // per run
   std::vector<ir::OpKind> unsupported;  // removed from the CPU's native ops (no host fallback)
   std::shared_ptr<std::atomic<int>> runs = std::make_shared<std::atomic<int>>(0);
 };
@@ -51,7 +51,7 @@ class TwinExecutable final : public runtime::ExecutableGraph {
     return o_.forward_optional ? inner_->capabilities() : runtime::ExecutableCapabilities{.clone = true};
   }
   // Forwarded only when forward_optional; otherwise the base class's refusals stand.
-#define RLX_TWIN_FORWARD(call) \
+#define RLX_TWIN_FORWARD(call)                            \
   if (!o_.forward_optional) return ExecutableGraph::call; \
   return inner_->call
   void set_param_typed(std::size_t i, const ir::TensorView& v) override { RLX_TWIN_FORWARD(set_param_typed(i, v)); }
@@ -118,7 +118,8 @@ class MultiBackendTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() / ("rlx-rt-test-" + std::to_string(rd()));
     std::filesystem::create_directories(dir_);
     cache_.emplace("RLX_CACHE_DIR", dir_.string());
-    for (const char* v : {"RLX_DEVICE", "RLX_DEVICE_CHAIN"}) cleared_.emplace_back(std::make_unique<env::ScopedOverride>(v, std::nullopt));
+    for (const char* v : {"RLX_DEVICE", "RLX_DEVICE_CHAIN"})
+      cleared_.emplace_back(std::make_unique<env::ScopedOverride>(v, std::nullopt));
   }
   void TearDown() override {
     for (auto d : registered_) runtime::register_backend(d, {});
@@ -139,8 +140,8 @@ class MultiBackendTest : public ::testing::Test {
     c.sgemm_gflops = gflops;
     c.roundtrip_overhead_ns = roundtrip_ns;
     c.memory_bw_gbps = bw_gbps;
-    c.measured_at = std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::system_clock::now().time_since_epoch()).count();
+    c.measured_at =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     runtime::save_calibration(c, runtime::calibration_path_for(d, dir_));
   }
   std::filesystem::path dir_;

@@ -15,16 +15,15 @@ namespace {
 
 class Calibration : public rlx::testing::MultiBackendTest {
  protected:
-  void write(const std::filesystem::path& p, const std::string& text) {
-    std::ofstream(p) << text;
-  }
+  void write(const std::filesystem::path& p, const std::string& text) { std::ofstream(p) << text; }
   std::string reason(const std::filesystem::path& p) {
     std::string why;
     EXPECT_FALSE(runtime::load_calibration(p, &why).has_value()) << p;
     return why;
   }
   static std::int64_t now() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
   }
 };
 
@@ -64,9 +63,10 @@ TEST_F(Calibration, RoundTripAndEveryUntrustworthyFile) {
   write(p, "[1, 2]");
   EXPECT_NE(reason(p).find("corrupt"), std::string::npos);
   auto file = [&](int version, std::int64_t at, double gflops, bool with_version = true) {
-    return fmt::format("{{{}\"measured_at\": {}, \"sgemm_gflops\": {}, \"roundtrip_overhead_ns\": 100, "
-                       "\"memory_bw_gbps\": 5}}",
-                       with_version ? fmt::format("\"version\": {}, ", version) : "", at, gflops);
+    return fmt::format(
+        "{{{}\"measured_at\": {}, \"sgemm_gflops\": {}, \"roundtrip_overhead_ns\": 100, "
+        "\"memory_bw_gbps\": 5}}",
+        with_version ? fmt::format("\"version\": {}, ", version) : "", at, gflops);
   };
   write(p, file(1, now(), 10, false));
   EXPECT_NE(reason(p).find("no version field"), std::string::npos);
@@ -76,8 +76,9 @@ TEST_F(Calibration, RoundTripAndEveryUntrustworthyFile) {
   EXPECT_NE(reason(p).find("days ago"), std::string::npos);
   write(p, file(1, now(), -3));
   EXPECT_NE(reason(p).find("must be positive"), std::string::npos);
-  write(p, "{\"version\": 1, \"measured_at\": \"yesterday\", \"sgemm_gflops\": 1, \"roundtrip_overhead_ns\": 1, "
-           "\"memory_bw_gbps\": 1}");
+  write(p,
+        "{\"version\": 1, \"measured_at\": \"yesterday\", \"sgemm_gflops\": 1, \"roundtrip_overhead_ns\": 1, "
+        "\"memory_bw_gbps\": 1}");
   EXPECT_NE(reason(p).find("corrupt"), std::string::npos);
   write(p, file(1, now(), 10));
   EXPECT_TRUE(runtime::load_calibration(p));

@@ -77,7 +77,8 @@ class Capabilities : public rlx::testing::MultiBackendTest, public ::testing::Wi
   }
   void expect_outputs(const std::vector<ir::Tensor>& got, const std::vector<ir::Tensor>& want) {
     ASSERT_EQ(got.size(), want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(rlx::testing::tensors_close(got[i], want[i])) << "output " << i;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(rlx::testing::tensors_close(got[i], want[i])) << "output " << i;
   }
   ir::Graph g_ = cap_graph();
   reference::TensorMap in_, params_;
@@ -179,7 +180,7 @@ TEST_P(Capabilities, ClaimedBitsWorkAndOthersRefuse) {
     auto got = r.run(named(in_));
     EXPECT_TRUE(rlx::testing::tensors_close(got[1], want[1]));
     EXPECT_FALSE(rlx::testing::tensors_close(got[1], want_[1]));  // other samples than the graph's seed
-    expect_outputs(r.clone().run(named(in_)), want);                // the setting carries over to clones
+    expect_outputs(r.clone().run(named(in_)), want);              // the setting carries over to clones
     r.set_rng({});
     expect_outputs(r.run(named(in_)), want_);
   } else {
@@ -213,16 +214,17 @@ TEST_P(Capabilities, ClaimedBitsWorkAndOthersRefuse) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, Capabilities, ::testing::Values(Device::Cpu, Device::Gpu, Device::Tpu, Device::Vulkan),
+INSTANTIATE_TEST_SUITE_P(Devices, Capabilities,
+                         ::testing::Values(Device::Cpu, Device::Gpu, Device::Tpu, Device::Vulkan),
                          [](const auto& info) { return std::string(runtime::device_label(info.param)); });
 
 TEST(CpuCapabilities, ClaimsWhatItImplementsAndMatchesTheAdvisoryBits) {
   auto c = Session(Device::Cpu).compile(cap_graph());
   const auto caps = c.capabilities();
-  EXPECT_EQ(caps.names(), (std::vector<std::string_view>{"clone", "persistent_handles", "kv_resident", "typed_io",
-                                                         "async_pipeline", "read_outputs", "rng", "copy_params",
-                                                         "kernel_times"}));
-  EXPECT_FALSE(caps.gpu_handles);   // host memory
+  EXPECT_EQ(caps.names(),
+            (std::vector<std::string_view>{"clone", "persistent_handles", "kv_resident", "typed_io", "async_pipeline",
+                                           "read_outputs", "rng", "copy_params", "kernel_times"}));
+  EXPECT_FALSE(caps.gpu_handles);    // host memory
   EXPECT_FALSE(caps.active_extent);  // kernels are planned for one static extent
   EXPECT_EQ(runtime::advisory_capabilities(Device::Cpu), caps);
   EXPECT_TRUE(caps.has("typed_io"));

@@ -39,8 +39,7 @@ TEST(DispatchReport, EveryOpHasATierAndAReason) {
   const auto& r = c.compile_result().dispatch;
   EXPECT_EQ(r.backend, "cpu");
   std::size_t ops = 0;
-  for (const auto& n : g.nodes())
-    ops += n.op != OpKind::Input && n.op != OpKind::Param && n.op != OpKind::Constant;
+  for (const auto& n : g.nodes()) ops += n.op != OpKind::Input && n.op != OpKind::Param && n.op != OpKind::Constant;
   ASSERT_EQ(r.entries.size(), ops) << r.to_text();
   for (std::size_t i = 1; i < r.entries.size(); ++i) EXPECT_LT(r.entries[i - 1].hir_node, r.entries[i].hir_node);
   for (const auto& e : r.entries) EXPECT_FALSE(e.reason.empty()) << ir::op_name(e.op);
@@ -70,7 +69,8 @@ TEST(DispatchReport, HostFallbackAndDtypeLegalizationSayWhy) {
   EXPECT_EQ(m.at(OpKind::Sin).tier, DispatchTier::HostFallback);
   EXPECT_NE(m.at(OpKind::Sin).reason.find("host"), std::string::npos) << m.at(OpKind::Sin).reason;
   EXPECT_EQ(m.at(OpKind::Add).tier, DispatchTier::Rewritten);
-  EXPECT_NE(m.at(OpKind::Add).reason.find("bf16 is not native on narrow"), std::string::npos) << m.at(OpKind::Add).reason;
+  EXPECT_NE(m.at(OpKind::Add).reason.find("bf16 is not native on narrow"), std::string::npos)
+      << m.at(OpKind::Add).reason;
   EXPECT_EQ(runtime::dispatch_tier(OpKind::Sin, t), DispatchTier::HostFallback);
   t.host_fallback = false;
   EXPECT_EQ(runtime::dispatch_tier(OpKind::Sin, t), DispatchTier::Unsupported);
@@ -81,7 +81,8 @@ TEST(DispatchReport, SupportedOpsFollowTheTiers) {
   auto cpu = runtime::make_backend(runtime::Device::Cpu);
   auto ops = cpu->supported_ops();
   for (auto op : ir::kAllOps)
-    EXPECT_EQ(ops.contains(op), runtime::dispatch_tier(op, cpu->traits()) != DispatchTier::Unsupported) << ir::op_name(op);
+    EXPECT_EQ(ops.contains(op), runtime::dispatch_tier(op, cpu->traits()) != DispatchTier::Unsupported)
+        << ir::op_name(op);
   EXPECT_TRUE(ops.contains(OpKind::Attention));
 }
 

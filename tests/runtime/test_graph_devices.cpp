@@ -129,7 +129,7 @@ TEST_F(Selection, ResolveOrderAndClearErrors) {
   auto g = model();
   auto policy = DevicePolicy::only({Device::Cpu, Device::Gpu, Device::Cuda});
   EXPECT_EQ(runtime::resolve_device(g, std::nullopt, policy), Device::Gpu);  // cost model
-  EXPECT_EQ(runtime::resolve_device(g, Device::Cpu, policy), Device::Cpu);  // hint
+  EXPECT_EQ(runtime::resolve_device(g, Device::Cpu, policy), Device::Cpu);   // hint
   {
     env::ScopedOverride env_hint("RLX_DEVICE", "cpu");
     EXPECT_EQ(runtime::resolve_device(g, std::nullopt, policy), Device::Cpu);
@@ -234,8 +234,11 @@ TEST_F(Selection, RunChainFallsBackPastFailingBackends) {
     EXPECT_EQ(r.run_chain(std::nullopt, d.named).first, Device::Cpu);
     EXPECT_EQ(r.failures().size(), 1u);
   }
-  expect_error([&] { r.run_chain(std::vector{Device::Cuda, Device::Rocm}, d.named); },
-               {"no device ran graph 'tiny'", "cuda: ", "injected compile failure", "rocm: ", "injected run failure"});
+  expect_error(
+      [&] {
+        r.run_chain(std::vector{Device::Cuda, Device::Rocm}, d.named);
+      },
+      {"no device ran graph 'tiny'", "cuda: ", "injected compile failure", "rocm: ", "injected run failure"});
 }
 
 TEST_F(Selection, RunTryKeepsTheGivenOrder) {

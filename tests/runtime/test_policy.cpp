@@ -34,7 +34,8 @@ TEST(DevicePolicy, BuiltInCode) {
   auto p = DevicePolicy::only({Device::Cpu, Device::Vulkan}).with_deny({Device::Vulkan}).with_prefer({Device::Vulkan});
   EXPECT_TRUE(p.allows(Device::Cpu));
   EXPECT_FALSE(p.allows(Device::Cuda));
-  EXPECT_NE(p.blocked_reason(Device::Cuda).find("allow-list (cpu,vulkan)"), std::string::npos) << p.blocked_reason(Device::Cuda);
+  EXPECT_NE(p.blocked_reason(Device::Cuda).find("allow-list (cpu,vulkan)"), std::string::npos)
+      << p.blocked_reason(Device::Cuda);
   EXPECT_NE(p.blocked_reason(Device::Vulkan).find("denied"), std::string::npos);
   EXPECT_EQ(p.preferred(), std::vector<Device>{Device::Vulkan});
   EXPECT_EQ(p.describe(), "allow cpu,vulkan; deny vulkan; prefer vulkan; pick cost model");

@@ -60,8 +60,11 @@ TEST_P(RunControlTest, TimeoutEndsAnEndlessLoopAndTheGraphStillRuns) {
   auto c = compile();
   c.set_run_timeout(std::chrono::milliseconds(100));
   const auto t0 = std::chrono::steady_clock::now();
-  testing::expect_error([&] { c.run({{"x", scalar(0)}, {"limit", scalar(1)}, {"step", scalar(0)}}); },
-                        {"passed its timeout of 0.100 s"});
+  testing::expect_error(
+      [&] {
+        c.run({{"x", scalar(0)}, {"limit", scalar(1)}, {"step", scalar(0)}});
+      },
+      {"passed its timeout of 0.100 s"});
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 60s) << "the timeout did not stop the loop";
   auto out = c.run({{"x", scalar(0)}, {"limit", scalar(5)}, {"step", scalar(1)}});
   EXPECT_EQ(out[0].get(0), 5.0);
@@ -79,8 +82,11 @@ TEST_P(RunControlTest, CancelFromAnotherThreadEndsTheRun) {
       c.cancel();
     }
   });
-  testing::expect_error([&] { c.run({{"x", scalar(0)}, {"limit", scalar(1)}, {"step", scalar(0)}}); },
-                        {"the run was cancelled"});
+  testing::expect_error(
+      [&] {
+        c.run({{"x", scalar(0)}, {"limit", scalar(1)}, {"step", scalar(0)}});
+      },
+      {"the run was cancelled"});
   done = true;
   canceller.join();
   EXPECT_EQ(c.run({{"x", scalar(0)}, {"limit", scalar(2)}, {"step", scalar(1)}})[0].get(0), 2.0);
@@ -92,8 +98,7 @@ TEST_P(RunControlTest, ClonesAreCancelledSeparately) {
   other.cancel();  // no run in flight: nothing carries over to the next run
   EXPECT_EQ(other.run({{"x", scalar(0)}, {"limit", scalar(2)}, {"step", scalar(1)}})[0].get(0), 2.0);
   c.set_run_timeout(std::chrono::milliseconds(50));
-  testing::expect_error([&] { c.run({{"x", scalar(0)}, {"limit", scalar(1)}, {"step", scalar(0)}}); },
-                        {"timeout"});
+  testing::expect_error([&] { c.run({{"x", scalar(0)}, {"limit", scalar(1)}, {"step", scalar(0)}}); }, {"timeout"});
   EXPECT_EQ(other.run({{"x", scalar(0)}, {"limit", scalar(2)}, {"step", scalar(1)}})[0].get(0), 2.0);
 }
 

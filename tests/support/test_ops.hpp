@@ -46,12 +46,12 @@ inline void register_test_ops() {
   static const bool done = [] {
     ir::register_op(std::make_shared<ScaledSilu>());
     ir::register_op(std::make_shared<HostCube>());
-    runtime::register_host_kernel("test_host_cube", [](std::span<const ir::TensorView> in,
-                                                       const ir::MutableTensorView& out, const ir::Attrs&) {
-      const auto* x = static_cast<const float*>(in[0].data);
-      auto* y = static_cast<float*>(out.data);
-      for (std::size_t i = 0; i < in[0].nbytes / sizeof(float); ++i) y[i] = x[i] * x[i] * x[i];
-    });
+    runtime::register_host_kernel(
+        "test_host_cube", [](std::span<const ir::TensorView> in, const ir::MutableTensorView& out, const ir::Attrs&) {
+          const auto* x = static_cast<const float*>(in[0].data);
+          auto* y = static_cast<float*>(out.data);
+          for (std::size_t i = 0; i < in[0].nbytes / sizeof(float); ++i) y[i] = x[i] * x[i] * x[i];
+        });
     return true;
   }();
   (void)done;

@@ -37,8 +37,10 @@ inline ir::Tensor random_tensor(ir::DType dtype, std::vector<std::int64_t> shape
   std::uniform_real_distribution<double> u(lo, hi);
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     double v = u(rng);
-    if (dtype == ir::DType::Bool) v = v > (lo + hi) / 2;
-    else if (!ir::is_float(dtype)) v = std::floor(v);
+    if (dtype == ir::DType::Bool)
+      v = v > (lo + hi) / 2;
+    else if (!ir::is_float(dtype))
+      v = std::floor(v);
     t.set(i, v);
   }
   return t;
@@ -59,8 +61,7 @@ inline Tolerance tolerance_for(ir::DType t) {
 
 // Compares element by element. NaN in `actual` fails unless `expected` is NaN
 // at the same place; infinities must match exactly.
-inline ::testing::AssertionResult tensors_close(const ir::Tensor& actual, const ir::Tensor& expected,
-                                                Tolerance tol) {
+inline ::testing::AssertionResult tensors_close(const ir::Tensor& actual, const ir::Tensor& expected, Tolerance tol) {
   if (actual.dtype() != expected.dtype())
     return ::testing::AssertionFailure() << "dtype " << ir::dtype_name(actual.dtype()) << " vs "
                                          << ir::dtype_name(expected.dtype());
@@ -70,9 +71,12 @@ inline ::testing::AssertionResult tensors_close(const ir::Tensor& actual, const 
   for (std::int64_t i = 0; i < actual.numel(); ++i) {
     double a = actual.get(i), e = expected.get(i);
     bool ok;
-    if (std::isnan(e)) ok = std::isnan(a);
-    else if (std::isinf(e)) ok = a == e;
-    else ok = !std::isnan(a) && std::fabs(a - e) <= tol.atol + tol.rtol * std::fabs(e);
+    if (std::isnan(e))
+      ok = std::isnan(a);
+    else if (std::isinf(e))
+      ok = a == e;
+    else
+      ok = !std::isnan(a) && std::fabs(a - e) <= tol.atol + tol.rtol * std::fabs(e);
     if (!ok && bad++ == 0)
       first = "element " + std::to_string(i) + ": got " + std::to_string(a) + ", want " + std::to_string(e);
   }

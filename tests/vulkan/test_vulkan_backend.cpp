@@ -132,7 +132,8 @@ TEST_F(Vulkan, ClonesShareParamsAndRunConcurrently) {
     for (int r = 0; r < 5; ++r) check_run(*c.exe, c.result->lir, g, params, testing::test_seed() + std::uint64_t(r));
   });
   std::thread b([&] {
-    for (int r = 0; r < 5; ++r) check_run(*clone, c.result->lir, g, params, testing::test_seed() + 100 + std::uint64_t(r));
+    for (int r = 0; r < 5; ++r)
+      check_run(*clone, c.result->lir, g, params, testing::test_seed() + 100 + std::uint64_t(r));
   });
   a.join();
   b.join();
@@ -154,9 +155,10 @@ TEST_F(Vulkan, InputsPassThroughAndRepeatedRunsLeaveNoState) {
 
 class TempCache {
  public:
-  TempCache() : dir_(fs::temp_directory_path() / ("rlx-vk-test-" + std::to_string(testing::test_seed()) + "-" +
-                                                   std::to_string(::getpid()))),
-                over_("RLX_CACHE_DIR", dir_.string()) {}
+  TempCache()
+      : dir_(fs::temp_directory_path() /
+             ("rlx-vk-test-" + std::to_string(testing::test_seed()) + "-" + std::to_string(::getpid()))),
+        over_("RLX_CACHE_DIR", dir_.string()) {}
   ~TempCache() {
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -237,7 +239,8 @@ class Twice final : public ir::OpExtension {
   std::string_view name() const override { return "vk_test_twice"; }
   int num_inputs() const override { return 1; }
   ir::TypeInfo infer(std::span<const ir::TypeInfo> in, const ir::Attrs&) const override { return in[0]; }
-  std::optional<ir::Tensor> reference(std::span<const ir::Tensor> in, const ir::Attrs&, const ir::TypeInfo&) const override {
+  std::optional<ir::Tensor> reference(std::span<const ir::Tensor> in, const ir::Attrs&,
+                                      const ir::TypeInfo&) const override {
     ir::Tensor out = in[0];
     for (std::int64_t i = 0; i < out.numel(); ++i) out.set(i, 2 * in[0].get(i));
     return out;
@@ -285,7 +288,8 @@ TEST_F(Vulkan, ShaderCompileErrorsNameTheKernelAndQuoteShaderc) {
       ir::TypeInfo infer(std::span<const ir::TypeInfo> in, const ir::Attrs&) const override { return in[0]; }
     };
     ir::register_op(std::make_shared<Broken>());
-    runtime::register_vulkan_kernel("vk_test_broken", {.glsl = "#version 450\nvoid main() { undeclared_thing = 1; }\n"});
+    runtime::register_vulkan_kernel("vk_test_broken",
+                                    {.glsl = "#version 450\nvoid main() { undeclared_thing = 1; }\n"});
     return true;
   }();
   (void)registered;

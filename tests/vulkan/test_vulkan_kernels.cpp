@@ -60,7 +60,8 @@ Ran run_checked(const Graph& g, testing::Tolerance tol = {1e-4, 1e-4}) {
   compiled.exe->run(in, out);
   auto want = reference::run(g, inputs, params);
   for (std::size_t j = 0; j < got.size(); ++j)
-    EXPECT_TRUE(testing::tensors_close(got[j], want[j], ir::is_float(want[j].dtype()) ? tol : testing::tolerance_for(want[j].dtype())))
+    EXPECT_TRUE(testing::tensors_close(got[j], want[j],
+                                       ir::is_float(want[j].dtype()) ? tol : testing::tolerance_for(want[j].dtype())))
         << "output " << j;
   return {vk::last_run_times(*compiled.exe), compiled.result->dispatch};
 }
@@ -83,10 +84,10 @@ TEST_F(VulkanKernels, ElementwiseChainIsOneShaderOnTheDevice) {
 TEST_F(VulkanKernels, ReductionsShortAndLongRunOnTheDevice) {
   Graph g;
   auto x = g.input("x", Shape{3, 300, 5});
-  g.add_output(g.sum(g.exp(x), {1}));                                      // long: a workgroup per output
-  g.add_output(g.reduce(OpKind::ReduceMax, x, {2}, true));                 // short: a thread per output
+  g.add_output(g.sum(g.exp(x), {1}));                       // long: a workgroup per output
+  g.add_output(g.reduce(OpKind::ReduceMax, x, {2}, true));  // short: a thread per output
   g.add_output(g.argmax(x, 1));
-  g.add_output(g.div(g.mean(x, {0, 2}), g.scalar(3)));                     // with an epilogue
+  g.add_output(g.div(g.mean(x, {0, 2}), g.scalar(3)));  // with an epilogue
   expect_on_device(run_checked(g, {1e-4, 1e-3}));
 }
 
@@ -95,17 +96,18 @@ TEST_F(VulkanKernels, EveryMatmulPathRunsOnTheDevice) {
   auto bias = g.param("bias", Shape{264});
   // The vec4 128x128 tile (aligned rows), ragged edges on both sides, with an epilogue.
   g.add_output(g.relu(g.add(g.matmul(g.input("a", Shape{300, 16}), g.param("w", Shape{16, 264})), bias)));
-  g.add_output(g.matmul(g.input("p", Shape{300, 17}), g.input("q", Shape{17, 260})));  // scalar 128x128 tile
+  g.add_output(g.matmul(g.input("p", Shape{300, 17}), g.input("q", Shape{17, 260})));      // scalar 128x128 tile
   g.add_output(g.matmul(g.input("c", Shape{2, 100, 9}), g.input("d", Shape{2, 9, 120})));  // 64x64 tiles, batched
-  g.add_output(g.matmul(g.input("e", Shape{5, 3}), g.input("f", Shape{3, 7})));             // a thread per element
+  g.add_output(g.matmul(g.input("e", Shape{5, 3}), g.input("f", Shape{3, 7})));            // a thread per element
   // Few tiles: 32x32 tiles with K split four ways; ragged M, N and K, a broadcast and a batched B.
   g.add_output(g.unary(OpKind::Tanh, g.matmul(g.input("s", Shape{3, 70, 100}), g.param("t", Shape{100, 45}))));
   g.add_output(g.matmul(g.input("s2", Shape{2, 33, 64}), g.input("t2", Shape{2, 64, 31})));
   g.add_output(g.matmul(g.input("s4", Shape{50, 100}), g.param("t4", Shape{100, 36})));  // the same with 16-byte loads
   // K also split across workgroups (three ranges, the last one short), partials summed before the epilogue.
-  g.add_output(g.relu(g.add(g.matmul(g.input("s3", Shape{2, 30, 1000}), g.input("t3", Shape{1000, 20})), g.param("b3", Shape{20}))));
+  g.add_output(g.relu(
+      g.add(g.matmul(g.input("s3", Shape{2, 30, 1000}), g.input("t3", Shape{1000, 20})), g.param("b3", Shape{20}))));
   auto i = g.input("i", Shape{4, 6}, DType::I32);
-  g.add_output(g.matmul(i, g.input("j", Shape{6, 3}, DType::I32)));                         // integers
+  g.add_output(g.matmul(i, g.input("j", Shape{6, 3}, DType::I32)));  // integers
   expect_on_device(run_checked(g, {2e-4, 2e-4}));
 }
 
@@ -134,7 +136,8 @@ TEST_F(VulkanKernels, ArenaAndWeightsLargerThanOneBindingAreBoundAsWindows) {
   const std::int64_t n = 12'000'000;
   Graph g;
   for (int i = 0; i < 3; ++i) {
-    auto y = g.add(g.mul(g.input("x" + std::to_string(i), Shape{n}), g.param("w" + std::to_string(i), Shape{n})), g.scalar(1.0));
+    auto y = g.add(g.mul(g.input("x" + std::to_string(i), Shape{n}), g.param("w" + std::to_string(i), Shape{n})),
+                   g.scalar(1.0));
     g.add_output(y);
     if (i == 2) g.add_output(g.sum(g.reshape(y, Shape{n / 1000, 1000}), {1}));
   }
@@ -162,11 +165,11 @@ TEST_F(VulkanKernels, ConvIsAnImplicitGemmForEveryShape) {
     std::int64_t groups;
   };
   const Case cases[] = {
-      {{3, 8, 9, 7}, {12, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},     // batch, "same" padding
-      {{1, 8, 4, 6}, {36, 4, 3, 3}, {1, 2}, {1, 0}, {1, 1}, 2},     // groups, more than 32 channels
-      {{1, 3, 31, 29}, {4, 3, 2, 3}, {3, 2}, {4, 7}, {2, 3}, 1},    // strides, dilation, padding wider than the kernel
-      {{2, 40, 6, 7}, {33, 40, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},   // K = 360: several K tiles, ragged
-      {{1, 16, 5, 5}, {48, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},   // pointwise
+      {{3, 8, 9, 7}, {12, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},    // batch, "same" padding
+      {{1, 8, 4, 6}, {36, 4, 3, 3}, {1, 2}, {1, 0}, {1, 1}, 2},    // groups, more than 32 channels
+      {{1, 3, 31, 29}, {4, 3, 2, 3}, {3, 2}, {4, 7}, {2, 3}, 1},   // strides, dilation, padding wider than the kernel
+      {{2, 40, 6, 7}, {33, 40, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},  // K = 360: several K tiles, ragged
+      {{1, 16, 5, 5}, {48, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},  // pointwise
   };
   Graph g;
   int i = 0;
@@ -188,7 +191,8 @@ TEST_F(VulkanKernels, EncoderBlockRunsOnTheDevice) {
 TEST_F(VulkanKernels, TiledAttentionCoversRaggedTilesMasksAndCausality) {
   Graph g;
   // Sq and Sk not multiples of the 32- or 64-query and 32-key tiles; Dv != D and not a multiple of 32.
-  auto q = g.input("q", Shape{2, 3, 70, 12}), k = g.input("k", Shape{2, 3, 45, 12}), v = g.input("v", Shape{2, 3, 45, 20});
+  auto q = g.input("q", Shape{2, 3, 70, 12}), k = g.input("k", Shape{2, 3, 45, 12}),
+       v = g.input("v", Shape{2, 3, 45, 20});
   g.add_output(g.attention(q, k, v));
   g.add_output(g.attention(q, k, v, std::nullopt, /*causal=*/true, 0.3));
   // An additive mask broadcast over heads, and a boolean one that masks keys from 40 on.
@@ -211,7 +215,8 @@ TEST_F(VulkanKernels, RowOpsHoldShortRowsInRegistersAndLoopOverLongOnes) {
     auto x = g.input("x" + std::to_string(L), Shape{3, L});
     g.add_output(g.softmax(x, 1));
     g.add_output(g.log_softmax(x, -1));
-    g.add_output(g.layer_norm(x, g.param("w" + std::to_string(L), Shape{L}), g.param("b" + std::to_string(L), Shape{L})));
+    g.add_output(
+        g.layer_norm(x, g.param("w" + std::to_string(L), Shape{L}), g.param("b" + std::to_string(L), Shape{L})));
     g.add_output(g.rms_norm(x, g.param("r" + std::to_string(L), Shape{L})));
   }
   g.add_output(g.softmax(g.input("y", Shape{4, 33, 5}), 1));  // a strided row

@@ -26,13 +26,13 @@ struct Buffer {
   BufferRole role = BufferRole::Arena;
   ir::DType dtype = ir::DType::F32;
   std::vector<std::int64_t> shape;
-  std::string name;                 // input/param name, or a debug name
-  std::int32_t external_index = -1; // index into LirModule::inputs / params / constants
+  std::string name;                  // input/param name, or a debug name
+  std::int32_t external_index = -1;  // index into LirModule::inputs / params / constants
   // Views: a buffer may alias another one (reshape, contiguous slice) at a
   // byte offset; `root` is the buffer that owns the storage (itself if none).
   BufferId root = -1;
-  std::int64_t view_offset = 0;     // bytes from root's start
-  std::int64_t arena_offset = -1;   // bytes from arena start (Arena roots only)
+  std::int64_t view_offset = 0;    // bytes from root's start
+  std::int64_t arena_offset = -1;  // bytes from arena start (Arena roots only)
 
   std::int64_t numel() const;
   std::int64_t nbytes() const;
@@ -51,7 +51,7 @@ std::string_view kernel_kind_name(KernelKind k);
 
 struct Kernel {
   KernelKind kind = KernelKind::Elementwise;
-  std::string name;            // "fused_elementwise_3: mul+add+relu"
+  std::string name;  // "fused_elementwise_3: mul+add+relu"
   // The body: Input nodes i = inputs[i] (declared with the buffer's dtype and
   // shape), outputs j = outputs[j]. Bodies are MIR, except that a Native
   // kernel's body holds the one composite op it runs.
@@ -65,9 +65,9 @@ struct Kernel {
 };
 
 struct MemoryPlan {
-  std::int64_t arena_bytes = 0;      // peak: the arena's size
-  std::int64_t naive_bytes = 0;      // sum of all arena buffers with no reuse
-  std::int64_t view_count = 0;       // buffers served as views (no copy)
+  std::int64_t arena_bytes = 0;  // peak: the arena's size
+  std::int64_t naive_bytes = 0;  // sum of all arena buffers with no reuse
+  std::int64_t view_count = 0;   // buffers served as views (no copy)
   std::int64_t alignment = 64;
 };
 
@@ -75,11 +75,11 @@ struct LirModule {
   std::string name;
   std::vector<Buffer> buffers;
   std::vector<Kernel> kernels;
-  std::vector<BufferId> inputs;     // graph inputs, in graph order
+  std::vector<BufferId> inputs;  // graph inputs, in graph order
   std::vector<BufferId> params;
   std::vector<BufferId> constants;
   std::vector<ir::Tensor> constant_values;  // parallel to `constants`
-  std::vector<BufferId> outputs;    // graph outputs, in graph order
+  std::vector<BufferId> outputs;            // graph outputs, in graph order
   std::vector<std::string> output_names;
   MemoryPlan memory;
 

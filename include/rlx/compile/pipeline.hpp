@@ -30,9 +30,8 @@ struct BackendTraits {
   // fail with an error naming the op and the backend.
   std::set<ir::OpKind> native_ops;
   // dtypes the backend computes natively; others are legalized with casts to f32.
-  std::set<ir::DType> native_dtypes = {ir::DType::F32, ir::DType::F16, ir::DType::BF16, ir::DType::F64,
-                                       ir::DType::I8,  ir::DType::U8,  ir::DType::I32,  ir::DType::I64,
-                                       ir::DType::Bool};
+  std::set<ir::DType> native_dtypes = {ir::DType::F32, ir::DType::F16, ir::DType::BF16, ir::DType::F64, ir::DType::I8,
+                                       ir::DType::U8,  ir::DType::I32, ir::DType::I64,  ir::DType::Bool};
   // Ops computed in f32 only: f16/bf16 operands get casts to f32 around them
   // (legalize_dtypes), and the casts fuse into neighbouring kernels.
   std::set<ir::OpKind> f32_compute_ops;
@@ -105,11 +104,11 @@ struct PassRecord {
 };
 
 struct FusionRecord {
-  std::string kernel;                 // kernel name
+  std::string kernel;  // kernel name
   KernelKind kind;
-  std::vector<ir::OpKind> ops;        // ops fused into it
-  std::string why_not;                // reason fusion stopped, when it did
-  std::vector<std::string> origins;   // e.g. "custom:my_op" when an inlined custom op fused in here
+  std::vector<ir::OpKind> ops;       // ops fused into it
+  std::string why_not;               // reason fusion stopped, when it did
+  std::vector<std::string> origins;  // e.g. "custom:my_op" when an inlined custom op fused in here
 };
 
 struct CompileResult {

@@ -124,13 +124,11 @@ class ModelFlow {
   ModelFlow& layer_stage(std::unique_ptr<LayerStage> stage) &;
   ModelFlow&& layer_stage(std::unique_ptr<LayerStage> stage) && { return std::move(layer_stage(std::move(stage))); }
   template <class S>
-    requires std::is_base_of_v<LayerStage, std::decay_t<S>>
-  ModelFlow& layer_stage(S&& stage) & {
+  requires std::is_base_of_v<LayerStage, std::decay_t<S>> ModelFlow& layer_stage(S&& stage) & {
     return layer_stage(std::make_unique<std::decay_t<S>>(std::forward<S>(stage)));
   }
   template <class S>
-    requires std::is_base_of_v<LayerStage, std::decay_t<S>>
-  ModelFlow&& layer_stage(S&& stage) && {
+  requires std::is_base_of_v<LayerStage, std::decay_t<S>> ModelFlow && layer_stage(S&& stage) && {
     return std::move(layer_stage(std::make_unique<std::decay_t<S>>(std::forward<S>(stage))));
   }
   // Name of the primary output (default "hidden").

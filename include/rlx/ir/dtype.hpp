@@ -13,10 +13,10 @@ inline constexpr DType kAllDTypes[] = {DType::F32, DType::F16, DType::BF16, DTyp
                                        DType::U8,  DType::I32, DType::I64,  DType::Bool};
 
 std::size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);  // "f32", "f16", ...
+std::string_view dtype_name(DType t);   // "f32", "f16", ...
 DType parse_dtype(std::string_view s);  // throws rlx::Error naming the bad string
-bool is_float(DType t);    // f32 f16 bf16 f64
-bool is_integer(DType t);  // i8 u8 i32 i64 (not bool)
+bool is_float(DType t);                 // f32 f16 bf16 f64
+bool is_integer(DType t);               // i8 u8 i32 i64 (not bool)
 bool is_signed(DType t);
 
 // IEEE half and bfloat16 conversion, round to nearest even. Shared by every

@@ -18,105 +18,105 @@ namespace rlx::ir {
 
 // Op categories, used by fusion and legalization.
 enum class OpClass : std::uint8_t {
-  Leaf,       // input, param, constant, iota, random
-  Unary,      // elementwise, one input
-  Binary,     // elementwise, two inputs, NumPy broadcasting
-  Elementwise,// other elementwise: where, cast, clamp
-  Reduce,     // reductions over axes
+  Leaf,         // input, param, constant, iota, random
+  Unary,        // elementwise, one input
+  Binary,       // elementwise, two inputs, NumPy broadcasting
+  Elementwise,  // other elementwise: where, cast, clamp
+  Reduce,       // reductions over axes
   MatMul,
-  Movement,   // reshape, permute, slice, ...
-  Composite,  // HIR-only: decomposed to primitives unless a backend claims it
-  Custom,     // an op from the extension registry (rlx/ir/custom_op.hpp), by name
-  ControlFlow,// scan, if, while: bodies are subgraphs held as attributes (rlx/ir/control_flow.hpp)
+  Movement,     // reshape, permute, slice, ...
+  Composite,    // HIR-only: decomposed to primitives unless a backend claims it
+  Custom,       // an op from the extension registry (rlx/ir/custom_op.hpp), by name
+  ControlFlow,  // scan, if, while: bodies are subgraphs held as attributes (rlx/ir/control_flow.hpp)
 };
 
 // X(Enum, "text name", OpClass, min_inputs, max_inputs)
-#define RLX_OPS(X)                                   \
-  X(Input, "input", Leaf, 0, 0)                      \
-  X(Param, "param", Leaf, 0, 0)                      \
-  X(Constant, "constant", Leaf, 0, 0)                \
-  X(Iota, "iota", Leaf, 0, 0)                        \
-  X(RandomUniform, "random_uniform", Leaf, 0, 0)     \
-  X(RandomNormal, "random_normal", Leaf, 0, 0)       \
-  X(Neg, "neg", Unary, 1, 1)                         \
-  X(Abs, "abs", Unary, 1, 1)                         \
-  X(Exp, "exp", Unary, 1, 1)                         \
-  X(Log, "log", Unary, 1, 1)                         \
-  X(Sqrt, "sqrt", Unary, 1, 1)                       \
-  X(Rsqrt, "rsqrt", Unary, 1, 1)                     \
-  X(Reciprocal, "reciprocal", Unary, 1, 1)           \
-  X(Tanh, "tanh", Unary, 1, 1)                       \
-  X(Sigmoid, "sigmoid", Unary, 1, 1)                 \
-  X(Relu, "relu", Unary, 1, 1)                       \
-  X(Gelu, "gelu", Unary, 1, 1)                       \
-  X(GeluTanh, "gelu_tanh", Unary, 1, 1)              \
-  X(Silu, "silu", Unary, 1, 1)                       \
-  X(Softplus, "softplus", Unary, 1, 1)               \
-  X(Erf, "erf", Unary, 1, 1)                         \
-  X(Sin, "sin", Unary, 1, 1)                         \
-  X(Cos, "cos", Unary, 1, 1)                         \
-  X(Floor, "floor", Unary, 1, 1)                     \
-  X(Ceil, "ceil", Unary, 1, 1)                       \
-  X(Round, "round", Unary, 1, 1)                     \
-  X(Sign, "sign", Unary, 1, 1)                       \
-  X(Not, "not", Unary, 1, 1)                         \
-  X(Add, "add", Binary, 2, 2)                        \
-  X(Sub, "sub", Binary, 2, 2)                        \
-  X(Mul, "mul", Binary, 2, 2)                        \
-  X(Div, "div", Binary, 2, 2)                        \
-  X(Pow, "pow", Binary, 2, 2)                        \
-  X(Max, "max", Binary, 2, 2)                        \
-  X(Min, "min", Binary, 2, 2)                        \
-  X(Mod, "mod", Binary, 2, 2)                        \
-  X(Eq, "eq", Binary, 2, 2)                          \
-  X(Ne, "ne", Binary, 2, 2)                          \
-  X(Lt, "lt", Binary, 2, 2)                          \
-  X(Le, "le", Binary, 2, 2)                          \
-  X(Gt, "gt", Binary, 2, 2)                          \
-  X(Ge, "ge", Binary, 2, 2)                          \
-  X(And, "and", Binary, 2, 2)                        \
-  X(Or, "or", Binary, 2, 2)                          \
-  X(Where, "where", Elementwise, 3, 3)               \
-  X(Cast, "cast", Elementwise, 1, 1)                 \
-  X(Clamp, "clamp", Elementwise, 1, 1)               \
-  X(ReduceSum, "reduce_sum", Reduce, 1, 1)           \
-  X(ReduceMean, "reduce_mean", Reduce, 1, 1)         \
-  X(ReduceMax, "reduce_max", Reduce, 1, 1)           \
-  X(ReduceMin, "reduce_min", Reduce, 1, 1)           \
-  X(ReduceProd, "reduce_prod", Reduce, 1, 1)         \
-  X(ArgMax, "argmax", Reduce, 1, 1)                  \
-  X(ArgMin, "argmin", Reduce, 1, 1)                  \
-  X(MatMul, "matmul", MatMul, 2, 2)                  \
-  X(Reshape, "reshape", Movement, 1, 1)              \
-  X(Permute, "permute", Movement, 1, 1)              \
-  X(Expand, "expand", Movement, 1, 1)                \
-  X(Slice, "slice", Movement, 1, 1)                  \
-  X(Concat, "concat", Movement, 1, 64)               \
-  X(Pad, "pad", Movement, 1, 1)                      \
-  X(Gather, "gather", Movement, 2, 2)                \
-  X(IndexSelect, "index_select", Movement, 2, 2)     \
-  X(ScatterAdd, "scatter_add", Movement, 3, 3)       \
-  X(Squeeze, "squeeze", Movement, 1, 1)              \
-  X(Unsqueeze, "unsqueeze", Movement, 1, 1)          \
-  X(Flip, "flip", Movement, 1, 1)                    \
-  X(Linear, "linear", Composite, 2, 3)               \
-  X(Softmax, "softmax", Composite, 1, 1)             \
-  X(LogSoftmax, "log_softmax", Composite, 1, 1)      \
-  X(LayerNorm, "layer_norm", Composite, 1, 3)        \
-  X(RmsNorm, "rms_norm", Composite, 1, 2)            \
-  X(Conv1d, "conv1d", Composite, 2, 3)               \
-  X(Conv2d, "conv2d", Composite, 2, 3)               \
-  X(MaxPool2d, "max_pool2d", Composite, 1, 1)        \
-  X(AvgPool2d, "avg_pool2d", Composite, 1, 1)        \
-  X(Embedding, "embedding", Composite, 2, 2)         \
-  X(Attention, "attention", Composite, 3, 4)         \
+#define RLX_OPS(X)                                               \
+  X(Input, "input", Leaf, 0, 0)                                  \
+  X(Param, "param", Leaf, 0, 0)                                  \
+  X(Constant, "constant", Leaf, 0, 0)                            \
+  X(Iota, "iota", Leaf, 0, 0)                                    \
+  X(RandomUniform, "random_uniform", Leaf, 0, 0)                 \
+  X(RandomNormal, "random_normal", Leaf, 0, 0)                   \
+  X(Neg, "neg", Unary, 1, 1)                                     \
+  X(Abs, "abs", Unary, 1, 1)                                     \
+  X(Exp, "exp", Unary, 1, 1)                                     \
+  X(Log, "log", Unary, 1, 1)                                     \
+  X(Sqrt, "sqrt", Unary, 1, 1)                                   \
+  X(Rsqrt, "rsqrt", Unary, 1, 1)                                 \
+  X(Reciprocal, "reciprocal", Unary, 1, 1)                       \
+  X(Tanh, "tanh", Unary, 1, 1)                                   \
+  X(Sigmoid, "sigmoid", Unary, 1, 1)                             \
+  X(Relu, "relu", Unary, 1, 1)                                   \
+  X(Gelu, "gelu", Unary, 1, 1)                                   \
+  X(GeluTanh, "gelu_tanh", Unary, 1, 1)                          \
+  X(Silu, "silu", Unary, 1, 1)                                   \
+  X(Softplus, "softplus", Unary, 1, 1)                           \
+  X(Erf, "erf", Unary, 1, 1)                                     \
+  X(Sin, "sin", Unary, 1, 1)                                     \
+  X(Cos, "cos", Unary, 1, 1)                                     \
+  X(Floor, "floor", Unary, 1, 1)                                 \
+  X(Ceil, "ceil", Unary, 1, 1)                                   \
+  X(Round, "round", Unary, 1, 1)                                 \
+  X(Sign, "sign", Unary, 1, 1)                                   \
+  X(Not, "not", Unary, 1, 1)                                     \
+  X(Add, "add", Binary, 2, 2)                                    \
+  X(Sub, "sub", Binary, 2, 2)                                    \
+  X(Mul, "mul", Binary, 2, 2)                                    \
+  X(Div, "div", Binary, 2, 2)                                    \
+  X(Pow, "pow", Binary, 2, 2)                                    \
+  X(Max, "max", Binary, 2, 2)                                    \
+  X(Min, "min", Binary, 2, 2)                                    \
+  X(Mod, "mod", Binary, 2, 2)                                    \
+  X(Eq, "eq", Binary, 2, 2)                                      \
+  X(Ne, "ne", Binary, 2, 2)                                      \
+  X(Lt, "lt", Binary, 2, 2)                                      \
+  X(Le, "le", Binary, 2, 2)                                      \
+  X(Gt, "gt", Binary, 2, 2)                                      \
+  X(Ge, "ge", Binary, 2, 2)                                      \
+  X(And, "and", Binary, 2, 2)                                    \
+  X(Or, "or", Binary, 2, 2)                                      \
+  X(Where, "where", Elementwise, 3, 3)                           \
+  X(Cast, "cast", Elementwise, 1, 1)                             \
+  X(Clamp, "clamp", Elementwise, 1, 1)                           \
+  X(ReduceSum, "reduce_sum", Reduce, 1, 1)                       \
+  X(ReduceMean, "reduce_mean", Reduce, 1, 1)                     \
+  X(ReduceMax, "reduce_max", Reduce, 1, 1)                       \
+  X(ReduceMin, "reduce_min", Reduce, 1, 1)                       \
+  X(ReduceProd, "reduce_prod", Reduce, 1, 1)                     \
+  X(ArgMax, "argmax", Reduce, 1, 1)                              \
+  X(ArgMin, "argmin", Reduce, 1, 1)                              \
+  X(MatMul, "matmul", MatMul, 2, 2)                              \
+  X(Reshape, "reshape", Movement, 1, 1)                          \
+  X(Permute, "permute", Movement, 1, 1)                          \
+  X(Expand, "expand", Movement, 1, 1)                            \
+  X(Slice, "slice", Movement, 1, 1)                              \
+  X(Concat, "concat", Movement, 1, 64)                           \
+  X(Pad, "pad", Movement, 1, 1)                                  \
+  X(Gather, "gather", Movement, 2, 2)                            \
+  X(IndexSelect, "index_select", Movement, 2, 2)                 \
+  X(ScatterAdd, "scatter_add", Movement, 3, 3)                   \
+  X(Squeeze, "squeeze", Movement, 1, 1)                          \
+  X(Unsqueeze, "unsqueeze", Movement, 1, 1)                      \
+  X(Flip, "flip", Movement, 1, 1)                                \
+  X(Linear, "linear", Composite, 2, 3)                           \
+  X(Softmax, "softmax", Composite, 1, 1)                         \
+  X(LogSoftmax, "log_softmax", Composite, 1, 1)                  \
+  X(LayerNorm, "layer_norm", Composite, 1, 3)                    \
+  X(RmsNorm, "rms_norm", Composite, 1, 2)                        \
+  X(Conv1d, "conv1d", Composite, 2, 3)                           \
+  X(Conv2d, "conv2d", Composite, 2, 3)                           \
+  X(MaxPool2d, "max_pool2d", Composite, 1, 1)                    \
+  X(AvgPool2d, "avg_pool2d", Composite, 1, 1)                    \
+  X(Embedding, "embedding", Composite, 2, 2)                     \
+  X(Attention, "attention", Composite, 3, 4)                     \
   X(SoftmaxBackward, "softmax_backward", Composite, 2, 2)        \
   X(LogSoftmaxBackward, "log_softmax_backward", Composite, 2, 2) \
   X(LayerNormBackward, "layer_norm_backward", Composite, 2, 3)   \
   X(RmsNormBackward, "rms_norm_backward", Composite, 2, 3)       \
-  X(Custom, "custom", Custom, 0, 64)                 \
-  X(Scan, "scan", ControlFlow, 0, 64)                \
-  X(If, "if", ControlFlow, 1, 64)                    \
+  X(Custom, "custom", Custom, 0, 64)                             \
+  X(Scan, "scan", ControlFlow, 0, 64)                            \
+  X(If, "if", ControlFlow, 1, 64)                                \
   X(While, "while", ControlFlow, 0, 64)
 
 enum class OpKind : std::uint8_t {

@@ -24,8 +24,14 @@ class Tensor {
   std::size_t nbytes() const { return data_.size(); }
   std::byte* data() { return data_.data(); }
   const std::byte* data() const { return data_.data(); }
-  template <class T> T* data_as() { return reinterpret_cast<T*>(data_.data()); }
-  template <class T> const T* data_as() const { return reinterpret_cast<const T*>(data_.data()); }
+  template <class T>
+  T* data_as() {
+    return reinterpret_cast<T*>(data_.data());
+  }
+  template <class T>
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(data_.data());
+  }
   // Element i converted to double (any dtype); and back, with rounding.
   double get(std::int64_t i) const;
   void set(std::int64_t i, double v);

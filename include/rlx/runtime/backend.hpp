@@ -27,17 +27,17 @@ Device parse_device(std::string_view name);  // aliases nvidia->cuda, wgpu->gpu;
 // backend and the bit (never a silent no-op). gpu_handles only describes where
 // handles live. Confirm after compile: advisory_capabilities is only typical.
 struct ExecutableCapabilities {
-  bool clone = false;               // clone(): shares params, owns its arena
-  bool persistent_handles = false;  // bind_handle / read_handle
-  bool gpu_handles = false;         // handles live in device memory (no staging per run)
-  bool kv_resident = false;         // feed_handle: an output written back into a handle after each run
-  bool typed_io = false;            // set_param_typed / run_typed: values in another dtype, converted
-  bool async_pipeline = false;      // commit_no_wait / sync_pending / run_pipelined
-  bool active_extent = false;       // set_active_extent
-  bool read_outputs = false;        // run_read_outputs: only the outputs asked for come back
-  bool rng = false;                 // set_rng / rng
-  bool copy_params = false;         // copy_params_from
-  bool kernel_times = false;        // set_profiling / kernel_times: each kernel's time in the last run
+  bool clone = false;                           // clone(): shares params, owns its arena
+  bool persistent_handles = false;              // bind_handle / read_handle
+  bool gpu_handles = false;                     // handles live in device memory (no staging per run)
+  bool kv_resident = false;                     // feed_handle: an output written back into a handle after each run
+  bool typed_io = false;                        // set_param_typed / run_typed: values in another dtype, converted
+  bool async_pipeline = false;                  // commit_no_wait / sync_pending / run_pipelined
+  bool active_extent = false;                   // set_active_extent
+  bool read_outputs = false;                    // run_read_outputs: only the outputs asked for come back
+  bool rng = false;                             // set_rng / rng
+  bool copy_params = false;                     // copy_params_from
+  bool kernel_times = false;                    // set_profiling / kernel_times: each kernel's time in the last run
   std::vector<std::string_view> names() const;  // the bits that are set, in declaration order
   static const std::vector<std::string_view>& all_names();
   bool has(std::string_view name) const;  // by name; throws rlx::Error on an unknown name
@@ -167,8 +167,7 @@ compile::DispatchTier dispatch_tier(ir::OpKind op, const compile::BackendTraits&
 // entries (composites, custom ops) plus one per primitive, including dtype
 // rewrites around ops the backend computes in f32 or does not compute natively.
 using KernelDispatchReport = compile::DispatchReport;
-KernelDispatchReport kernel_dispatch_report(const compile::CompileResult& result,
-                                            const compile::BackendTraits& traits);
+KernelDispatchReport kernel_dispatch_report(const compile::CompileResult& result, const compile::BackendTraits& traits);
 // Capability bits typical of a device's backend, before anything is compiled.
 ExecutableCapabilities advisory_capabilities(Device device);
 

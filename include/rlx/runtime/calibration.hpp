@@ -69,7 +69,8 @@ GraphCost graph_cost(const ir::Graph& graph, const std::vector<std::pair<std::st
 // reduce FLOPs are charged at a quarter of GEMM speed.
 struct CostEstimate {
   double seconds = 0, compute_s = 0, memory_s = 0, overhead_s = 0;
-  std::string explain;  // "1.1 GFLOP at 92 GFLOP/s = 12 ms; 8.4 MB at 11 GB/s = 0.76 ms; overhead 4 us -> 12 ms (compute bound)"
+  std::string explain;  // "1.1 GFLOP at 92 GFLOP/s = 12 ms; 8.4 MB at 11 GB/s = 0.76 ms; overhead 4 us -> 12 ms
+                        // (compute bound)"
 };
 CostEstimate estimate_cost(const GraphCost& cost, const Calibration& calib);
 std::string seconds_str(double seconds);  // "12.3 us"

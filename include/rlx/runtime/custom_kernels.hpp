@@ -37,8 +37,8 @@ const HostKernel* find_host_kernel(std::string_view op_name);
 std::vector<std::string> host_kernel_names();
 
 struct VulkanKernel {
-  std::string glsl;                    // compiled with shaderc; or:
-  std::vector<std::uint32_t> spirv;    // SPIR-V words, used as they are
+  std::string glsl;                  // compiled with shaderc; or:
+  std::vector<std::uint32_t> spirv;  // SPIR-V words, used as they are
   std::array<std::uint32_t, 3> local_size{64, 1, 1};
 };
 struct CudaKernel {

@@ -31,12 +31,12 @@ struct DeviceCandidate {
   Device device = Device::Cpu;
   std::string label;
   bool available = false;
-  std::string unavailable_reason;          // why not, when !available
-  std::string policy_block;                // why the policy excludes it; empty when allowed
-  std::vector<std::string> blockers;       // ops it cannot run: "fft (%3): unsupported on vulkan"
-  std::vector<std::string> capabilities;   // advisory_capabilities(device), by name
-  std::optional<CostEstimate> estimate;    // for viable devices
-  std::string calibration_source;          // where the estimate's figures came from
+  std::string unavailable_reason;         // why not, when !available
+  std::string policy_block;               // why the policy excludes it; empty when allowed
+  std::vector<std::string> blockers;      // ops it cannot run: "fft (%3): unsupported on vulkan"
+  std::vector<std::string> capabilities;  // advisory_capabilities(device), by name
+  std::optional<CostEstimate> estimate;   // for viable devices
+  std::string calibration_source;         // where the estimate's figures came from
   bool recommended = false;
   std::string why;  // one line: blocked by what, or where it ranks and why
   bool viable() const { return available && policy_block.empty() && blockers.empty(); }
@@ -47,8 +47,8 @@ struct DeviceReport {
   std::string policy;                       // DevicePolicy::describe()
   std::vector<DeviceCandidate> candidates;  // viable ones best first, then the others in Device order
   std::optional<Device> recommended;
-  std::string why;                          // why that one, or why none
-  std::string to_text() const;              // a table, as `rlx devices` prints it
+  std::string why;              // why that one, or why none
+  std::string to_text() const;  // a table, as `rlx devices` prints it
 };
 
 // The cost-model view of `graph` on every device. `bind` binds symbolic dims.
@@ -93,7 +93,7 @@ class GraphDevices {
 
   std::vector<Device> devices() const;  // viable under the policy, best estimate first
   DeviceReport report() const;
-  Device fastest() const;               // the cost-model winner; compiles nothing
+  Device fastest() const;  // the cost-model winner; compiles nothing
   // hint -> policy default -> RLX_DEVICE -> benchmark winner (when the policy
   // benchmarks and one was measured) -> cost model.
   Device resolve(std::optional<Device> hint = std::nullopt) const;
@@ -164,8 +164,8 @@ struct BackendsManifest {
     std::string label;
     bool built_in = false;  // a backend is registered for it
     bool available = false;
-    std::string reason;     // why unavailable
-    std::string backend;    // the backend's name, when available
+    std::string reason;   // why unavailable
+    std::string backend;  // the backend's name, when available
     std::string device_name;
     std::vector<std::string> advisory_capabilities;
   };

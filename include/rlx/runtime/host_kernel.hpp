@@ -26,6 +26,7 @@ struct StagedKernel {
 };
 
 // Throws rlx::Error naming the kernel when the CPU backend cannot run it.
-StagedKernel compile_host_kernel(const compile::LirModule& lir, std::size_t kernel, const compile::CompileOptions& options);
+StagedKernel compile_host_kernel(const compile::LirModule& lir, std::size_t kernel,
+                                 const compile::CompileOptions& options);
 
 }  // namespace rlx::runtime

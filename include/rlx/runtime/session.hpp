@@ -130,7 +130,7 @@ class CompiledGraph {
   std::vector<const void*> in_ptrs_;
   std::vector<void*> out_ptrs_;
   Device device_ = Device::Cpu;
-  std::vector<bool> handles_;              // per input: bound with bind_handle
+  std::vector<bool> handles_;                       // per input: bound with bind_handle
   std::optional<std::vector<ir::Tensor>> pending_;  // outputs of a commit_no_wait
   // On the heap so that CompiledGraph stays movable (a moved-from one is not used again).
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();

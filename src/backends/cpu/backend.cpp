@@ -209,8 +209,10 @@ class CpuExecutable final : public runtime::ExecutableGraph {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (handles_[i]) continue;
       conv[i] = converted(plan_->input_io[i], inputs[i], "run_typed: input " + std::to_string(i));
-      if (conv[i]) in[i] = conv[i]->data();
-      else if (inputs[i].data) in[i] = inputs[i].data;
+      if (conv[i])
+        in[i] = conv[i]->data();
+      else if (inputs[i].data)
+        in[i] = inputs[i].data;
     }
     std::vector<ir::Tensor> outs;
     std::vector<void*> out;
@@ -315,7 +317,8 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   static std::size_t io_bytes(const Plan::Io& io) { return std::size_t(numel(io.shape)) * ir::dtype_size(io.dtype); }
 
   void require_idle(const char* method) const {
-    if (pending_.valid()) throw Error(std::string("cpu: ") + method + ": a commit_no_wait is pending; call sync_pending first");
+    if (pending_.valid())
+      throw Error(std::string("cpu: ") + method + ": a commit_no_wait is pending; call sync_pending first");
   }
 
   // `value` converted to `io`'s dtype, or nullopt when it has that dtype already.
@@ -404,9 +407,9 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   bool profiled_ = false;                  // a run since profiling was turned on
   std::vector<std::unique_ptr<CpuKernel>> reseeded_;
   runtime::RngOptions rng_;
-  std::vector<std::optional<AlignedBytes>> handles_;  // per input
+  std::vector<std::optional<AlignedBytes>> handles_;        // per input
   std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output) copied after each run
-  std::vector<std::optional<AlignedBytes>> out_scratch_;   // per output, for outputs not read back
+  std::vector<std::optional<AlignedBytes>> out_scratch_;    // per output, for outputs not read back
   std::vector<const void*> pending_in_;
   std::vector<void*> pending_out_;
   std::future<void> pending_;  // last: destroyed first, so a pending run finishes before the rest goes
@@ -440,8 +443,8 @@ class CpuBackend final : public runtime::Backend {
     for (OpKind op : ir::kAllOps)
       if (ir::op_info(op).cls != ir::OpClass::Composite) t.native_ops.insert(op);
     for (OpKind op : {OpKind::Softmax, OpKind::LogSoftmax, OpKind::LayerNorm, OpKind::RmsNorm, OpKind::Conv1d,
-                      OpKind::Conv2d, OpKind::MaxPool2d, OpKind::AvgPool2d, OpKind::Attention,
-                      OpKind::SoftmaxBackward, OpKind::LayerNormBackward, OpKind::RmsNormBackward}) {
+                      OpKind::Conv2d, OpKind::MaxPool2d, OpKind::AvgPool2d, OpKind::Attention, OpKind::SoftmaxBackward,
+                      OpKind::LayerNormBackward, OpKind::RmsNormBackward}) {
       t.native_ops.insert(op);
       t.f32_compute_ops.insert(op);
     }
@@ -502,7 +505,8 @@ class CpuBackend final : public runtime::Backend {
     for (BufferId id : lir.params) {
       std::size_t n = nbytes_of(lir.buffer(id));
       plan->param_bytes.push_back(n);
-      params->data.emplace_back(n, "a CPU param");  // not cleared: CompiledGraph refuses to run until set_param wrote it
+      params->data.emplace_back(n,
+                                "a CPU param");  // not cleared: CompiledGraph refuses to run until set_param wrote it
     }
 
     // Arena outputs that own their storage are written straight into the caller's memory.

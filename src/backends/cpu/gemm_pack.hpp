@@ -18,7 +18,7 @@ namespace rlx::backends::cpu {
 struct PackedOperand {
   compile::BufferId buffer = 0;  // the [K, N] f32 matrix (a Param or Constant buffer, or a view of one)
   std::int64_t K = 0, N = 0;
-  bool transposed = false;       // the buffer holds B^T, [N, K]
+  bool transposed = false;  // the buffer holds B^T, [N, K]
 };
 
 struct PackRegistry {

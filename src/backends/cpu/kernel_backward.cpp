@@ -49,7 +49,7 @@ class SoftmaxBackwardKernel final : public CpuKernel {
       const i64 o = u / splits, k0 = u % splits * span, k1 = std::min(n, k0 + span);
       for (i64 k = k0; k < k1; ++k) {
         const i64 off = (o * n + k) * inner;
-        const T *__restrict yr = yp + off, *__restrict dr = dp + off;
+        const T* __restrict yr = yp + off, * __restrict dr = dp + off;
         T* __restrict xr = xp + off;
         for (i64 j = 0; j < inner; ++j) xr[j] = yr[j] * (dr[j] - sum[j]);
       }
@@ -59,7 +59,7 @@ class SoftmaxBackwardKernel final : public CpuKernel {
       std::fill(sum, sum + inner, T(0));
       for (i64 k = k0; k < k1; ++k) {
         const i64 off = (o * n + k) * inner;
-        const T *__restrict yr = yp + off, *__restrict dr = dp + off;
+        const T* __restrict yr = yp + off, * __restrict dr = dp + off;
         for (i64 j = 0; j < inner; ++j) sum[j] += dr[j] * yr[j];
       }
     };

@@ -12,8 +12,8 @@
 #include "backends/cpu/kernels.hpp"
 #include "rlx/backends/cpu/cpu_backend.hpp"
 #include "rlx/error.hpp"
-#include "rlx/run_control.hpp"
 #include "rlx/ir/control_flow.hpp"
+#include "rlx/run_control.hpp"
 
 namespace rlx::backends::cpu {
 

@@ -21,8 +21,7 @@ namespace {
 
 // B[p, j] is at b[p * sk + j * sn].
 template <class T>
-void gemm_int(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 lda, i64 sk, i64 sn, i64 ldc,
-              std::uint64_t* row) {
+void gemm_int(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 lda, i64 sk, i64 sn, i64 ldc, std::uint64_t* row) {
   // Wrapping unsigned sums give the low bits of the exact sum, which is what the store keeps.
   for (i64 i = 0; i < m; ++i) {
     std::fill(row, row + n, 0);
@@ -102,8 +101,8 @@ class MatMulKernel final : public CpuKernel {
     auto unit = [&](i64 u) {
       const i64 bi = u / (pm * pn), mi = u / pn % pm, ni = u % pn;
       const i64 m0 = M * mi / pm, m1 = M * (mi + 1) / pm, p0 = panels * ni / pn, p1 = panels * (ni + 1) / pn;
-      const float* b = in_place ? b_src + b_off[std::size_t(bi)]
-                                  : bp + (b_per_batch ? std::size_t(bi) * pack_floats : 0);
+      const float* b =
+          in_place ? b_src + b_off[std::size_t(bi)] : bp + (b_per_batch ? std::size_t(bi) * pack_floats : 0);
       c.isa->gemm_packed(a + a_off[std::size_t(bi)], K, b, ldb, panel_stride, K, N, cbase + bi * M * N, N, m0, m1, p0,
                          p1);
       if (epi) epilogue(c, aux, bi, m0, m1, p0 * nr, std::min(N, p1 * nr));
@@ -271,7 +270,8 @@ std::pair<i64, i64> packed_units(i64 batch, i64 M, i64 panels, double flops, int
 std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   const auto& body = b.kernel.body;
   const auto& nodes = body.nodes();
-  const auto mm_it = std::find_if(nodes.begin(), nodes.end(), [](const ir::Node& n) { return n.op == ir::OpKind::MatMul; });
+  const auto mm_it =
+      std::find_if(nodes.begin(), nodes.end(), [](const ir::Node& n) { return n.op == ir::OpKind::MatMul; });
   if (mm_it == nodes.end()) b.fail("expected a matmul op");
   const ir::Node& mm = *mm_it;
   const auto& A = b.in_of(mm.inputs.at(0));

@@ -182,7 +182,7 @@ class ConvKernel final : public CpuKernel {
             const i64 t = u / blocks % tiles, o0 = u % blocks * rows, o1 = std::min(Og, o0 + rows);
             const i64 p0 = t * tile, p1 = std::min(P, p0 + tile), cols = p1 - p0;
             const T* xg = xp + (n * s.C + g * Cg) * s.H * s.W;
-            const T* wg = wp + g * Og * CK;        // the group's weights
+            const T* wg = wp + g * Og * CK;            // the group's weights
             T* yg = yp + (n * s.O + g * Og) * P + p0;  // its channel 0 at position p0
             if (packed) {
               if constexpr (std::is_same_v<T, float>) {  // tile == gemm_nr: one panel
@@ -204,7 +204,6 @@ class ConvKernel final : public CpuKernel {
   }
 
  private:
-
   // col[(c, kh, kw), p - p0] = x[c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] (0 outside).
   // Per output row, the columns that read inside the image are one strided
   // run between two runs of zeros. When output rows are input rows shifted
@@ -405,7 +404,8 @@ std::unique_ptr<CpuKernel> make_conv(const BuildCtx& b, const ir::Node& n) {
       k->packed = true;
       k->tile = nr;
       k->tiles = (P + nr - 1) / nr;
-      const i64 units = std::max<i64>(s.N * s.G, 1) * k->tiles, split = std::max<i64>(1, (b.threads + units - 1) / units);
+      const i64 units = std::max<i64>(s.N * s.G, 1) * k->tiles,
+                split = std::max<i64>(1, (b.threads + units - 1) / units);
       k->rows = std::min(Og, std::max<i64>(48, (Og + split - 1) / split));
       k->blocks = (Og + k->rows - 1) / k->rows;
       k->thread_bytes = std::size_t(std::max<i64>(s.CK(), 1) * nr) * sizeof(float);
@@ -535,8 +535,9 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
     case OpKind::MaxPool2d:
     case OpKind::AvgPool2d: return f32 ? make_pool<float>(b, n) : make_pool<double>(b, n);
     case OpKind::Attention: return f32 ? make_attention<float>(b, n) : make_attention<double>(b, n);
-    case OpKind::SoftmaxBackward: case OpKind::LayerNormBackward: case OpKind::RmsNormBackward:
-      return build_backward(b);
+    case OpKind::SoftmaxBackward:
+    case OpKind::LayerNormBackward:
+    case OpKind::RmsNormBackward: return build_backward(b);
     default: b.fail("op " + std::string(ir::op_name(n.op)) + " has no native CPU kernel");
   }
 }

@@ -47,7 +47,9 @@ struct Windows {
   explicit Windows(const Caps& caps)
       : span(caps.max_storage_range / caps.storage_align * caps.storage_align),
         stride(span / 2 / caps.storage_align * caps.storage_align) {}
-  std::uint64_t count(std::uint64_t bytes) const { return bytes <= span ? 1 : (bytes - span + stride - 1) / stride + 1; }
+  std::uint64_t count(std::uint64_t bytes) const {
+    return bytes <= span ? 1 : (bytes - span + stride - 1) / stride + 1;
+  }
   // The window holding [off, off + n) and the offset in it.
   std::optional<std::pair<std::uint64_t, std::uint64_t>> locate(std::uint64_t off, std::uint64_t n) const {
     if (off + n <= span) return std::pair{std::uint64_t(0), off};
@@ -90,7 +92,7 @@ struct Segment {
   std::vector<Copy> head;
   std::vector<std::size_t> gpu;  // indices into Plan::gpu
   std::vector<Copy> tail;
-  int host = -1;                 // the host step run after it
+  int host = -1;  // the host step run after it
 };
 
 // Immutable after compile_lir; shared by clones.
@@ -105,7 +107,7 @@ struct Plan {
   std::vector<HostStep> host;
   std::vector<Segment> segments;
   std::vector<std::vector<std::uint32_t>> raw_offsets;  // per raw kernel: operand element offsets
-  GpuBuffer raw_offsets_buf;                             // raw_offsets, 256 bytes apart
+  GpuBuffer raw_offsets_buf;                            // raw_offsets, 256 bytes apart
 };
 
 struct Weights {
@@ -265,8 +267,7 @@ void VulkanExecutable::record(std::size_t s) {
     if (queries_) vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, 2 * std::uint32_t(g));
     VkDescriptorSet set = sets_[std::size_t(k.raw_set < 0 ? 0 : k.raw_set)];
     vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, ctx_.pipeline_layout, 0, 1, &set, 0, nullptr);
-    if (k.raw_set >= 0)
-      vk.vkCmdPushConstants(cb, ctx_.pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 4, &k.raw_n);
+    if (k.raw_set >= 0) vk.vkCmdPushConstants(cb, ctx_.pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 4, &k.raw_n);
     for (const auto& [pipe, groups] : k.dispatches) {
       vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe->pipeline);
       vk.vkCmdDispatch(cb, groups[0], groups[1], groups[2]);
@@ -329,8 +330,8 @@ std::vector<KernelTime> VulkanExecutable::times() const {
   if (!ran_) return out;
   std::vector<std::uint64_t> ts(2 * plan_->gpu.size());
   if (queries_)
-    ctx_.check(ctx_.vk.vkGetQueryPoolResults(ctx_.device, queries_, 0, std::uint32_t(ts.size()), ts.size() * 8, ts.data(),
-                                             8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+    ctx_.check(ctx_.vk.vkGetQueryPoolResults(ctx_.device, queries_, 0, std::uint32_t(ts.size()), ts.size() * 8,
+                                             ts.data(), 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
                "vkGetQueryPoolResults");
   std::size_t g = 0, h = 0;
   for (std::size_t k = 0; k < plan_->kernel_names.size(); ++k) {
@@ -387,7 +388,9 @@ std::shared_ptr<const Plan> build_plan(const std::shared_ptr<Context>& ctx, cons
     std::int64_t view = b.root < 0 || b.root == b.id ? 0 : b.view_offset;
     switch (root.role) {
       case BufferRole::Arena: locs[std::size_t(b.id)] = {0, root.arena_offset + view}; break;
-      case BufferRole::Input: locs[std::size_t(b.id)] = {0, std::int64_t(input_at.at(std::size_t(root.external_index))) + view}; break;
+      case BufferRole::Input:
+        locs[std::size_t(b.id)] = {0, std::int64_t(input_at.at(std::size_t(root.external_index))) + view};
+        break;
       case BufferRole::Param:
         locs[std::size_t(b.id)] = {1, std::int64_t(plan->param_off.at(std::size_t(root.external_index))) + view};
         break;
@@ -421,7 +424,8 @@ std::shared_ptr<const Plan> build_plan(const std::shared_ptr<Context>& ctx, cons
         l = {0, std::int64_t(arena)};
         arena = align(arena + bytes);
       }
-      if (l.offset % 4) throw Error(fmt::format("vulkan: raw kernel '{}': operand b{} is not 4-byte aligned", k.name, id));
+      if (l.offset % 4)
+        throw Error(fmt::format("vulkan: raw kernel '{}': operand b{} is not 4-byte aligned", k.name, id));
       offs.push_back(std::uint32_t(l.offset / 4));
     };
     for (auto id : k.inputs) operand(id);
@@ -440,25 +444,28 @@ std::shared_ptr<const Plan> build_plan(const std::shared_ptr<Context>& ctx, cons
   const Windows win(c.caps);
   auto check_windows = [&](const char* what, std::uint64_t bytes) {
     if (2 * win.count(bytes) > c.caps.bindings)
-      throw Error(fmt::format("vulkan: the {} needs {} bytes ({:.1f} MiB): {} windows of {:.1f} MiB, more than the {} that "
-                              "'{}' binds (maxStorageBufferRange {}, {} storage buffers per shader)",
-                              what, bytes, double(bytes) / 1048576.0, win.count(bytes), double(win.span) / 1048576.0,
-                              c.caps.bindings / 2, c.info.name, c.caps.max_storage_range, c.caps.bindings));
+      throw Error(
+          fmt::format("vulkan: the {} needs {} bytes ({:.1f} MiB): {} windows of {:.1f} MiB, more than the {} that "
+                      "'{}' binds (maxStorageBufferRange {}, {} storage buffers per shader)",
+                      what, bytes, double(bytes) / 1048576.0, win.count(bytes), double(win.span) / 1048576.0,
+                      c.caps.bindings / 2, c.info.name, c.caps.max_storage_range, c.caps.bindings));
   };
   check_windows("arena", scratch_at);
   check_windows("weights buffer", weights_bytes);
   auto shader_loc = [&](int binding, std::uint64_t off, std::uint64_t n, const std::string& what) {
     auto at = win.locate(off, n);
     if (!at)
-      throw Error(fmt::format("vulkan: {} ({} bytes, {:.1f} MiB) does not fit one binding of '{}' ({:.1f} MiB windows)", what, n,
-                              double(n) / 1048576.0, c.info.name, double(win.stride) / 1048576.0));
-    if (2 * at->first + std::uint64_t(binding) >= c.caps.bindings) check_windows(binding ? "weights buffer" : "arena", off + n);
+      throw Error(fmt::format("vulkan: {} ({} bytes, {:.1f} MiB) does not fit one binding of '{}' ({:.1f} MiB windows)",
+                              what, n, double(n) / 1048576.0, c.info.name, double(win.stride) / 1048576.0));
+    if (2 * at->first + std::uint64_t(binding) >= c.caps.bindings)
+      check_windows(binding ? "weights buffer" : "arena", off + n);
     return Loc{int(2 * at->first) + binding, std::int64_t(at->second)};
   };
   std::vector<Loc> shader_locs(lir.buffers.size());
   for (const auto& b : lir.buffers)
-    shader_locs[std::size_t(b.id)] = shader_loc(locs[std::size_t(b.id)].binding, std::uint64_t(locs[std::size_t(b.id)].offset),
-                                               std::uint64_t(std::max<std::int64_t>(b.nbytes(), 0)), fmt::format("buffer {}", b.id));
+    shader_locs[std::size_t(b.id)] =
+        shader_loc(locs[std::size_t(b.id)].binding, std::uint64_t(locs[std::size_t(b.id)].offset),
+                   std::uint64_t(std::max<std::int64_t>(b.nbytes(), 0)), fmt::format("buffer {}", b.id));
   const Loc status_loc = shader_loc(0, status_at, kAlign, "the status words");
   const Loc scratch_loc = shader_loc(0, scratch_at, kMaxScratch, "kernel scratch");
 
@@ -505,7 +512,8 @@ std::shared_ptr<const Plan> build_plan(const std::shared_ptr<Context>& ctx, cons
     std::string why;
     if (auto code = generate(gc, &why)) {
       scratch_bytes = std::max(scratch_bytes, code->scratch_bytes);
-      for (const auto& d : code->dispatches) g.dispatches.push_back({c.pipeline(compile_glsl(d.glsl, k.name, c.optimize_shaders()), k.name), d.groups});
+      for (const auto& d : code->dispatches)
+        g.dispatches.push_back({c.pipeline(compile_glsl(d.glsl, k.name, c.optimize_shaders()), k.name), d.groups});
       plan->status_messages.back() = code->status_message;
       plan->gpu.push_back(std::move(g));
       seg.gpu.push_back(plan->gpu.size() - 1);
@@ -544,9 +552,10 @@ std::shared_ptr<const Plan> build_plan(const std::shared_ptr<Context>& ctx, cons
   plan->arena_bytes = scratch_at + align(scratch_bytes);
   check_windows("arena", plan->arena_bytes);
   if (!raws.empty() && plan->arena_bytes > win.span)
-    throw Error(fmt::format("vulkan: raw kernels address the arena through one binding, and this graph's arena ({:.1f} MiB) is "
-                            "larger than '{}' binds ({:.1f} MiB)",
-                            double(plan->arena_bytes) / 1048576.0, c.info.name, double(win.span) / 1048576.0));
+    throw Error(
+        fmt::format("vulkan: raw kernels address the arena through one binding, and this graph's arena ({:.1f} MiB) is "
+                    "larger than '{}' binds ({:.1f} MiB)",
+                    double(plan->arena_bytes) / 1048576.0, c.info.name, double(win.span) / 1048576.0));
 
   if (!plan->raw_offsets.empty()) {
     plan->raw_offsets_buf = GpuBuffer(c, 256 * plan->raw_offsets.size(), false, "raw kernel offsets");
@@ -567,7 +576,8 @@ std::shared_ptr<const Plan> build_plan(const std::shared_ptr<Context>& ctx, cons
   GpuBuffer up(c, plan->weights_bytes, true, "constants upload");
   std::memset(up.mapped(), 0, plan->weights_bytes);
   for (std::size_t i = 0; i < lir.constant_values.size(); ++i)
-    if (auto n = lir.constant_values[i].nbytes()) std::memcpy(up.mapped() + const_off[i], lir.constant_values[i].data(), n);
+    if (auto n = lir.constant_values[i].nbytes())
+      std::memcpy(up.mapped() + const_off[i], lir.constant_values[i].data(), n);
   c.run_once(
       [&](VkCommandBuffer cb) {
         VkBufferCopy region{0, 0, plan->weights_bytes};
@@ -596,20 +606,20 @@ class VulkanBackend final : public runtime::Backend {
     t.name = "vulkan";
     // Listed one by one: an op added later is not claimed until a generator handles it (it takes the host tier).
     for (OpKind op :
-         {OpKind::Input,   OpKind::Param,      OpKind::Constant,    OpKind::Iota,       OpKind::RandomUniform,
-          OpKind::RandomNormal, OpKind::Neg,   OpKind::Abs,         OpKind::Exp,        OpKind::Log,
-          OpKind::Sqrt,    OpKind::Rsqrt,      OpKind::Reciprocal,  OpKind::Tanh,       OpKind::Sigmoid,
-          OpKind::Relu,    OpKind::Gelu,       OpKind::GeluTanh,    OpKind::Silu,       OpKind::Softplus,
-          OpKind::Erf,     OpKind::Sin,        OpKind::Cos,         OpKind::Floor,      OpKind::Ceil,
-          OpKind::Round,   OpKind::Sign,       OpKind::Not,         OpKind::Add,        OpKind::Sub,
-          OpKind::Mul,     OpKind::Div,        OpKind::Pow,         OpKind::Max,        OpKind::Min,
-          OpKind::Mod,     OpKind::Eq,         OpKind::Ne,          OpKind::Lt,         OpKind::Le,
-          OpKind::Gt,      OpKind::Ge,         OpKind::And,         OpKind::Or,         OpKind::Where,
-          OpKind::Cast,    OpKind::Clamp,      OpKind::ReduceSum,   OpKind::ReduceMean, OpKind::ReduceMax,
-          OpKind::ReduceMin, OpKind::ReduceProd, OpKind::ArgMax,    OpKind::ArgMin,     OpKind::MatMul,
-          OpKind::Reshape, OpKind::Permute,    OpKind::Expand,      OpKind::Slice,      OpKind::Concat,
-          OpKind::Pad,     OpKind::Gather,     OpKind::IndexSelect, OpKind::ScatterAdd, OpKind::Squeeze,
-          OpKind::Unsqueeze, OpKind::Flip})
+         {OpKind::Input,        OpKind::Param,      OpKind::Constant,    OpKind::Iota,       OpKind::RandomUniform,
+          OpKind::RandomNormal, OpKind::Neg,        OpKind::Abs,         OpKind::Exp,        OpKind::Log,
+          OpKind::Sqrt,         OpKind::Rsqrt,      OpKind::Reciprocal,  OpKind::Tanh,       OpKind::Sigmoid,
+          OpKind::Relu,         OpKind::Gelu,       OpKind::GeluTanh,    OpKind::Silu,       OpKind::Softplus,
+          OpKind::Erf,          OpKind::Sin,        OpKind::Cos,         OpKind::Floor,      OpKind::Ceil,
+          OpKind::Round,        OpKind::Sign,       OpKind::Not,         OpKind::Add,        OpKind::Sub,
+          OpKind::Mul,          OpKind::Div,        OpKind::Pow,         OpKind::Max,        OpKind::Min,
+          OpKind::Mod,          OpKind::Eq,         OpKind::Ne,          OpKind::Lt,         OpKind::Le,
+          OpKind::Gt,           OpKind::Ge,         OpKind::And,         OpKind::Or,         OpKind::Where,
+          OpKind::Cast,         OpKind::Clamp,      OpKind::ReduceSum,   OpKind::ReduceMean, OpKind::ReduceMax,
+          OpKind::ReduceMin,    OpKind::ReduceProd, OpKind::ArgMax,      OpKind::ArgMin,     OpKind::MatMul,
+          OpKind::Reshape,      OpKind::Permute,    OpKind::Expand,      OpKind::Slice,      OpKind::Concat,
+          OpKind::Pad,          OpKind::Gather,     OpKind::IndexSelect, OpKind::ScatterAdd, OpKind::Squeeze,
+          OpKind::Unsqueeze,    OpKind::Flip})
       t.native_ops.insert(op);
     for (OpKind op : {OpKind::Softmax, OpKind::LogSoftmax, OpKind::LayerNorm, OpKind::RmsNorm, OpKind::Conv1d,
                       OpKind::Conv2d, OpKind::MaxPool2d, OpKind::AvgPool2d, OpKind::Attention}) {

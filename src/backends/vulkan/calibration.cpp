@@ -54,7 +54,8 @@ double copy_bandwidth_gbps(std::uint64_t bytes, int reps) {
         },
         "timing a copy");
     std::uint64_t ts[2];
-    c.check(c.vk.vkGetQueryPoolResults(c.device, qp, 0, 2, sizeof ts, ts, 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+    c.check(c.vk.vkGetQueryPoolResults(c.device, qp, 0, 2, sizeof ts, ts, 8,
+                                       VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
             "vkGetQueryPoolResults");
     best = std::min(best, double(ts[1] - ts[0]) * c.caps.timestamp_period_ns * 1e-9);
   }
@@ -106,7 +107,8 @@ runtime::Calibration calibrate(bool force) {
   }
   std::nth_element(ns.begin(), ns.begin() + std::ptrdiff_t(ns.size() / 2), ns.end());
   c.roundtrip_overhead_ns = ns[ns.size() / 2];
-  c.measured_at = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  c.measured_at =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   c.source = "measured (" + why + ")";
   try {
     runtime::save_calibration(c, path);

@@ -19,8 +19,9 @@ constexpr std::uint32_t kLocal = 256;
 
 // The grid-stride loop over `n` elements with index `i`, around `body`.
 std::string loop(std::int64_t n, const std::string& body) {
-  return fmt::format("uint rlx_n = gl_NumWorkGroups.x * {}u;\nfor (uint i = gl_GlobalInvocationID.x; i < {}; i += rlx_n) {{\n{}}}\n",
-                     kLocal, u(n), body);
+  return fmt::format(
+      "uint rlx_n = gl_NumWorkGroups.x * {}u;\nfor (uint i = gl_GlobalInvocationID.x; i < {}; i += rlx_n) {{\n{}}}\n",
+      kLocal, u(n), body);
 }
 
 }  // namespace
@@ -118,9 +119,9 @@ std::optional<KernelCode> gen_elementwise_vec4(const GenCtx& c, std::int64_t n, 
   const auto values = lanes.outputs(code);
   for (std::size_t o = 0; o < k.outputs.size(); ++o)
     code += fmt::format("{} = vec4({});\n", vec4_at(k.outputs[o]), fmt::join(values[o], ", "));
-  const std::string main = fmt::format(
-      "for (uint q = gl_GlobalInvocationID.x; q < {}; q += gl_NumWorkGroups.x * {}) {{\n{}}}\n", u(n / 4), u(kLocal),
-      code);
+  const std::string main =
+      fmt::format("for (uint q = gl_GlobalInvocationID.x; q < {}; q += gl_NumWorkGroups.x * {}) {{\n{}}}\n", u(n / 4),
+                  u(kLocal), code);
   return KernelCode{{{sh.source({kLocal, 1, 1}, "", main), groups_for(std::uint64_t(n / 4), kLocal, c.caps)}}, {}};
 }
 
@@ -139,7 +140,8 @@ KernelCode gen_elementwise(const GenCtx& c) {
   std::string code;
   // Loads past the end read the last element; only the stores are guarded.
   for (std::int64_t j = 0; j < kUnroll; ++j)
-    code += fmt::format("uint rlx_r{0} = rlx_b + {0}u * rlx_s, {1} = min(rlx_r{0}, {2});\n", j, Lanes::index(j), u(n - 1));
+    code +=
+        fmt::format("uint rlx_r{0} = rlx_b + {0}u * rlx_s, {1} = min(rlx_r{0}, {2});\n", j, Lanes::index(j), u(n - 1));
   code += lanes.coords() + lanes.loads();
   const auto values = lanes.outputs(code);
   for (std::int64_t j = 0; j < kUnroll; ++j) {
@@ -148,10 +150,10 @@ KernelCode gen_elementwise(const GenCtx& c) {
       code += sh.store(k.outputs[o], Lanes::index(j), values[o][std::size_t(j)]);
     code += "}\n";
   }
-  const std::string main =
-      fmt::format("uint rlx_s = gl_NumWorkGroups.x * {};\n"
-                  "for (uint rlx_b = gl_GlobalInvocationID.x; rlx_b < {}; rlx_b += {}u * rlx_s) {{\n{}}}\n",
-                  u(kLocal), u(n), kUnroll, code);
+  const std::string main = fmt::format(
+      "uint rlx_s = gl_NumWorkGroups.x * {};\n"
+      "for (uint rlx_b = gl_GlobalInvocationID.x; rlx_b < {}; rlx_b += {}u * rlx_s) {{\n{}}}\n",
+      u(kLocal), u(n), kUnroll, code);
   return {{{sh.source({kLocal, 1, 1}, "", main), groups}}, {}};
 }
 
@@ -201,8 +203,9 @@ KernelCode gen_leaf(const GenCtx& c) {
         sh.use("d_log");
         sh.use("d_sincos");
       }
-      value = fmt::format("({} + {} * (sqrt({} * {}(u1)) * {}({} * u2)))", literal(mean, rt), literal(sd, rt), literal(-2.0, rt),
-                          dbl ? "rlx_log" : "log", dbl ? "rlx_cos" : "cos", literal(6.283185307179586, rt));
+      value = fmt::format("({} + {} * (sqrt({} * {}(u1)) * {}({} * u2)))", literal(mean, rt), literal(sd, rt),
+                          literal(-2.0, rt), dbl ? "rlx_log" : "log", dbl ? "rlx_cos" : "cos",
+                          literal(6.283185307179586, rt));
     }
     body = r;
     value = sh.convert(value, rt, leaf->dtype);

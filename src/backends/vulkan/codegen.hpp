@@ -126,7 +126,7 @@ class Shader {
   std::string array(int binding, ir::DType storage_of, bool raw);
   std::int64_t elem_offset(compile::BufferId id) const;
   const GenCtx& c_;
-  std::set<std::string> arrays_;   // declared "<binding>:<suffix>:<type>"
+  std::set<std::string> arrays_;  // declared "<binding>:<suffix>:<type>"
   std::set<std::string> helpers_;
   bool uses_fp64_ = false;
 };
@@ -171,10 +171,12 @@ KernelCode gen_native(const GenCtx& c);
 struct TileLoads {
   std::string load, stash;
 };
-inline constexpr const char* kTile32Shared = "shared vec4 As[32][8];\nshared vec4 Bs[32][8];\nshared float Cs[4][32][33];\n";
+inline constexpr const char* kTile32Shared =
+    "shared vec4 As[32][8];\nshared vec4 Bs[32][8];\nshared float Cs[4][32][33];\n";
 // Scalar loaders: `a_code` sets float v to A[gm, gk] and `b_code` to B[gk, gn] (uint gm, gk, gn), zero outside.
 TileLoads scalar_tile_loads(const std::string& a_code, const std::string& b_code);
-std::string tile32_main(std::int64_t M, std::int64_t N, std::int64_t kchunk, const TileLoads& loads, const std::string& result);
+std::string tile32_main(std::int64_t M, std::int64_t N, std::int64_t kchunk, const TileLoads& loads,
+                        const std::string& result);
 
 // Groups for `n` invocations of `local` threads, capped for grid-stride loops.
 std::array<std::uint32_t, 3> groups_for(std::uint64_t n, std::uint32_t local, const Caps& caps);

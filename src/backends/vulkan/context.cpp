@@ -122,8 +122,8 @@ DeviceInfo describe(const Vk& vk, VkPhysicalDevice pd, std::uint32_t index) {
   return d;
 }
 
-std::uint32_t memory_type(const VkPhysicalDeviceMemoryProperties& mp, std::uint32_t allowed,
-                          VkMemoryPropertyFlags need, VkMemoryPropertyFlags prefer) {
+std::uint32_t memory_type(const VkPhysicalDeviceMemoryProperties& mp, std::uint32_t allowed, VkMemoryPropertyFlags need,
+                          VkMemoryPropertyFlags prefer) {
   int fallback = -1;
   for (std::uint32_t i = 0; i < mp.memoryTypeCount; ++i) {
     if (!(allowed & (1u << i)) || (mp.memoryTypes[i].propertyFlags & need) != need) continue;
@@ -217,10 +217,12 @@ void Context::init(std::uint32_t index) {
   VkPhysicalDeviceMemoryProperties mp{};
   vk.vkGetPhysicalDeviceMemoryProperties(physical, &mp);
   caps.max_allocation = 0;
-  for (std::uint32_t h = 0; h < mp.memoryHeapCount; ++h) caps.max_allocation = std::max(caps.max_allocation, mp.memoryHeaps[h].size);
+  for (std::uint32_t h = 0; h < mp.memoryHeapCount; ++h)
+    caps.max_allocation = std::max(caps.max_allocation, mp.memoryHeaps[h].size);
 
   caps.storage_align = std::max<std::uint64_t>(lim.minStorageBufferOffsetAlignment, 16);
-  caps.bindings = std::max<std::uint32_t>(2, std::min<std::uint32_t>(32, lim.maxPerStageDescriptorStorageBuffers) & ~1u);
+  caps.bindings =
+      std::max<std::uint32_t>(2, std::min<std::uint32_t>(32, lim.maxPerStageDescriptorStorageBuffers) & ~1u);
   std::vector<VkDescriptorSetLayoutBinding> b(caps.bindings);
   for (std::uint32_t i = 0; i < caps.bindings; ++i) {
     b[i].binding = i;
@@ -332,8 +334,9 @@ GpuBuffer::GpuBuffer(Context& ctx, std::uint64_t bytes, bool host_visible, std::
     ctx.check(r, fmt::format("allocating {} bytes for {}", size_, what));
   };
   if (ctx.caps.max_allocation && size_ > ctx.caps.max_allocation)
-    throw Error(fmt::format("vulkan: {} needs {} bytes ({:.1f} MiB), more than the largest memory heap of '{}' ({} bytes)",
-                            what, size_, double(size_) / 1048576.0, ctx.info.name, ctx.caps.max_allocation));
+    throw Error(
+        fmt::format("vulkan: {} needs {} bytes ({:.1f} MiB), more than the largest memory heap of '{}' ({} bytes)",
+                    what, size_, double(size_) / 1048576.0, ctx.info.name, ctx.caps.max_allocation));
   VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
   bi.size = size_;
   bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
@@ -346,10 +349,11 @@ GpuBuffer::GpuBuffer(Context& ctx, std::uint64_t bytes, bool host_visible, std::
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   ai.allocationSize = req.size;
   // Host staging prefers cached memory: reading results back from write-combined memory is slow.
-  ai.memoryTypeIndex =
-      host_visible ? memory_type(mp, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                                 VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
-                   : memory_type(mp, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
+  ai.memoryTypeIndex = host_visible
+                           ? memory_type(mp, req.memoryTypeBits,
+                                         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                                         VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
+                           : memory_type(mp, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
   // Device buffers (the arena, the weights) get memory of their own: on an H200 a one-vec4-per-thread copy
   // kernel moved 1.65 TB/s in a dedicated allocation, 1.33 TB/s in a plain one.
   VkMemoryDedicatedAllocateInfo dedicated{VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO};

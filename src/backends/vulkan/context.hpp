@@ -19,8 +19,8 @@
 namespace rlx::backends::vulkan {
 
 struct Caps {
-  bool int64_atomics = false;         // shaderBufferInt64Atomics: i64 scatter_add on the device
-  bool fp64 = false;                  // shaderFloat64: exact float mod
+  bool int64_atomics = false;  // shaderBufferInt64Atomics: i64 scatter_add on the device
+  bool fp64 = false;           // shaderFloat64: exact float mod
   bool timestamps = false;
   double timestamp_period_ns = 1;
   std::uint64_t max_storage_range = 0;  // maxStorageBufferRange: the most one binding shows a shader

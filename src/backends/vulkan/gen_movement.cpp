@@ -53,8 +53,9 @@ std::string raw_literal(double value, DType t) {
 }
 
 std::string loop(std::int64_t n, const std::string& body) {
-  return fmt::format("uint rlx_n = gl_NumWorkGroups.x * {}u;\nfor (uint i = gl_GlobalInvocationID.x; i < {}; i += rlx_n) {{\n{}}}\n",
-                     kLocal, u(n), body);
+  return fmt::format(
+      "uint rlx_n = gl_NumWorkGroups.x * {}u;\nfor (uint i = gl_GlobalInvocationID.x; i < {}; i += rlx_n) {{\n{}}}\n",
+      kLocal, u(n), body);
 }
 
 // Reads index element `at` of buffer `idx` as j, wrapped once when negative; out of range records an
@@ -89,7 +90,9 @@ KernelCode gen_movement(const GenCtx& c) {
   const auto& cc = sp.coords;
   const auto& at = mv->attrs;
   KernelCode kc;
-  auto copy_from = [&](compile::BufferId src, const std::string& idx) { return sh.raw(out, "i") + " = " + sh.raw(src, idx) + ";\n"; };
+  auto copy_from = [&](compile::BufferId src, const std::string& idx) {
+    return sh.raw(out, "i") + " = " + sh.raw(src, idx) + ";\n";
+  };
 
   switch (mv->op) {
     case OpKind::Reshape: code += copy_from(in_buf(0), "i"); break;
@@ -117,7 +120,8 @@ KernelCode gen_movement(const GenCtx& c) {
       std::vector<bool> f(r, false);
       for (auto a : at.get_ints("axes")) f[std::size_t(norm_axis(a, r))] = true;
       std::vector<std::pair<std::string, std::int64_t>> t;
-      for (std::size_t d = 0; d < r; ++d) t.push_back({f[d] ? "(" + u(xs[d] - 1) + " - " + cc[d] + ")" : cc[d], xst[d]});
+      for (std::size_t d = 0; d < r; ++d)
+        t.push_back({f[d] ? "(" + u(xs[d] - 1) + " - " + cc[d] + ")" : cc[d], xst[d]});
       code += copy_from(in_buf(0), dot(t));
       break;
     }
@@ -132,8 +136,9 @@ KernelCode gen_movement(const GenCtx& c) {
         t.push_back({"uint(s" + std::to_string(d) + ")", xst[d]});
       }
       std::string value = raw_literal(at.float_or("value", 0.0), mv->dtype);
-      code += cond.empty() ? copy_from(in_buf(0), "0u")
-                           : "if (" + cond + ") " + sh.raw(out, "i") + " = " + value + ";\nelse " + copy_from(in_buf(0), dot(t));
+      code += cond.empty()
+                  ? copy_from(in_buf(0), "0u")
+                  : "if (" + cond + ") " + sh.raw(out, "i") + " = " + value + ";\nelse " + copy_from(in_buf(0), dot(t));
       break;
     }
     case OpKind::Concat: {
@@ -144,7 +149,8 @@ KernelCode gen_movement(const GenCtx& c) {
         const Ints ps = body.node(mv->inputs[p]).shape.extents(), pst = strides_of(ps);
         if (ps[axis] == 0) continue;
         std::vector<std::pair<std::string, std::int64_t>> t;
-        for (std::size_t d = 0; d < r; ++d) t.push_back({d == axis ? "(" + cc[d] + " - " + u(begin) + ")" : cc[d], pst[d]});
+        for (std::size_t d = 0; d < r; ++d)
+          t.push_back({d == axis ? "(" + cc[d] + " - " + u(begin) + ")" : cc[d], pst[d]});
         chain += (chain.empty() ? "" : "else ") + fmt::format("if ({} < {}) ", cc[axis], u(begin + ps[axis])) + "{ " +
                  copy_from(in_buf(p), dot(t)) + "}\n";
         begin += ps[axis];
@@ -175,7 +181,8 @@ KernelCode gen_movement(const GenCtx& c) {
     case OpKind::ScatterAdd: {
       // Dispatch 1 copies x; dispatch 2 adds each update at its indexed place.
       code += copy_from(in_buf(0), "i");
-      kc.dispatches.push_back({sh.source({kLocal, 1, 1}, "", loop(n, code)), groups_for(std::uint64_t(n), kLocal, c.caps)});
+      kc.dispatches.push_back(
+          {sh.source({kLocal, 1, 1}, "", loop(n, code)), groups_for(std::uint64_t(n), kLocal, c.caps)});
       auto axis = std::size_t(norm_axis(at.get_int("axis"), r));
       const Ints is = body.node(mv->inputs[1]).shape.extents(), us = body.node(mv->inputs[2]).shape.extents();
       const Ints ust = strides_of(us);
@@ -200,26 +207,36 @@ KernelCode gen_movement(const GenCtx& c) {
           break;
         case DType::F32:
           add += "uint old = " + s2.raw(out, "t") + ";\nfor (;;) {\n  uint prev = atomicCompSwap(" + s2.raw(out, "t") +
-                 ", old, floatBitsToUint(uintBitsToFloat(old) + " + v + "));\n  if (prev == old) break;\n  old = prev;\n}\n";
+                 ", old, floatBitsToUint(uintBitsToFloat(old) + " + v +
+                 "));\n  if (prev == old) break;\n  old = prev;\n}\n";
           break;
         case DType::F64:
           if (!c.caps.int64_atomics) throw NoShader{"f64 scatter_add needs shaderBufferInt64Atomics"};
-          add += "uint64_t old = " + s2.raw(out, "t") + ";\nfor (;;) {\n  uint64_t prev = atomicCompSwap(" + s2.raw(out, "t") +
-                 ", old, doubleBitsToUint64(uint64BitsToDouble(old) + " + v + "));\n  if (prev == old) break;\n  old = prev;\n}\n";
+          add += "uint64_t old = " + s2.raw(out, "t") + ";\nfor (;;) {\n  uint64_t prev = atomicCompSwap(" +
+                 s2.raw(out, "t") + ", old, doubleBitsToUint64(uint64BitsToDouble(old) + " + v +
+                 "));\n  if (prev == old) break;\n  old = prev;\n}\n";
           break;
         default: {
           // 8- and 16-bit elements: compare-and-swap the 32-bit word that holds them.
           const auto size = std::int64_t(ir::dtype_size(dt));
           const std::string w = s2.words(0), mask = size == 1 ? "0xffu" : "0xffffu";
           const CT ct = compute_type(dt);
-          std::string unpack = size == 2 ? (dt == DType::F16 ? (s2.use("h2f"), "rlx_h2f(uint16_t(h))") : (s2.use("bf2f"), "rlx_bf2f(uint16_t(h))"))
-                               : dt == DType::I8 ? "int(int8_t(h))"
-                               : dt == DType::Bool ? "(h != 0u)" : "int(h)";
+          std::string unpack = size == 2           ? (dt == DType::F16 ? (s2.use("h2f"), "rlx_h2f(uint16_t(h))")
+                                                                       : (s2.use("bf2f"), "rlx_bf2f(uint16_t(h))"))
+                               : dt == DType::I8   ? "int(int8_t(h))"
+                               : dt == DType::Bool ? "(h != 0u)"
+                                                   : "int(h)";
           std::string sum = ct == CT::Bool ? "(" + unpack + " || " + v + ")" : "(" + unpack + " + " + v + ")";
           std::string pack;
           switch (dt) {
-            case DType::F16: s2.use("f2h"); pack = "uint(rlx_f2h(" + sum + "))"; break;
-            case DType::BF16: s2.use("f2bf"); pack = "uint(rlx_f2bf(" + sum + "))"; break;
+            case DType::F16:
+              s2.use("f2h");
+              pack = "uint(rlx_f2h(" + sum + "))";
+              break;
+            case DType::BF16:
+              s2.use("f2bf");
+              pack = "uint(rlx_f2bf(" + sum + "))";
+              break;
             case DType::Bool: pack = "(" + sum + " ? 1u : 0u)"; break;
             default: pack = "(uint(" + sum + ") & 0xffu)"; break;
           }
@@ -231,7 +248,8 @@ KernelCode gen_movement(const GenCtx& c) {
               s2.byte_offset(out), size, fmt::arg("w", w), fmt::arg("mask", mask), fmt::arg("pack", pack));
         }
       }
-      kc.dispatches.push_back({s2.source({kLocal, 1, 1}, "", loop(ni, add)), groups_for(std::uint64_t(ni), kLocal, c.caps)});
+      kc.dispatches.push_back(
+          {s2.source({kLocal, 1, 1}, "", loop(ni, add)), groups_for(std::uint64_t(ni), kLocal, c.caps)});
       kc.status_message = fmt::format("out of range for extent {} on axis {}", xs[axis], axis);
       return kc;
     }

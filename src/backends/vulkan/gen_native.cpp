@@ -41,7 +41,8 @@ struct Real {
 // A tree reduction of `v` over the workgroup into red[0]; `op` combines "a" and "b".
 std::string tree(std::uint32_t wg, const std::string& v, const std::string& op) {
   return fmt::format(
-      "red[l] = {};\nbarrier();\nfor (uint s = {}u; s > 0u; s >>= 1) {{\n  if (l < s) {{ {} a = red[l], b = red[l + s]; red[l] = {}; }}\n"
+      "red[l] = {};\nbarrier();\nfor (uint s = {}u; s > 0u; s >>= 1) {{\n  if (l < s) {{ {} a = red[l], b = red[l + "
+      "s]; red[l] = {}; }}\n"
       "  barrier();\n}}\n",
       v, wg / 2, "REAL", op);
 }
@@ -68,8 +69,8 @@ struct AttentionDims {
 // others, which on an H200 made the tile loads a chain of memory round trips.
 // `mask` (may be empty) is the row kernel's mask code: it reads z, qi and j
 // and adjusts sc.
-std::optional<KernelCode> attention_tiled(const GenCtx& c, Shader& sh, AttentionBuffers b, AttentionDims n, double scale,
-                                          bool causal, const std::string& mask) {
+std::optional<KernelCode> attention_tiled(const GenCtx& c, Shader& sh, AttentionBuffers b, AttentionDims n,
+                                          double scale, bool causal, const std::string& mask) {
   constexpr std::uint32_t BK = 32;
   if (n.d % 4 || n.dv % 4 || n.d > 256 || n.dv > 256) return std::nullopt;
   auto shared_bytes = [&](std::uint32_t bq) {
@@ -103,15 +104,18 @@ std::optional<KernelCode> attention_tiled(const GenCtx& c, Shader& sh, Attention
       rescale += fmt::format("  o{0}_{1} *= a{0};\n", i, jj);
     }
   }
-  accum = "    float p0 = Ss[ty * 4u][kk], p1 = Ss[ty * 4u + 1u][kk], p2 = Ss[ty * 4u + 2u][kk], p3 = Ss[ty * 4u + 3u][kk];\n";
+  accum =
+      "    float p0 = Ss[ty * 4u][kk], p1 = Ss[ty * 4u + 1u][kk], p2 = Ss[ty * 4u + 2u][kk], p3 = Ss[ty * 4u + "
+      "3u][kk];\n";
   for (std::int64_t jj = 0; jj < nj; ++jj) {
     accum += fmt::format("    {{ vec4 v = Vs[kk][{}]; ", guard_c ? fmt::format("min(tx + {}u, {}u)", 8 * jj, dv4 - 1)
-                                                                : fmt::format("tx + {}u", 8 * jj));
+                                                                 : fmt::format("tx + {}u", 8 * jj));
     for (int i = 0; i < 4; ++i) accum += fmt::format("o{0}_{1} = fma(vec4(p{0}), v, o{0}_{1}); ", i, jj);
     accum += "}\n";
   }
   for (int i = 0; i < 4; ++i) {
-    store += fmt::format("{{ uint qi = q0 + ty * 4u + {0}u; float il = 1.0 / Ls[ty * 4u + {0}u];\nif (qi < {1}) {{\n", i, u(n.sq));
+    store += fmt::format("{{ uint qi = q0 + ty * 4u + {0}u; float il = 1.0 / Ls[ty * 4u + {0}u];\nif (qi < {1}) {{\n",
+                         i, u(n.sq));
     for (std::int64_t jj = 0; jj < nj; ++jj) {
       store += fmt::format("  {{ uint cq = tx + {}u;\n  if (cq < {}u) {{\n", 8 * jj, dv4);
       for (int e = 0; e < 4; ++e)
@@ -142,7 +146,8 @@ std::optional<KernelCode> attention_tiled(const GenCtx& c, Shader& sh, Attention
       "  vec4 s0 = vec4(0.0), s1 = vec4(0.0), s2 = vec4(0.0), s3 = vec4(0.0);\n"
       "  for (uint d = 0u; d < {D}; ++d) {{\n"
       "    vec4 q = Qs[d][ty], kv = Ks[d][tx];\n"
-      "    s0 = fma(vec4(q.x), kv, s0); s1 = fma(vec4(q.y), kv, s1); s2 = fma(vec4(q.z), kv, s2); s3 = fma(vec4(q.w), kv, s3);\n"
+      "    s0 = fma(vec4(q.x), kv, s0); s1 = fma(vec4(q.y), kv, s1); s2 = fma(vec4(q.z), kv, s2); s3 = fma(vec4(q.w), "
+      "kv, s3);\n"
       "  }}\n"
       "{scores}"
       "  barrier();\n"
@@ -169,15 +174,16 @@ std::optional<KernelCode> attention_tiled(const GenCtx& c, Shader& sh, Attention
       "barrier();\n"
       "}}\n",
       fmt::arg("nblk", u(n.batch * nblk)), fmt::arg("qblocks", u(nblk)), fmt::arg("BQ", BQ), fmt::arg("BK", BK),
-      fmt::arg("NT", NT), fmt::arg("D", u(n.d)), fmt::arg("Dv", u(n.dv)), fmt::arg("Sq", u(n.sq)), fmt::arg("Sk", u(n.sk)),
-      fmt::arg("HALF", BK / 2), fmt::arg("init_o", init_o), fmt::arg("scores", scores), fmt::arg("rescale", rescale),
-      fmt::arg("accum", accum), fmt::arg("store", store),
+      fmt::arg("NT", NT), fmt::arg("D", u(n.d)), fmt::arg("Dv", u(n.dv)), fmt::arg("Sq", u(n.sq)),
+      fmt::arg("Sk", u(n.sk)), fmt::arg("HALF", BK / 2), fmt::arg("init_o", init_o), fmt::arg("scores", scores),
+      fmt::arg("rescale", rescale), fmt::arg("accum", accum), fmt::arg("store", store),
       fmt::arg("kend", causal ? fmt::format("min({}, q0 + {}u)", u(n.sk), BQ) : u(n.sk)),
       fmt::arg("qload", sh.load(b.q, "(z * " + u(n.sq) + " + min(qi, " + u(n.sq - 1) + ")) * " + u(n.d) + " + d")),
       fmt::arg("kload", sh.load(b.k, "(z * " + u(n.sk) + " + min(j, " + u(n.sk - 1) + ")) * " + u(n.d) + " + d")),
       fmt::arg("vload", sh.load(b.v, "(z * " + u(n.sk) + " + min(j, " + u(n.sk - 1) + ")) * " + u(n.dv) + " + dd")));
   std::string decls = fmt::format(
-      "shared vec4 Qs[{D}][{BQ4}];\nshared vec4 Ks[{D}][{BK4}];\nshared vec4 Vs[{BK}][{Dv4}];\nshared float Ss[{BQ}][{BK1}];\n"
+      "shared vec4 Qs[{D}][{BQ4}];\nshared vec4 Ks[{D}][{BK4}];\nshared vec4 Vs[{BK}][{Dv4}];\nshared float "
+      "Ss[{BQ}][{BK1}];\n"
       "shared float Red[{NT}], Red2[{NT}], Ms[{BQ}], Ls[{BQ}], As[{BQ}];\n",
       fmt::arg("D", n.d), fmt::arg("BQ4", BQ / 4), fmt::arg("BK4", BK / 4), fmt::arg("BK", BK), fmt::arg("Dv4", dv4),
       fmt::arg("BQ", BQ), fmt::arg("BK1", BK + 1), fmt::arg("NT", NT));
@@ -207,7 +213,10 @@ KernelCode gen_native(const GenCtx& c) {
   const std::string T = R.t();
 
   switch (op->op) {
-    case OpKind::Softmax: case OpKind::LogSoftmax: case OpKind::LayerNorm: case OpKind::RmsNorm: {
+    case OpKind::Softmax:
+    case OpKind::LogSoftmax:
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm: {
       // rows x L elements, element j of row r at base(r) + j * inner.
       std::int64_t outer = 1, L = 1, inner = 1;
       std::size_t axis = xs.size() - 1;
@@ -217,14 +226,20 @@ KernelCode gen_native(const GenCtx& c) {
       }
       const bool norm = op->op == OpKind::LayerNorm || op->op == OpKind::RmsNorm;
       for (std::size_t d = 0; d < xs.size(); ++d) {
-        if (d < axis) outer *= xs[d];
-        else if (d == axis || norm) L *= xs[d];
-        else inner *= xs[d];
+        if (d < axis)
+          outer *= xs[d];
+        else if (d == axis || norm)
+          L *= xs[d];
+        else
+          inner *= xs[d];
       }
       const std::uint32_t wg = L > 512 ? 256 : 64;
       const std::int64_t rows = outer * inner;
-      const std::string base = inner == 1 ? "row * " + u(L) : "(row / " + u(inner) + ") * " + u(L * inner) + " + row % " + u(inner);
-      auto x = [&](const std::string& j) { return sh.load(in(0), "base + " + j + (inner == 1 ? "" : " * " + u(inner))); };
+      const std::string base =
+          inner == 1 ? "row * " + u(L) : "(row / " + u(inner) + ") * " + u(L * inner) + " + row % " + u(inner);
+      auto x = [&](const std::string& j) {
+        return sh.load(in(0), "base + " + j + (inner == 1 ? "" : " * " + u(inner)));
+      };
       auto y = [&](const std::string& j, const std::string& v) {
         return sh.store(out, "base + " + j + (inner == 1 ? "" : " * " + u(inner)), v);
       };
@@ -236,21 +251,23 @@ KernelCode gen_native(const GenCtx& c) {
       std::string body_code;
       if (resident)
         for (std::int64_t t = 0; t < per_thread; ++t)
-          body_code += fmt::format("uint j{0} = l + {1}u;\n{2} xr{0} = {3};\n", t, t * wg, T, x("min(j" + std::to_string(t) + ", " + u(L - 1) + ")"));
+          body_code += fmt::format("uint j{0} = l + {1}u;\n{2} xr{0} = {3};\n", t, t * wg, T,
+                                   x("min(j" + std::to_string(t) + ", " + u(L - 1) + ")"));
       auto each = [&](const std::string& body) {
-        if (!resident) return fmt::format("for (uint j = l; j < {}; j += {}u) {{\n{} xv = {};\n{}}}\n", u(L), wg, T, x("j"), body);
+        if (!resident)
+          return fmt::format("for (uint j = l; j < {}; j += {}u) {{\n{} xv = {};\n{}}}\n", u(L), wg, T, x("j"), body);
         std::string code;
         for (std::int64_t t = 0; t < per_thread; ++t) {
           const bool whole = (t + 1) * std::int64_t(wg) <= L;  // every thread's element is in the row
-          code += fmt::format("{{ uint j = j{0}; {1} xv = xr{0};\n{2}{3}{4}}}\n", t, T, whole ? "" : "if (j < " + u(L) + ") {\n", body,
-                              whole ? "" : "}\n");
+          code += fmt::format("{{ uint j = j{0}; {1} xv = xr{0};\n{2}{3}{4}}}\n", t, T,
+                              whole ? "" : "if (j < " + u(L) + ") {\n", body, whole ? "" : "}\n");
         }
         return code;
       };
       if (op->op == OpKind::Softmax || op->op == OpKind::LogSoftmax) {
-        body_code += fmt::format("{} m = {};\n", T, R.k(-INFINITY)) + each("m = max(m, xv);\n") + tree(wg, "m", "max(a, b)") +
-                     "m = red[0];\nbarrier();\n" + fmt::format("{} s = {};\n", T, R.k(0)) + each("s += " + R.exp("xv - m") + ";\n") +
-                     tree(wg, "s", "a + b") + "s = red[0];\nbarrier();\n" +
+        body_code += fmt::format("{} m = {};\n", T, R.k(-INFINITY)) + each("m = max(m, xv);\n") +
+                     tree(wg, "m", "max(a, b)") + "m = red[0];\nbarrier();\n" + fmt::format("{} s = {};\n", T, R.k(0)) +
+                     each("s += " + R.exp("xv - m") + ";\n") + tree(wg, "s", "a + b") + "s = red[0];\nbarrier();\n" +
                      each(y("j", op->op == OpKind::Softmax ? R.exp("xv - m") + " / s" : "(xv - m) - " + R.log("s")));
       } else {
         const bool ln = op->op == OpKind::LayerNorm;
@@ -262,17 +279,23 @@ KernelCode gen_native(const GenCtx& c) {
                        fmt::format("{} mean = red[0] / {};\nbarrier();\n", T, R.k(double(L)));
         else
           body_code += fmt::format("{} mean = {};\n", T, R.k(0));
-        body_code += fmt::format("{} q = {};\n", T, R.k(0)) + each(T + " d = xv - mean;\nq += d * d;\n") + tree(wg, "q", "a + b") +
-                     fmt::format("{} rs = {} / sqrt(red[0] / {} + {});\nbarrier();\n", T, R.k(1), R.k(double(L)), R.k(eps)) +
-                     each(y("j", "(xv - mean) * rs" + scale + shift));
+        body_code +=
+            fmt::format("{} q = {};\n", T, R.k(0)) + each(T + " d = xv - mean;\nq += d * d;\n") +
+            tree(wg, "q", "a + b") +
+            fmt::format("{} rs = {} / sqrt(red[0] / {} + {});\nbarrier();\n", T, R.k(1), R.k(double(L)), R.k(eps)) +
+            each(y("j", "(xv - mean) * rs" + scale + shift));
       }
-      std::string main = fmt::format("uint l = gl_LocalInvocationID.x;\nfor (uint row = gl_WorkGroupID.x; row < {}; row += gl_NumWorkGroups.x) {{\nuint base = {};\n{}}}\n",
-                                     u(rows), base, body_code);
+      std::string main = fmt::format(
+          "uint l = gl_LocalInvocationID.x;\nfor (uint row = gl_WorkGroupID.x; row < {}; row += gl_NumWorkGroups.x) "
+          "{{\nuint base = {};\n{}}}\n",
+          u(rows), base, body_code);
       std::string decls = fmt::format("shared {} red[{}];\n", T, wg);
-      return {{{sh.source({wg, 1, 1}, decls, finish_tree(main, R)), groups_for(std::uint64_t(rows) * wg, wg, c.caps)}}, {}};
+      return {{{sh.source({wg, 1, 1}, decls, finish_tree(main, R)), groups_for(std::uint64_t(rows) * wg, wg, c.caps)}},
+              {}};
     }
 
-    case OpKind::Conv1d: case OpKind::Conv2d: {
+    case OpKind::Conv1d:
+    case OpKind::Conv2d: {
       const bool one = op->op == OpKind::Conv1d;
       const Ints ws = body.node(op->inputs[1]).shape.extents();
       auto pair = [&](const char* key, std::int64_t dflt) {
@@ -287,33 +310,35 @@ KernelCode gen_native(const GenCtx& c) {
       const std::int64_t G = at.int_or("groups", 1), per = O / G;
       const std::int64_t total = N * O * OH * OW;
       const std::int64_t P = OH * OW, CK = Cg * KH * KW;
-      if (!R.dbl && std::uint64_t((P + 31) / 32) <= c.caps.max_groups[0] && std::uint64_t((per + 31) / 32) <= c.caps.max_groups[1] &&
-          std::uint64_t(N * G) <= c.caps.max_groups[2]) {
+      if (!R.dbl && std::uint64_t((P + 31) / 32) <= c.caps.max_groups[0] &&
+          std::uint64_t((per + 31) / 32) <= c.caps.max_groups[1] && std::uint64_t(N * G) <= c.caps.max_groups[2]) {
         // f32: an implicit GEMM per (image, group), y[o, p] = w[o, (c, kh, kw)] x im2col[(c, kh, kw), p], on
         // the small-matmul tiles, with im2col computed as B's tiles load (clamped, then zero outside the image).
-        const std::string a_code = fmt::format(
-            "v = {}; v = (gm < {} && gk < {}) ? v : 0.0;",
-            sh.load(in(1), "(grp * " + u(per) + " + min(gm, " + u(per - 1) + ")) * " + u(CK) + " + min(gk, " + u(CK - 1) + ")"),
-            u(per), u(CK));
+        const std::string a_code = fmt::format("v = {}; v = (gm < {} && gk < {}) ? v : 0.0;",
+                                               sh.load(in(1), "(grp * " + u(per) + " + min(gm, " + u(per - 1) +
+                                                                  ")) * " + u(CK) + " + min(gk, " + u(CK - 1) + ")"),
+                                               u(per), u(CK));
         const std::string b_code = fmt::format(
             "uint kc = min(gk, {CK1}), pc = min(gn, {P1}), ch = kc / {KHW}, r = kc % {KHW};\n"
-            "    int ih = int(pc / {OW}) * {sh} - {ph} + int(r / {KW}) * {dh}, iw = int(pc % {OW}) * {sw} - {pw} + int(r % {KW}) * {dw};\n"
+            "    int ih = int(pc / {OW}) * {sh} - {ph} + int(r / {KW}) * {dh}, iw = int(pc % {OW}) * {sw} - {pw} + "
+            "int(r % {KW}) * {dw};\n"
             "    v = {xv};\n"
             "    v = (gk < {CK} && gn < {P} && ih >= 0 && ih < {H} && iw >= 0 && iw < {W}) ? v : 0.0;",
             fmt::arg("CK1", u(CK - 1)), fmt::arg("P1", u(P - 1)), fmt::arg("KHW", u(KH * KW)), fmt::arg("OW", u(OW)),
-            fmt::arg("KW", u(KW)), fmt::arg("sh", st[0]), fmt::arg("sw", st[1]), fmt::arg("ph", pd[0]), fmt::arg("pw", pd[1]),
-            fmt::arg("dh", dl[0]), fmt::arg("dw", dl[1]), fmt::arg("CK", u(CK)), fmt::arg("P", u(P)), fmt::arg("H", H),
-            fmt::arg("W", W),
-            fmt::arg("xv", sh.load(in(0), "((img * " + u(C) + " + grp * " + u(Cg) + " + ch) * " + u(H) + " + uint(clamp(ih, 0, " +
-                                              std::to_string(H - 1) + "))) * " + u(W) + " + uint(clamp(iw, 0, " +
-                                              std::to_string(W - 1) + "))")));
-        const std::string result =
-            sh.store(out, "(img * " + u(O) + " + grp * " + u(per) + " + m) * " + u(P) + " + n",
-                     has(2) ? "acc + " + sh.load(in(2), "grp * " + u(per) + " + m") : "acc");
-        std::string main = fmt::format("uint img = gl_WorkGroupID.z / {0}, grp = gl_WorkGroupID.z % {0}, k0 = 0u;\n", u(G)) +
-                           tile32_main(per, P, CK, scalar_tile_loads(a_code, b_code), result);
+            fmt::arg("KW", u(KW)), fmt::arg("sh", st[0]), fmt::arg("sw", st[1]), fmt::arg("ph", pd[0]),
+            fmt::arg("pw", pd[1]), fmt::arg("dh", dl[0]), fmt::arg("dw", dl[1]), fmt::arg("CK", u(CK)),
+            fmt::arg("P", u(P)), fmt::arg("H", H), fmt::arg("W", W),
+            fmt::arg("xv", sh.load(in(0), "((img * " + u(C) + " + grp * " + u(Cg) + " + ch) * " + u(H) +
+                                              " + uint(clamp(ih, 0, " + std::to_string(H - 1) + "))) * " + u(W) +
+                                              " + uint(clamp(iw, 0, " + std::to_string(W - 1) + "))")));
+        const std::string result = sh.store(out, "(img * " + u(O) + " + grp * " + u(per) + " + m) * " + u(P) + " + n",
+                                            has(2) ? "acc + " + sh.load(in(2), "grp * " + u(per) + " + m") : "acc");
+        std::string main =
+            fmt::format("uint img = gl_WorkGroupID.z / {0}, grp = gl_WorkGroupID.z % {0}, k0 = 0u;\n", u(G)) +
+            tile32_main(per, P, CK, scalar_tile_loads(a_code, b_code), result);
         return {{{sh.source({256, 1, 1}, kTile32Shared, main),
-                  {std::uint32_t((P + 31) / 32), std::uint32_t((per + 31) / 32), std::uint32_t(N * G)}}}, {}};
+                  {std::uint32_t((P + 31) / 32), std::uint32_t((per + 31) / 32), std::uint32_t(N * G)}}},
+                {}};
       }
       std::string main = fmt::format(
           "uint rlx_n = gl_NumWorkGroups.x * 256u;\n"
@@ -336,14 +361,18 @@ KernelCode gen_native(const GenCtx& c) {
           fmt::arg("O", u(O)), fmt::arg("OOHW", u(O * OH * OW)), fmt::arg("T", T),
           fmt::arg("bias", has(2) ? sh.load(in(2), "o") : R.k(0)), fmt::arg("per", u(per)), fmt::arg("Cg", u(Cg)),
           fmt::arg("KH", KH), fmt::arg("KW", KW), fmt::arg("H", H), fmt::arg("W", W), fmt::arg("sh", st[0]),
-          fmt::arg("sw", st[1]), fmt::arg("ph", pd[0]), fmt::arg("pw", pd[1]), fmt::arg("dh", dl[0]), fmt::arg("dw", dl[1]),
-          fmt::arg("xv", sh.load(in(0), "((n * " + u(C) + " + ch0 + ci) * " + u(H) + " + uint(ih)) * " + u(W) + " + uint(iw)")),
-          fmt::arg("wv", sh.load(in(1), "((o * " + u(Cg) + " + ci) * " + u(KH) + " + uint(kh)) * " + u(KW) + " + uint(kw)")),
+          fmt::arg("sw", st[1]), fmt::arg("ph", pd[0]), fmt::arg("pw", pd[1]), fmt::arg("dh", dl[0]),
+          fmt::arg("dw", dl[1]),
+          fmt::arg("xv", sh.load(in(0), "((n * " + u(C) + " + ch0 + ci) * " + u(H) + " + uint(ih)) * " + u(W) +
+                                            " + uint(iw)")),
+          fmt::arg("wv",
+                   sh.load(in(1), "((o * " + u(Cg) + " + ci) * " + u(KH) + " + uint(kh)) * " + u(KW) + " + uint(kw)")),
           fmt::arg("store", sh.store(out, "i", "acc")));
       return {{{sh.source({256, 1, 1}, "", main), groups_for(std::uint64_t(total), 256, c.caps)}}, {}};
     }
 
-    case OpKind::MaxPool2d: case OpKind::AvgPool2d: {
+    case OpKind::MaxPool2d:
+    case OpKind::AvgPool2d: {
       const bool mx = op->op == OpKind::MaxPool2d;
       const Ints kr = at.get_ints("kernel"), st = at.has("stride") ? at.get_ints("stride") : kr,
                  pd = at.has("padding") ? at.get_ints("padding") : Ints{0, 0};
@@ -392,7 +421,8 @@ KernelCode gen_native(const GenCtx& c) {
       const std::int64_t elem = R.dbl ? 8 : 4;
       std::int64_t ch = 64;
       while (ch > 1 && ch * (D + 1) * elem > 16384) ch /= 2;
-      if (ch * (D + 1) * elem > 16384 || D * elem > 8192) throw NoShader{"attention head dim too large for shared memory"};
+      if (ch * (D + 1) * elem > 16384 || D * elem > 8192)
+        throw NoShader{"attention head dim too large for shared memory"};
       // The mask, broadcast over the scores [batch..., Sq, Sk] at (b..., qi, j).
       std::string mask;
       if (has(3)) {
@@ -413,7 +443,8 @@ KernelCode gen_native(const GenCtx& c) {
         sp.coords = names;
         const auto mt = body.node(op->inputs[3]).dtype;
         std::string mv = sh.load(in(3), bcast_index(sp, body.node(op->inputs[3]).shape.extents()));
-        mask = cc + (mt == DType::Bool ? "if (!" + mv + ") sc = " + R.k(-INFINITY) + ";\n" : "sc += " + T + "(" + mv + ");\n");
+        mask = cc + (mt == DType::Bool ? "if (!" + mv + ") sc = " + R.k(-INFINITY) + ";\n"
+                                       : "sc += " + T + "(" + mv + ");\n");
       }
       if (!R.dbl)
         if (auto tiled = attention_tiled(c, sh, {in(0), in(1), in(2), out}, {Bt, Sq, Sk, D, Dv}, scale, causal, mask))
@@ -458,15 +489,19 @@ KernelCode gen_native(const GenCtx& c) {
           fmt::arg("ninf", R.k(-INFINITY)), fmt::arg("zero", R.k(0)), fmt::arg("one", R.k(1)), fmt::arg("na", na),
           fmt::arg("Sk", u(Sk)), fmt::arg("CH", u(ch)), fmt::arg("wg", wg),
           fmt::arg("qload", sh.load(in(0), "(z * " + u(Sq) + " + qi) * " + u(D) + " + d")),
-          fmt::arg("kload", sh.load(in(1), "(z * " + u(Sk) + " + c0) * " + u(D) + " + e")), fmt::arg("scale", R.k(scale)),
+          fmt::arg("kload", sh.load(in(1), "(z * " + u(Sk) + " + c0) * " + u(D) + " + e")),
+          fmt::arg("scale", R.k(scale)),
           fmt::arg("causal", causal ? "    if (j > qi) sc = " + R.k(-INFINITY) + ";\n" : ""), fmt::arg("mask", mask),
           fmt::arg("tmax", tree(wg, "sc", "max(a, b)")), fmt::arg("tsum", tree(wg, "p", "a + b")),
           fmt::arg("pexp", R.exp("sc - mn")), fmt::arg("aexp", R.exp("m - mn")), fmt::arg("Dv", u(Dv)),
           fmt::arg("vload", sh.load(in(2), "(z * " + u(Sk) + " + c0 + jj) * " + u(Dv) + " + d")),
           fmt::arg("store", sh.store(out, "(z * " + u(Sq) + " + qi) * " + u(Dv) + " + d", "acc[a] / lsum")));
-      std::string decls = fmt::format("shared {0} qv[{1}];\nshared {0} kt[{2}][{3}];\nshared {0} s[{2}];\nshared {0} red[{4}];\n", T,
-                                      D, ch, D + 1, wg);
-      return {{{sh.source({wg, 1, 1}, decls, finish_tree(main, R)), groups_for(std::uint64_t(Bt * Sq) * wg, wg, c.caps)}}, {}};
+      std::string decls =
+          fmt::format("shared {0} qv[{1}];\nshared {0} kt[{2}][{3}];\nshared {0} s[{2}];\nshared {0} red[{4}];\n", T, D,
+                      ch, D + 1, wg);
+      return {
+          {{sh.source({wg, 1, 1}, decls, finish_tree(main, R)), groups_for(std::uint64_t(Bt * Sq) * wg, wg, c.caps)}},
+          {}};
     }
     default: throw NoShader{"no shader for " + std::string(ir::op_name(op->op))};
   }

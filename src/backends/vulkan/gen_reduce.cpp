@@ -68,7 +68,8 @@ KernelCode gen_reduce(const GenCtx& c) {
   const bool is_max = anchor->op == OpKind::ReduceMax || anchor->op == OpKind::ArgMax;
   std::string init;
   switch (anchor->op) {
-    case OpKind::ReduceSum: case OpKind::ReduceMean: init = lit(0); break;
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMean: init = lit(0); break;
     case OpKind::ReduceProd: init = lit(1); break;
     default:
       init = fl ? lit(is_max ? -INFINITY : INFINITY)
@@ -79,9 +80,11 @@ KernelCode gen_reduce(const GenCtx& c) {
   // One step of the sequential accumulation of value `v` at reduction index `r`.
   std::string step;
   switch (anchor->op) {
-    case OpKind::ReduceSum: case OpKind::ReduceMean: step = "acc += " + acc_t + "(v);\n"; break;
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMean: step = "acc += " + acc_t + "(v);\n"; break;
     case OpKind::ReduceProd: step = "acc *= " + acc_t + "(v);\n"; break;
-    case OpKind::ReduceMax: case OpKind::ReduceMin:
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin:
       step = fl ? "if (!isnan(acc) && (isnan(v) || v " + cmp + " acc)) acc = v;\n"
                 : "acc = " + std::string(is_max ? "max" : "min") + "(acc, int64_t(v));\n";
       break;
@@ -105,10 +108,9 @@ KernelCode gen_reduce(const GenCtx& c) {
   std::string result;
   const DType dt = anchor->dtype;
   switch (anchor->op) {
-    case OpKind::ArgMax: case OpKind::ArgMin: result = "bi"; break;
-    case OpKind::ReduceMean:
-      result = R == 0 ? literal(NAN, dt) : sh.narrow("acc / " + lit(double(R)), dt);
-      break;
+    case OpKind::ArgMax:
+    case OpKind::ArgMin: result = "bi"; break;
+    case OpKind::ReduceMean: result = R == 0 ? literal(NAN, dt) : sh.narrow("acc / " + lit(double(R)), dt); break;
     default: result = fl ? sh.narrow("acc", dt) : sh.convert("acc", DType::I64, dt);
   }
   Space out_sp{out_shape, "o", {}};
@@ -116,7 +118,8 @@ KernelCode gen_reduce(const GenCtx& c) {
   Emitter em(sh, body, out_sp, "e");
   em.preset(anchor->id, "res");
   std::string ov = em.value(body.outputs()[0].node);
-  epi = std::string(ct_name(compute_type(dt))) + " res = " + result + ";\n" + epi + em.take_code() + sh.store(k.outputs[0], "o", ov);
+  epi = std::string(ct_name(compute_type(dt))) + " res = " + result + ";\n" + epi + em.take_code() +
+        sh.store(k.outputs[0], "o", ov);
 
   const std::string acc_decl = acc_t + " acc = " + init + ";\n" + (arg ? "int64_t bi = -1l;\n" : "");
   if (R <= kThreadPerOutputMax) {
@@ -129,17 +132,21 @@ KernelCode gen_reduce(const GenCtx& c) {
   // A workgroup per output: strided partial results, then a tree over shared memory.
   std::string merge;
   switch (anchor->op) {
-    case OpKind::ReduceSum: case OpKind::ReduceMean: merge = "s_acc[l] += s_acc[l + s];\n"; break;
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMean: merge = "s_acc[l] += s_acc[l + s];\n"; break;
     case OpKind::ReduceProd: merge = "s_acc[l] *= s_acc[l + s];\n"; break;
-    case OpKind::ReduceMax: case OpKind::ReduceMin:
-      merge = fl ? "if (!isnan(s_acc[l]) && (isnan(s_acc[l + s]) || s_acc[l + s] " + cmp + " s_acc[l])) s_acc[l] = s_acc[l + s];\n"
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin:
+      merge = fl ? "if (!isnan(s_acc[l]) && (isnan(s_acc[l + s]) || s_acc[l + s] " + cmp +
+                       " s_acc[l])) s_acc[l] = s_acc[l + s];\n"
                  : "s_acc[l] = " + std::string(is_max ? "max" : "min") + "(s_acc[l], s_acc[l + s]);\n";
       break;
     default:
       // The first extreme wins: on a tie (or two NaNs) the lower index; a NaN beats any number.
       merge = fl ? fmt::format(
                        "{{ {0} a = s_acc[l], b = s_acc[l + s]; int64_t ia = s_idx[l], ib = s_idx[l + s];\n"
-                       "if ((isnan(b) && (!isnan(a) || ib < ia)) || (!isnan(a) && !isnan(b) && (b {1} a || (b == a && ib < ia)))) "
+                       "if ((isnan(b) && (!isnan(a) || ib < ia)) || (!isnan(a) && !isnan(b) && (b {1} a || (b == a && "
+                       "ib < ia)))) "
                        "{{ s_acc[l] = b; s_idx[l] = ib; }} }}\n",
                        acc_t, cmp)
                  : fmt::format(
@@ -147,7 +154,8 @@ KernelCode gen_reduce(const GenCtx& c) {
                        "if (b {0} a || (b == a && ib < ia)) {{ s_acc[l] = b; s_idx[l] = ib; }} }}\n",
                        cmp);
   }
-  std::string decls = fmt::format("shared {} s_acc[{}];\n", acc_t, kWg) + (arg ? fmt::format("shared int64_t s_idx[{}];\n", kWg) : "");
+  std::string decls =
+      fmt::format("shared {} s_acc[{}];\n", acc_t, kWg) + (arg ? fmt::format("shared int64_t s_idx[{}];\n", kWg) : "");
   std::string main = fmt::format(
       "uint l = gl_LocalInvocationID.x;\n"
       "for (uint o = gl_WorkGroupID.x; o < {0}; o += gl_NumWorkGroups.x) {{\n{1}{2}"
@@ -155,8 +163,9 @@ KernelCode gen_reduce(const GenCtx& c) {
       "s_acc[l] = acc;\n{6}barrier();\n"
       "for (uint s = {7}u; s > 0u; s >>= 1) {{\nif (l < s) {8}barrier();\n}}\n"
       "if (l == 0u) {{\nacc = s_acc[0];\n{9}{10}}}\nbarrier();\n}}\n",
-      u(O), declare_coords("o", kept_ext, kept_names), acc_decl, u(R), kWg, inner, arg ? "s_idx[l] = bi < 0l ? int64_t(0x7ffffffffffffffful) : bi;\n" : "", kWg / 2,
-      merge, arg ? "bi = s_idx[0];\n" : "", epi);
+      u(O), declare_coords("o", kept_ext, kept_names), acc_decl, u(R), kWg, inner,
+      arg ? "s_idx[l] = bi < 0l ? int64_t(0x7ffffffffffffffful) : bi;\n" : "", kWg / 2, merge,
+      arg ? "bi = s_idx[0];\n" : "", epi);
   // Threads that saw no element hold the identity and, for arg, the largest index, so they never win a tie.
   return {{{sh.source({kWg, 1, 1}, decls, main), groups_for(std::uint64_t(O) * kWg, kWg, c.caps)}}, {}};
 }

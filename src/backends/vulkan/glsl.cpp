@@ -22,7 +22,9 @@ std::string u(std::int64_t v) { return std::to_string(v) + "u"; }
 
 CT compute_type(DType t) {
   switch (t) {
-    case DType::F32: case DType::F16: case DType::BF16: return CT::F32;
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return CT::F32;
     case DType::F64: return CT::F64;
     case DType::I64: return CT::I64;
     case DType::Bool: return CT::Bool;
@@ -164,9 +166,11 @@ int64_t rlx_imod(int64_t a, int64_t b) {
 }
 )"},
       // ---- f64: GLSL has no double transcendentals; these stay well inside f64 test tolerances (~1e-15). ----
-      {"d_nan", {}, "double rlx_dnan() { return packDouble2x32(uvec2(0u, 0x7ff80000u)); }\n"
-                    "double rlx_dinf() { return packDouble2x32(uvec2(0u, 0x7ff00000u)); }\n"
-                    "double rlx_pow2i(int k) { return packDouble2x32(uvec2(0u, uint(k + 1023) << 20)); }\n"},
+      {"d_nan",
+       {},
+       "double rlx_dnan() { return packDouble2x32(uvec2(0u, 0x7ff80000u)); }\n"
+       "double rlx_dinf() { return packDouble2x32(uvec2(0u, 0x7ff00000u)); }\n"
+       "double rlx_pow2i(int k) { return packDouble2x32(uvec2(0u, uint(k + 1023) << 20)); }\n"},
       {"d_exp", {"d_nan"}, R"(double rlx_exp(double x) {
   if (isnan(x)) return x;
   if (x > 709.78lf) return rlx_dinf();
@@ -281,8 +285,12 @@ double rlx_cos(double x) { return rlx_trig(x, 1); }
   return (odd && (unpackDouble2x32(x).y >> 31) != 0u) ? -r : r;
 }
 )"},
-      {"d_max", {"d_nan"}, "double rlx_max(double a, double b) { return (isnan(a) || isnan(b)) ? rlx_dnan() : max(a, b); }\n"},
-      {"d_min", {"d_nan"}, "double rlx_min(double a, double b) { return (isnan(a) || isnan(b)) ? rlx_dnan() : min(a, b); }\n"},
+      {"d_max",
+       {"d_nan"},
+       "double rlx_max(double a, double b) { return (isnan(a) || isnan(b)) ? rlx_dnan() : max(a, b); }\n"},
+      {"d_min",
+       {"d_nan"},
+       "double rlx_min(double a, double b) { return (isnan(a) || isnan(b)) ? rlx_dnan() : min(a, b); }\n"},
       {"d_sign", {}, "double rlx_sign(double x) { return isnan(x) ? x : sign(x); }\n"},
       {"d_fmod", {}, R"(double rlx_fmod(double a, double b) {
   double r = isinf(b) && !isinf(a) ? a : a - b * trunc(a / b);  // fmod(a, +-inf) = a
@@ -364,10 +372,12 @@ std::string Shader::array(int binding, DType t, bool raw) {
   } else {
     switch (t) {
       case DType::F32: type = "float", suffix = "f32"; break;
-      case DType::F16: case DType::BF16: type = "uint16_t", suffix = "u16"; break;
+      case DType::F16:
+      case DType::BF16: type = "uint16_t", suffix = "u16"; break;
       case DType::F64: type = "double", suffix = "f64"; break;
       case DType::I8: type = "int8_t", suffix = "i8"; break;
-      case DType::U8: case DType::Bool: type = "uint8_t", suffix = "u8"; break;
+      case DType::U8:
+      case DType::Bool: type = "uint8_t", suffix = "u8"; break;
       case DType::I32: type = "int", suffix = "i32"; break;
       case DType::I64: type = "int64_t", suffix = "i64"; break;
     }
@@ -417,7 +427,8 @@ std::string Shader::load(compile::BufferId id, const std::string& idx) {
   switch (c_.lir.buffer(id).dtype) {
     case DType::F16: use("h2f"); return "rlx_h2f(" + a + ")";
     case DType::BF16: use("bf2f"); return "rlx_bf2f(" + a + ")";
-    case DType::I8: case DType::U8: return "int(" + a + ")";
+    case DType::I8:
+    case DType::U8: return "int(" + a + ")";
     case DType::Bool: return "(" + a + " != uint8_t(0))";
     default: return a;
   }
@@ -466,10 +477,12 @@ std::string Shader::convert(const std::string& v, DType from, DType to) {
   switch (t) {
     case CT::F32: e = f == CT::Bool ? "((" + v + ") ? 1.0 : 0.0)" : "float(" + v + ")"; break;
     case CT::F64: e = f == CT::Bool ? "((" + v + ") ? 1.0lf : 0.0lf)" : "double(" + v + ")"; break;
-    case CT::I32: e = fl ? "(isnan(" + v + ") ? 0 : int(" + v + "))" : f == CT::Bool ? "((" + v + ") ? 1 : 0)" : "int(" + v + ")"; break;
+    case CT::I32:
+      e = fl ? "(isnan(" + v + ") ? 0 : int(" + v + "))" : f == CT::Bool ? "((" + v + ") ? 1 : 0)" : "int(" + v + ")";
+      break;
     case CT::I64:
       // Widening an int as two halves: llvmpipe 15 miscompiles a sign extension compared with a constant.
-      e = fl ? "(isnan(" + v + ") ? 0l : int64_t(" + v + "))"
+      e = fl              ? "(isnan(" + v + ") ? 0l : int64_t(" + v + "))"
           : f == CT::Bool ? "((" + v + ") ? 1l : 0l)"
                           : "packInt2x32(ivec2(" + v + ", (" + v + ") >> 31))";
       break;
@@ -483,7 +496,8 @@ std::string Shader::convert(const std::string& v, DType from, DType to) {
   return narrow(e, to);
 }
 
-std::string Shader::source(std::array<std::uint32_t, 3> local, const std::string& decls, const std::string& main_body) const {
+std::string Shader::source(std::array<std::uint32_t, 3> local, const std::string& decls,
+                           const std::string& main_body) const {
   std::string s =
       "#version 450\n"
       "#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require\n"
@@ -500,13 +514,14 @@ std::string Shader::source(std::array<std::uint32_t, 3> local, const std::string
       break;
     }
   }
-  s += fmt::format("layout(local_size_x = {}, local_size_y = {}, local_size_z = {}) in;\n", local[0], local[1], local[2]);
+  s += fmt::format("layout(local_size_x = {}, local_size_y = {}, local_size_z = {}) in;\n", local[0], local[1],
+                   local[2]);
   for (const auto& a : arrays_) {
     auto p1 = a.find(':'), p2 = a.find(':', p1 + 1);
     std::string binding = a.substr(0, p1), suffix = a.substr(p1 + 1, p2 - p1 - 1), type = a.substr(p2 + 1);
     // Shaders never write the weights (odd bindings): readonly lets drivers use their read-only load path.
-    s += fmt::format("layout(std430, set = 0, binding = {0}) {3}buffer M{0}_{1} {{ {2} m{0}_{1}[]; }};\n", binding, suffix, type,
-                     std::stoi(binding) % 2 ? "readonly " : "");
+    s += fmt::format("layout(std430, set = 0, binding = {0}) {3}buffer M{0}_{1} {{ {2} m{0}_{1}[]; }};\n", binding,
+                     suffix, type, std::stoi(binding) % 2 ? "readonly " : "");
   }
   // Helpers in table order, which lists each helper after those it calls.
   std::set<std::string> want = helpers_;
@@ -567,7 +582,8 @@ std::string Emitter::op_expr(const ir::Node& n, const std::vector<std::string>& 
     // A transcendental: GLSL's builtin for f32, RLX's own for f64.
     auto F = [&](const char* builtin, const std::string& x) {
       if (!dbl) return std::string(builtin) + "(" + x + ")";
-      sh_.use(std::string(builtin) == "sin" || std::string(builtin) == "cos" ? "d_sincos" : "d_" + std::string(builtin));
+      sh_.use(std::string(builtin) == "sin" || std::string(builtin) == "cos" ? "d_sincos"
+                                                                             : "d_" + std::string(builtin));
       return "rlx_" + std::string(builtin) + "(" + x + ")";
     };
     auto H = [&](const char* helper, const std::string& args) {
@@ -587,12 +603,13 @@ std::string Emitter::op_expr(const ir::Node& n, const std::vector<std::string>& 
       // NaN passes through: NVIDIA's compiler turns the plain select into a max that drops it.
       case OpKind::Relu: e = "(isnan(" + a[0] + ") ? " + a[0] + " : max(" + a[0] + ", " + K("0.0") + "))"; break;
       case OpKind::Gelu:
-        e = "(" + K("0.5") + " * " + a[0] + " * (" + K("1.0") + " + " + H("erf", a[0] + " * " + K("0.70710678118654752440")) + "))";
+        e = "(" + K("0.5") + " * " + a[0] + " * (" + K("1.0") + " + " +
+            H("erf", a[0] + " * " + K("0.70710678118654752440")) + "))";
         break;
       case OpKind::GeluTanh:
         e = "(" + K("0.5") + " * " + a[0] + " * (" + K("1.0") + " + " +
-            H("tanh", K("0.79788456080286535588") + " * (" + a[0] + " + " + K("0.044715") + " * " + a[0] + " * " + a[0] +
-                          " * " + a[0] + ")") +
+            H("tanh", K("0.79788456080286535588") + " * (" + a[0] + " + " + K("0.044715") + " * " + a[0] + " * " +
+                          a[0] + " * " + a[0] + ")") +
             "))";
         break;
       case OpKind::Silu: e = "(" + a[0] + " * " + H("sigmoid", a[0]) + ")"; break;
@@ -632,7 +649,9 @@ std::string Emitter::op_expr(const ir::Node& n, const std::vector<std::string>& 
       case OpKind::Abs: e = "abs(" + a[0] + ")"; break;
       case OpKind::Relu: e = "max(" + a[0] + ", " + zero + ")"; break;
       case OpKind::Sign: e = "sign(" + a[0] + ")"; break;
-      case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: e = a[0]; break;
+      case OpKind::Floor:
+      case OpKind::Ceil:
+      case OpKind::Round: e = a[0]; break;
       case OpKind::Add: e = bin("+"); break;
       case OpKind::Sub: e = bin("-"); break;
       case OpKind::Mul: e = bin("*"); break;
@@ -677,8 +696,11 @@ std::string Emitter::op_expr(const ir::Node& n, const std::vector<std::string>& 
         if (ct == CT::F32 || ct == CT::F64) {
           const DType lt = ct == CT::F64 ? DType::F64 : DType::F32;
           // A NaN bound gives NaN (numpy's clip); GLSL's min/max leave NaN operands undefined.
-          if (std::isnan(lo) || std::isnan(hi)) e = "(" + a[0] + " + " + literal(NAN, lt) + ")";
-          else e = "(isnan(" + a[0] + ") ? " + a[0] + " : min(max(" + a[0] + ", " + literal(lo, lt) + "), " + literal(hi, lt) + "))";
+          if (std::isnan(lo) || std::isnan(hi))
+            e = "(" + a[0] + " + " + literal(NAN, lt) + ")";
+          else
+            e = "(isnan(" + a[0] + ") ? " + a[0] + " : min(max(" + a[0] + ", " + literal(lo, lt) + "), " +
+                literal(hi, lt) + "))";
           break;
         }
         // trunc(min(max(v, lo), hi)) for an integer v: v < lo exactly when v < ceil(lo), and so on.
@@ -694,7 +716,6 @@ std::string Emitter::op_expr(const ir::Node& n, const std::vector<std::string>& 
   }
   return ir::is_comparison(n.op) || t == DType::Bool ? e : sh_.narrow(e, t);
 }
-
 
 }  // namespace rlx::backends::vulkan
 #endif

@@ -28,7 +28,8 @@ std::size_t pick_device(std::span<const DeviceInfo> devices, std::string_view re
   };
   if (!request.empty()) {
     std::string req(request);
-    bool numeric = std::all_of(req.begin(), req.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    bool numeric =
+        std::all_of(req.begin(), req.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
     for (std::size_t i = 0; i < devices.size(); ++i) {
       bool match = numeric ? std::to_string(devices[i].index) == req
                            : lower(devices[i].name).find(lower(req)) != std::string::npos;
@@ -44,14 +45,15 @@ std::size_t pick_device(std::span<const DeviceInfo> devices, std::string_view re
   for (auto type : kOrder)
     for (std::size_t i = 0; i < devices.size(); ++i)
       if (devices[i].usable && devices[i].type == type) return i;
-  throw Error(devices.empty() ? std::string("no Vulkan device found (is a driver such as mesa-vulkan-drivers installed?)")
-                              : "no usable Vulkan device (devices: " + listing() + ")");
+  throw Error(devices.empty()
+                  ? std::string("no Vulkan device found (is a driver such as mesa-vulkan-drivers installed?)")
+                  : "no usable Vulkan device (devices: " + listing() + ")");
 }
-
 
 #ifndef RLX_HAVE_VULKAN
 namespace {
-constexpr const char* kNotBuilt = "built without Vulkan support (RLX_VULKAN=OFF, or no Vulkan headers or shaderc at build time)";
+constexpr const char* kNotBuilt =
+    "built without Vulkan support (RLX_VULKAN=OFF, or no Vulkan headers or shaderc at build time)";
 
 class UnavailableBackend final : public runtime::Backend {
  public:
@@ -62,7 +64,8 @@ class UnavailableBackend final : public runtime::Backend {
     t.name = "vulkan";
     return t;
   }
-  std::unique_ptr<runtime::ExecutableGraph> compile_lir(const compile::LirModule&, const compile::CompileOptions&) override {
+  std::unique_ptr<runtime::ExecutableGraph> compile_lir(const compile::LirModule&,
+                                                        const compile::CompileOptions&) override {
     throw Error(std::string("device 'vulkan' is unavailable: ") + kNotBuilt);
   }
 };
@@ -77,7 +80,9 @@ void forget_compiled_shaders() {}
 std::string spirv_cache_dir() { return {}; }
 runtime::Calibration calibrate(bool) { throw Error(std::string("vulkan: ") + kNotBuilt); }
 std::string calibration_path() { return {}; }
-std::vector<KernelTime> last_run_times(const runtime::ExecutableGraph&) { throw Error(std::string("vulkan: ") + kNotBuilt); }
+std::vector<KernelTime> last_run_times(const runtime::ExecutableGraph&) {
+  throw Error(std::string("vulkan: ") + kNotBuilt);
+}
 double copy_bandwidth_gbps(std::uint64_t, int) { throw Error(std::string("vulkan: ") + kNotBuilt); }
 #endif
 

@@ -13,8 +13,8 @@
 #include <unordered_map>
 
 #include "rlx/backends/vulkan/vulkan_backend.hpp"
-#include "rlx/runtime/calibration.hpp"
 #include "rlx/error.hpp"
+#include "rlx/runtime/calibration.hpp"
 
 namespace rlx::backends::vulkan {
 
@@ -143,8 +143,8 @@ std::vector<std::uint32_t> compile_glsl(const std::string& source, std::string_v
     shaderc_compile_options_set_target_env(opts, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_2);
     shaderc_compile_options_set_optimization_level(
         opts, optimize ? shaderc_optimization_level_performance : shaderc_optimization_level_zero);
-    shaderc_compilation_result_t res = shaderc_compile_into_spv(compiler(), source.data(), source.size(),
-                                                                   shaderc_compute_shader, "rlx_kernel.comp", "main", opts);
+    shaderc_compilation_result_t res = shaderc_compile_into_spv(
+        compiler(), source.data(), source.size(), shaderc_compute_shader, "rlx_kernel.comp", "main", opts);
     shaderc_compile_options_release(opts);
     bool ok = shaderc_result_get_compilation_status(res) == shaderc_compilation_status_success;
     if (!ok) {

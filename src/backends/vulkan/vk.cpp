@@ -32,16 +32,16 @@ std::string load_loader(Vk& vk) {
 }
 
 void load_instance(Vk& vk, VkInstance instance) {
-#define RLX_VK_LOAD(name)                                                                      \
-  vk.name = reinterpret_cast<PFN_##name>(vk.vkGetInstanceProcAddr(instance, #name));           \
+#define RLX_VK_LOAD(name)                                                            \
+  vk.name = reinterpret_cast<PFN_##name>(vk.vkGetInstanceProcAddr(instance, #name)); \
   if (!vk.name) throw Error("vulkan: the instance has no " #name);
   RLX_VK_INSTANCE(RLX_VK_LOAD)
 #undef RLX_VK_LOAD
 }
 
 void load_device(Vk& vk, VkDevice device) {
-#define RLX_VK_LOAD(name)                                                              \
-  vk.name = reinterpret_cast<PFN_##name>(vk.vkGetDeviceProcAddr(device, #name));       \
+#define RLX_VK_LOAD(name)                                                        \
+  vk.name = reinterpret_cast<PFN_##name>(vk.vkGetDeviceProcAddr(device, #name)); \
   if (!vk.name) throw Error("vulkan: the device has no " #name);
   RLX_VK_DEVICE(RLX_VK_LOAD)
 #undef RLX_VK_LOAD

@@ -13,16 +13,16 @@ namespace rlx::backends::vulkan {
   X(vkCreateInstance)    \
   X(vkEnumerateInstanceVersion)
 
-#define RLX_VK_INSTANCE(X)                     \
-  X(vkDestroyInstance)                         \
-  X(vkEnumeratePhysicalDevices)                \
-  X(vkGetPhysicalDeviceProperties)             \
-  X(vkGetPhysicalDeviceProperties2)            \
-  X(vkGetPhysicalDeviceFeatures2)              \
-  X(vkGetPhysicalDeviceQueueFamilyProperties)  \
-  X(vkGetPhysicalDeviceMemoryProperties)       \
-  X(vkEnumerateDeviceExtensionProperties)      \
-  X(vkCreateDevice)                            \
+#define RLX_VK_INSTANCE(X)                    \
+  X(vkDestroyInstance)                        \
+  X(vkEnumeratePhysicalDevices)               \
+  X(vkGetPhysicalDeviceProperties)            \
+  X(vkGetPhysicalDeviceProperties2)           \
+  X(vkGetPhysicalDeviceFeatures2)             \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) \
+  X(vkGetPhysicalDeviceMemoryProperties)      \
+  X(vkEnumerateDeviceExtensionProperties)     \
+  X(vkCreateDevice)                           \
   X(vkGetDeviceProcAddr)
 
 #define RLX_VK_DEVICE(X)           \
