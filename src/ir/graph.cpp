@@ -236,16 +236,17 @@ NodeId Graph::argmin(NodeId x, std::int64_t axis, bool keepdims) {
 NodeId Graph::reshape(NodeId x, std::vector<std::int64_t> shape) {
   const Shape& in = node(x).shape;
   int infer = -1;
-  std::int64_t known = 1;
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == -1) {
-      if (infer >= 0) throw Error("reshape of node %" + std::to_string(x) + ": more than one -1 in the target shape");
-      infer = static_cast<int>(i);
-    } else {
-      known *= shape[i];
-    }
+    if (shape[i] != -1) continue;
+    if (infer >= 0) throw Error("reshape of node %" + std::to_string(x) + ": more than one -1 in the target shape");
+    infer = static_cast<int>(i);
   }
   if (infer >= 0) {
+    std::vector<std::int64_t> others = shape;
+    others.erase(others.begin() + infer);
+    // Checked like every element count: a target past 2^48 elements is an error, not a wrapped product.
+    const std::int64_t known =
+        checked_numel(others, "reshape of node %" + std::to_string(x) + " to " + Shape(shape).str());
     auto total = in.numel();
     if (known == 0 || total % known != 0)
       throw Error("reshape of node %" + std::to_string(x) + ": cannot infer -1 from " + in.str());
