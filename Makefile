@@ -27,6 +27,34 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 2
 	@BUILD=$(BUILD) bash scripts/test_python.sh
 
+# Sanitizer builds, each in its own tree (docs/testing.md, "Sanitizers"): the Release flags plus RLX_SANITIZE,
+# without the benchmarks and the Python extension, which these suites do not run.
+.PHONY: test-asan test-tsan test-load
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+SANITIZER_CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release -DRLX_BUILD_BENCH=OFF -DRLX_BUILD_PYTHON=OFF
+# The TSan suite: the runtime's concurrency tests (clones, the thread pool, DeviceRouter, concurrent runs on one
+# compiled graph, cancelling from another thread, the load test), by test name, and the binaries that hold them.
+TSAN_TESTS = Clone|Concurren|ThreadPool|Router|RunControl|Load\.
+TSAN_TARGETS = runtime_test_concurrency runtime_test_load runtime_test_session runtime_test_router \
+  runtime_test_run_control cpu_test_cpu_thread_pool cpu_test_cpu_kernels cpu_test_cpu_gemm \
+  compile_test_lower_control_flow vulkan_test_vulkan_backend
+
+# The whole C++ suite under ASan and UBSan (it fits CI's budget, so there is no subset).
+test-asan: deps
+	@test -f $(ASAN_BUILD)/build.ninja || cmake -S . -B $(ASAN_BUILD) $(SANITIZER_CMAKE_FLAGS) -DRLX_SANITIZE=address,undefined
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && ctest --output-on-failure -j 2
+
+test-tsan: deps
+	@test -f $(TSAN_BUILD)/build.ninja || cmake -S . -B $(TSAN_BUILD) $(SANITIZER_CMAKE_FLAGS) -DRLX_SANITIZE=thread
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
+	@cd $(TSAN_BUILD) && ctest --output-on-failure -j 2 -R '$(TSAN_TESTS)'
+
+# The load test at the issue's size on every device, 8 threads x 10,000 runs (make test runs fewer on Vulkan).
+test-load: build
+	@$(BUILD)/tests/runtime_test_load --gtest_also_run_disabled_tests --gtest_filter='*TenThousand*'
+
 bench: build
 	@bash bench/run.sh
 

@@ -10,7 +10,10 @@ trap 'rm -rf "$work"' EXIT
 
 "$cmake" --install "$build" --prefix "$work/prefix" > "$work/install.log" || { cat "$work/install.log"; exit 1; }
 "$work/prefix/bin/rlx" new-op Probe --stdout > /dev/null || { echo "the installed rlx does not run"; exit 1; }
+# RLX_SANITIZE_FLAGS: set by CTest in a sanitizer build (tests/CMakeLists.txt), whose librlx needs the
+# sanitizer runtime loaded first; the outside project is built with the same instrumentation.
 "$cmake" -S "$here" -B "$work/build" -G "$generator" -DCMAKE_CXX_COMPILER="$cxx" \
+  -DCMAKE_CXX_FLAGS="${RLX_SANITIZE_FLAGS:-}" -DCMAKE_EXE_LINKER_FLAGS="${RLX_SANITIZE_FLAGS:-}" \
   -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF > "$work/configure.log" \
   || { cat "$work/configure.log"; exit 1; }
 # The package must be the installed one, with its headers, not the source tree's.

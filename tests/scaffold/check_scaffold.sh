@@ -18,9 +18,12 @@ if "$rlx" new-model 9lives --stdout 2> "$work/err"; then fail "accepted the name
 grep -q "not a usable name" "$work/err" || fail "no 'not a usable name' error: $(cat "$work/err")"
 
 # -Wno-unused-parameter: rlx/ir/custom_op.hpp's default hooks name unused parameters.
+# RLX_SANITIZE_FLAGS: set by CTest in a sanitizer build (tests/CMakeLists.txt), whose librlx needs the
+# sanitizer runtime loaded first; the programs get the same instrumentation as the library.
+read -r -a sanitize <<< "${RLX_SANITIZE_FLAGS:-}"
 for src in "$work/gated_gate.cpp" "$work/models/gated_mlp.cpp"; do
   exe=${src%.cpp}
-  "$cxx" -std=c++20 -O1 -Wall -Wextra -Wno-unused-parameter -Werror -I"$include" "$src" \
+  "$cxx" -std=c++20 -O1 -Wall -Wextra -Wno-unused-parameter -Werror "${sanitize[@]}" -I"$include" "$src" \
     -L"$libdir" -lrlx -Wl,-rpath,"$libdir" -o "$exe" || fail "$(basename "$src") does not compile"
   "$exe" | tee "$work/out" || fail "$(basename "$src") failed when run"
   grep -q "(ok)" "$work/out" || fail "$(basename "$src") did not report a match"
