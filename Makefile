@@ -28,11 +28,14 @@ test: build
 	@BUILD=$(BUILD) bash scripts/test_python.sh
 
 # Sanitizer builds, each in its own tree (docs/testing.md, "Sanitizers"): the Release flags plus RLX_SANITIZE,
-# without the benchmarks and the Python extension, which these suites do not run.
+# without the benchmarks.
 .PHONY: test-asan test-tsan test-load
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
-SANITIZER_CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release -DRLX_BUILD_BENCH=OFF -DRLX_BUILD_PYTHON=OFF
+SANITIZER_CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release -DRLX_BUILD_BENCH=OFF
+# pytest under ASan: Python itself is not instrumented, so the runtimes are preloaded, and leaks are not checked
+# (the interpreter does not free everything at exit; the C++ suite checks RLX's).
+ASAN_PRELOAD = $$(c++ -print-file-name=libasan.so) $$(c++ -print-file-name=libubsan.so)
 # The TSan suite: the runtime's concurrency tests (clones, the thread pool, DeviceRouter, concurrent runs on one
 # compiled graph, cancelling from another thread, the load test), by test name, and the binaries that hold them.
 TSAN_TESTS = Clone|Concurren|ThreadPool|Router|RunControl|Load\.
@@ -40,14 +43,18 @@ TSAN_TARGETS = runtime_test_concurrency runtime_test_load runtime_test_session r
   runtime_test_run_control cpu_test_cpu_thread_pool cpu_test_cpu_kernels cpu_test_cpu_gemm \
   compile_test_lower_control_flow vulkan_test_vulkan_backend
 
-# The whole C++ suite under ASan and UBSan (it fits CI's budget, so there is no subset).
+# The whole C++ suite and pytest under ASan and UBSan (it fits CI's budget, so there is no subset).
 test-asan: deps
-	@test -f $(ASAN_BUILD)/build.ninja || cmake -S . -B $(ASAN_BUILD) $(SANITIZER_CMAKE_FLAGS) -DRLX_SANITIZE=address,undefined
+	@test -f $(ASAN_BUILD)/build.ninja || cmake -S . -B $(ASAN_BUILD) $(SANITIZER_CMAKE_FLAGS) \
+	  -DPython_EXECUTABLE=$(CURDIR)/.venv/bin/python -DRLX_SANITIZE=address,undefined
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j 2
+	@LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  PYTHONPATH=$(ASAN_BUILD)/python .venv/bin/python -m pytest -q python/tests
 
 test-tsan: deps
-	@test -f $(TSAN_BUILD)/build.ninja || cmake -S . -B $(TSAN_BUILD) $(SANITIZER_CMAKE_FLAGS) -DRLX_SANITIZE=thread
+	@test -f $(TSAN_BUILD)/build.ninja || cmake -S . -B $(TSAN_BUILD) $(SANITIZER_CMAKE_FLAGS) -DRLX_BUILD_PYTHON=OFF \
+	  -DRLX_SANITIZE=thread
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
 	@cd $(TSAN_BUILD) && ctest --output-on-failure -j 2 -R '$(TSAN_TESTS)'
 
