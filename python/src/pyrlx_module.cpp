@@ -66,7 +66,11 @@ struct PyCompiled {
 
   void set_param(const std::string& name, const AnyArray& a, const std::string& dtype) {
     std::vector<std::int64_t> shape;
-    g.set_param(name, array_view(a, ir::parse_dtype(dtype), shape));
+    const ir::TensorView view = array_view(a, ir::parse_dtype(dtype), shape);
+    // The GIL is released while waiting for the graph's run lock: a run in another thread may need it
+    // for a Python custom-op kernel, and holding it here would deadlock both.
+    nb::gil_scoped_release release;
+    g.set_param(name, view);
   }
 
   nb::list run(const std::vector<std::tuple<std::string, AnyArray, std::string>>& inputs) {
@@ -263,10 +267,18 @@ NB_MODULE(_pyrlx, m) {
   nb::class_<PyCompiled>(m, "_Compiled")
       .def("set_param", &PyCompiled::set_param)
       .def("run", &PyCompiled::run)
-      .def("clone", [](const PyCompiled& c) { return PyCompiled{c.g.clone()}; })
+      .def("clone",
+           [](const PyCompiled& c) {
+             nb::gil_scoped_release release;  // waits for the run lock (see set_param)
+             return PyCompiled{c.g.clone()};
+           })
       .def("ir", [](const PyCompiled& c, const std::string& level) { return c.g.ir(level); })
       .def("summary", [](const PyCompiled& c) { return c.g.compile_result().summary(); })
-      .def("set_profiling", [](PyCompiled& c, bool on) { c.g.set_profiling(on); })
+      .def("set_profiling",
+           [](PyCompiled& c, bool on) {
+             nb::gil_scoped_release release;  // waits for the run lock (see set_param)
+             c.g.set_profiling(on);
+           })
       // Lock-free and quick: callable from any thread while another runs this graph with the GIL released.
       .def("cancel", [](PyCompiled& c) { c.g.cancel(); })
       .def(
@@ -281,8 +293,13 @@ NB_MODULE(_pyrlx, m) {
           nb::arg("seconds").none())
       .def("kernel_times",
            [](const PyCompiled& c) {
+             std::vector<rlx::runtime::KernelTime> times;
+             {
+               nb::gil_scoped_release release;  // waits for the run lock (see set_param)
+               times = c.g.kernel_times();
+             }
              nb::list rows;
-             for (const auto& t : c.g.kernel_times()) rows.append(nb::make_tuple(t.kernel, t.micros, t.host));
+             for (const auto& t : times) rows.append(nb::make_tuple(t.kernel, t.micros, t.host));
              return rows;
            })
       .def("dispatch_report",

@@ -226,7 +226,9 @@ void bind_runtime(nb::module_& m) {
                           const rt::DevicePolicy& p) { new (self) rt::GraphDevices(g, p); })
       .def("set_param",
            [](rt::GraphDevices& r, const std::string& name, const AnyArray& a, const std::string& dtype) {
-             r.set_param(name, pyrlx::array_to_tensor(a, ir::parse_dtype(dtype)));
+             auto t = pyrlx::array_to_tensor(a, ir::parse_dtype(dtype));
+             nb::gil_scoped_release release;  // compiled graphs' run locks: a run may need the GIL
+             r.set_param(name, t);
            })
       .def("set_param_typed",
            [](rt::GraphDevices& r, const std::string& name, nb::bytes data, const std::string& dtype) {
@@ -303,7 +305,9 @@ void bind_runtime(nb::module_& m) {
            })
       .def("set_param",
            [](rt::DeviceRouter& r, const std::string& name, const AnyArray& a, const std::string& dtype) {
-             r.set_param(name, pyrlx::array_to_tensor(a, ir::parse_dtype(dtype)));
+             auto t = pyrlx::array_to_tensor(a, ir::parse_dtype(dtype));
+             nb::gil_scoped_release release;  // compiled graphs' run locks: a run may need the GIL
+             r.set_param(name, t);
            })
       .def("set_param_typed",
            [](rt::DeviceRouter& r, const std::string& name, nb::bytes data, const std::string& dtype) {

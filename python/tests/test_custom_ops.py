@@ -65,3 +65,39 @@ def test_seed_call_form_takes_attrs_then_inputs(rng):
     np.testing.assert_allclose(rlx.Session("cpu").compile(g).run({"x": v})[0], 6 * v, rtol=1e-6)
     with pytest.raises(rlx.Error, match="inputs must be Nodes"):
         g.custom_op("py_seed_scale", {"k": 2.0}, x)
+
+
+def test_set_param_while_a_python_kernel_runs_does_not_deadlock():
+    # A run holds the graph's lock and needs the GIL for its Python kernel; set_param from another
+    # thread waits for that lock, so it must not hold the GIL while it waits.
+    import threading
+    import time
+
+    def slow(x):
+        time.sleep(0.005)
+        return x / (1 + np.abs(x))
+
+    rlx.register_op("py_slow_softsign", infer_shape=lambda s, d, a: s[0], cpu_kernel=slow, num_inputs=1)
+    g = rlx.Graph()
+    x = g.input("x", (3, 5))
+    w = g.param("w", (5,))
+    g.output(g.custom_op("py_slow_softsign", x * w))
+    c = rlx.Session("cpu").compile(g)
+    c.set_param("w", np.ones(5, np.float32))
+    a = np.ones((3, 5), np.float32)
+    stop = threading.Event()
+
+    def setter():
+        while not stop.is_set():
+            c.set_param("w", np.ones(5, np.float32))
+            c.kernel_times()
+
+    runner = threading.Thread(target=lambda: [c.run({"x": a}) for _ in range(30)], daemon=True)
+    t = threading.Thread(target=setter, daemon=True)
+    runner.start()
+    t.start()
+    runner.join(timeout=30)
+    stop.set()
+    t.join(timeout=30)
+    assert not runner.is_alive() and not t.is_alive(), "run and set_param deadlocked"
+    np.testing.assert_allclose(c.run({"x": a})[0], np.full((3, 5), 0.5, np.float32))
