@@ -18,48 +18,25 @@
 #include "rlx/error.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/runtime/session.hpp"
+#include "support/devices.hpp"
 #include "support/testing.hpp"
 
 namespace rlx {
 namespace {
 
 using runtime::NamedTensor;
-using Feeds = std::map<std::string, ir::Tensor, std::less<>>;
+using testing::Feeds;
+using testing::named;
+using testing::same_bits;
 
 constexpr int kThreads = 8;
 
-std::vector<NamedTensor> named(const Feeds& m) {
-  std::vector<NamedTensor> out;
-  for (const auto& [k, v] : m) out.push_back({k, ir::view(v)});
-  return out;
-}
-
-bool same_bits(const std::vector<ir::Tensor>& a, const std::vector<ir::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].dtype() != b[i].dtype() || a[i].shape() != b[i].shape() || a[i].nbytes() != b[i].nbytes() ||
-        (a[i].nbytes() != 0 && std::memcmp(a[i].data(), b[i].data(), a[i].nbytes()) != 0))
-      return false;
-  return true;
-}
-
-class Concurrency : public ::testing::TestWithParam<Device> {
+class Concurrency : public testing::DeviceTest {
  protected:
-  void SetUp() override {
-    try {
-      runtime::make_backend(GetParam());
-    } catch (const Error& e) {
-      GTEST_SKIP() << e.what();
-    }
-  }
   // A two-layer MLP: matmuls with bias and relu epilogues, small enough for
   // thousands of runs under a sanitizer.
   ir::Graph graph() const { return models::mlp({.batch = 4, .width = 32, .layers = 2}); }
 };
-
-std::string device_name(const ::testing::TestParamInfo<Device>& info) {
-  return std::string(runtime::device_label(info.param));
-}
 
 // 8 threads share one CompiledGraph, each with its own inputs, through every
 // run entry point (run, run_into, run_raw); one more thread keeps calling it
@@ -202,7 +179,7 @@ TEST_P(Concurrency, EightClonesRunSideBySide) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, Concurrency, ::testing::Values(Device::Cpu, Device::Vulkan), device_name);
+INSTANTIATE_TEST_SUITE_P(Devices, Concurrency, ::testing::Values(Device::Cpu, Device::Vulkan), testing::device_name);
 
 }  // namespace
 }  // namespace rlx

@@ -23,6 +23,7 @@
 #include "rlx/error.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/runtime/session.hpp"
+#include "support/devices.hpp"
 #include "support/testing.hpp"
 
 // Under ASan and TSan the resident set measures the sanitizer: ASan keeps
@@ -41,7 +42,9 @@ namespace rlx {
 namespace {
 
 using runtime::NamedTensor;
-using Feeds = std::map<std::string, ir::Tensor, std::less<>>;
+using testing::Feeds;
+using testing::named;
+using testing::same_bits;
 
 constexpr int kThreads = 8;
 constexpr int kInputSets = 4;  // per thread, cycled through, so a run that returns the previous run's outputs fails
@@ -49,21 +52,6 @@ constexpr int kWarmup = 100;   // runs per thread before the first RSS reading: 
 // Growth the resident set may show between the readings: allocator noise,
 // not a per-run leak (80,000 runs leaking 64 bytes each would be 5 MiB).
 constexpr long kRssSlackBytes = 4L << 20;
-
-std::vector<NamedTensor> named(const Feeds& m) {
-  std::vector<NamedTensor> out;
-  for (const auto& [k, v] : m) out.push_back({k, ir::view(v)});
-  return out;
-}
-
-bool same_bits(const std::vector<ir::Tensor>& a, const std::vector<ir::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].dtype() != b[i].dtype() || a[i].shape() != b[i].shape() || a[i].nbytes() != b[i].nbytes() ||
-        (a[i].nbytes() != 0 && std::memcmp(a[i].data(), b[i].data(), a[i].nbytes()) != 0))
-      return false;
-  return true;
-}
 
 // The resident set size, from /proc/self/statm (its second field, in pages).
 long rss_bytes() {
@@ -74,15 +62,8 @@ long rss_bytes() {
   return resident * ::sysconf(_SC_PAGESIZE);
 }
 
-class Load : public ::testing::TestWithParam<Device> {
+class Load : public testing::DeviceTest {
  protected:
-  void SetUp() override {
-    try {
-      runtime::make_backend(GetParam());
-    } catch (const Error& e) {
-      GTEST_SKIP() << e.what();
-    }
-  }
   void run_load(int runs_per_thread);
 };
 
@@ -158,11 +139,7 @@ TEST_P(Load, EightClones) { run_load(short_runs(GetParam())); }
 
 TEST_P(Load, DISABLED_EightClonesTenThousandRunsEach) { run_load(10000); }
 
-std::string device_name(const ::testing::TestParamInfo<Device>& info) {
-  return std::string(runtime::device_label(info.param));
-}
-
-INSTANTIATE_TEST_SUITE_P(Devices, Load, ::testing::Values(Device::Cpu, Device::Vulkan), device_name);
+INSTANTIATE_TEST_SUITE_P(Devices, Load, ::testing::Values(Device::Cpu, Device::Vulkan), testing::device_name);
 
 }  // namespace
 }  // namespace rlx

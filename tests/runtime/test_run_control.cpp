@@ -10,6 +10,7 @@
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/runtime/session.hpp"
+#include "support/devices.hpp"
 #include "support/testing.hpp"
 
 namespace rlx {
@@ -44,15 +45,8 @@ ir::Graph counting_loop() {
 
 ir::Tensor scalar(float v) { return ir::Tensor::scalar(ir::DType::F32, v); }
 
-class RunControlTest : public ::testing::TestWithParam<Device> {
+class RunControlTest : public testing::DeviceTest {
  protected:
-  void SetUp() override {
-    try {
-      runtime::make_backend(GetParam());
-    } catch (const Error& e) {
-      GTEST_SKIP() << e.what();
-    }
-  }
   CompiledGraph compile() const { return Session(GetParam()).compile(counting_loop()); }
 };
 
@@ -102,10 +96,7 @@ TEST_P(RunControlTest, ClonesAreCancelledSeparately) {
   EXPECT_EQ(other.run({{"x", scalar(0)}, {"limit", scalar(2)}, {"step", scalar(1)}})[0].get(0), 2.0);
 }
 
-std::string device_name(const ::testing::TestParamInfo<Device>& info) {
-  return info.param == Device::Cpu ? "cpu" : "vulkan";
-}
-INSTANTIATE_TEST_SUITE_P(Devices, RunControlTest, ::testing::Values(Device::Cpu, Device::Vulkan), device_name);
+INSTANTIATE_TEST_SUITE_P(Devices, RunControlTest, ::testing::Values(Device::Cpu, Device::Vulkan), testing::device_name);
 
 }  // namespace
 }  // namespace rlx
