@@ -1420,3 +1420,57 @@ class DeviceRouter:
     def rebenchmarks(self) -> int: return self._r.rebenchmarks
     @property
     def warmed(self) -> list: return self._r.warmed
+
+
+# ---- builders generated from the op table ----------------------------------------------------------------------
+# An op with no hand-written binding above still gets one, from its entry in the op table (src/ops/): a unary op
+# becomes a Node method, a Graph method and a module function; a composite a Graph method and a module function
+# taking its operands (an optional one may be None) and its attributes as keywords. Defaults and every check come
+# from the C++ table, so an op added there needs no Python.
+def _table_builder(entry: dict):
+    name, operands = entry["name"], entry["operands"]
+    required = [o for o in operands if not o.endswith("?")]
+    keys = {a["key"] for a in entry["attrs"]}
+
+    def build(*args: Optional[Node], **attrs: Any) -> Node:
+        if not required or len(args) < len(required) or len(args) > len(operands):
+            raise Error(f"{name} takes operands ({', '.join(operands)}), got {len(args)}")
+        given = list(args)
+        while given and given[-1] is None:
+            given.pop()
+        if any(a is None for a in given):
+            missing = operands[given.index(None)].rstrip("?")
+            raise Error(f"{name}: operand '{missing}' is None but a later one is given; pass every optional "
+                        f"operand before the last one")
+        unknown = sorted(set(attrs) - keys)
+        if unknown:
+            raise Error(f"{name} has no attribute {unknown[0]!r} (it takes: {', '.join(sorted(keys)) or 'none'})")
+        return _g(given[0])._op(name, given, {k: v for k, v in attrs.items() if v is not None})
+
+    build.__name__ = name
+    build.__doc__ = f"{entry['doc']}. Operands ({', '.join(operands)}); attributes " + (
+        ", ".join(a["key"] + (f"={a['default']}" if a["default"] is not None else "") for a in entry["attrs"])
+        or "none") + " (generated from the op table)."
+    return build
+
+
+def _define_table_ops() -> None:
+    for entry in _C.op_table():
+        name = entry["name"]
+        if entry["class"] == "unary":
+            method = lambda self, _op=name: self._un(_op)
+            method.__doc__ = entry["doc"]
+            if not hasattr(Node, name):
+                setattr(Node, name, method)
+            if not hasattr(Graph, name):
+                setattr(Graph, name, lambda self, x, _op=name: x._un(_op))
+            if name not in globals() and name not in _MODULE_FUNCTIONS:
+                _MODULE_FUNCTIONS[name] = lambda x, _op=name: x._un(_op)
+        elif entry["class"] == "composite" and name not in globals():
+            build = _table_builder(entry)
+            _MODULE_FUNCTIONS[name] = build
+            if not hasattr(Graph, name):
+                setattr(Graph, name, lambda self, *args, _build=build, **attrs: _build(*args, **attrs))
+
+
+_define_table_ops()

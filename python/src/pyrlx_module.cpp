@@ -21,6 +21,7 @@
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
+#include "rlx/ir/op_def.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
@@ -370,6 +371,31 @@ NB_MODULE(_pyrlx, m) {
         [](const std::string& name) { return rlx::runtime::is_available(rlx::runtime::parse_device(name)); });
   m.def("parse_device", [](const std::string& name) {
     return std::string(rlx::runtime::device_label(rlx::runtime::parse_device(name)));
+  });
+  // The op table, for the builders pyrlx generates for ops without a hand-written one (pyrlx/__init__.py).
+  m.def("op_table", [] {
+    nb::list out;
+    for (auto k : ir::kAllOps) {
+      const ir::OpDef& d = ir::op_def(k);
+      nb::dict e;
+      e["name"] = std::string(ir::op_name(k));
+      e["class"] = std::string(ir::op_class_name(ir::op_info(k).cls));
+      e["doc"] = std::string(d.doc);
+      nb::list operands, attrs;
+      for (auto o : d.operands) operands.append(std::string(o));
+      for (const auto& a : d.attrs) {
+        nb::dict spec;
+        spec["key"] = std::string(a.key);
+        spec["required"] = a.required;
+        spec["default"] = a.default_value ? nb::cast(ir::attr_value_str(*a.default_value)) : nb::none();
+        attrs.append(spec);
+      }
+      e["operands"] = operands;
+      e["attrs"] = attrs;
+      e["formula"] = bool(d.formula);
+      out.append(e);
+    }
+    return out;
   });
   m.def("op_names", [] {
     std::vector<std::string> out;

@@ -135,8 +135,7 @@ const std::set<ir::OpKind>& backward_ops() {
 Graph decompose_backward_ops_except(const Graph& g, const std::set<ir::OpKind>& supported) {
   std::set<ir::OpKind> keep;
   for (ir::OpKind op : ir::kAllOps)
-    if (ir::op_info(op).cls == ir::OpClass::Composite && (!backward_ops().contains(op) || supported.contains(op)))
-      keep.insert(op);
+    if (!backward_ops().contains(op) || supported.contains(op)) keep.insert(op);
   return compile::passes::decompose(g, keep);
 }
 

@@ -13,6 +13,7 @@
 #include "autodiff/engine.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/custom_op.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::autodiff::detail {
 namespace {
@@ -51,8 +52,9 @@ Ints inverse_permutation(const Ints& perm) {
 
 // ---- elementwise -----------------------------------------------------------
 
-// v * f'(x) for y = f(x).
-NodeId unary_map(const Site& s, NodeId v) {
+// v * f'(x) for y = f(x); nullopt for an op without a rule here (one with a
+// formula is then differentiated through it).
+std::optional<NodeId> unary_map(const Site& s, NodeId v) {
   Graph& g = s.g;
   NodeId x = s.x[0], y = s.y;
   auto c = [&](double val) { return cst(s, val); };
@@ -89,7 +91,7 @@ NodeId unary_map(const Site& s, NodeId v) {
     case OpKind::Erf: return g.mul(v, g.mul(c(2 * std::numbers::inv_sqrtpi), g.exp(neg(g, g.mul(x, x)))));
     case OpKind::Sin: return g.mul(v, un(OpKind::Cos, x));
     case OpKind::Cos: return neg(g, g.mul(v, un(OpKind::Sin, x)));
-    default: s.fail("no derivative rule for this op");
+    default: return std::nullopt;
   }
 }
 
@@ -365,7 +367,13 @@ std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& w
   auto shape = [&](std::size_t k) -> const Shape& { return s.in(k).shape; };
   auto axis = [&] { return ir::normalize_axis(n.attrs.get_int("axis"), shape(0).rank()); };
   switch (ir::op_info(n.op).cls) {
-    case ir::OpClass::Unary: d[0] = unary_map(s, ct); return d;
+    case ir::OpClass::Unary:
+      if (auto m = unary_map(s, ct)) {
+        d[0] = *m;
+        return d;
+      }
+      if (ir::op_def(n.op).formula) return vjp_decomposed(s, ct, want);
+      s.fail("no derivative rule for this op");
     case ir::OpClass::Binary:
       for (std::size_t k = 0; k < 2; ++k)
         if (want[k]) d[k] = unbroadcast(g, binary_partial(s, k, ct), shape(k));
@@ -447,7 +455,10 @@ std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& w
     case OpKind::Scan:
     case OpKind::If:
     case OpKind::While: return control_flow_vjp(s, ct, want);
-    default: s.fail("no VJP rule for this op");
+    default:
+      // An op the table decomposes, without a rule here, is differentiated through its decomposition.
+      if (ir::op_def(n.op).decompose) return vjp_decomposed(s, ct, want);
+      s.fail("no VJP rule for this op");
   }
   return d;
 }
@@ -460,7 +471,11 @@ Maybe jvp_rule(const Site& s, std::span<const Maybe> t) {
   auto or_zeros = [&](std::size_t k) { return t[k] ? *t[k] : zeros(g, s.in(k).dtype, shape(k)); };
   std::vector<NodeId> terms;
   switch (ir::op_info(n.op).cls) {
-    case ir::OpClass::Unary: return t[0] ? Maybe(unary_map(s, *t[0])) : std::nullopt;
+    case ir::OpClass::Unary:
+      if (!t[0]) return std::nullopt;
+      if (auto m = unary_map(s, *t[0])) return m;
+      if (ir::op_def(n.op).formula) return jvp_decomposed(s, t);
+      s.fail("no derivative rule for this op");
     case ir::OpClass::Binary:
       for (std::size_t k = 0; k < 2; ++k)
         if (t[k]) terms.push_back(binary_partial(s, k, *t[k]));
@@ -512,6 +527,7 @@ Maybe jvp_rule(const Site& s, std::span<const Maybe> t) {
     case OpKind::While: return control_flow_jvp(s, t);
     default: break;
   }
+  if (ir::op_def(n.op).decompose) return jvp_decomposed(s, t);  // as in vjp_rule
   // The rest are linear in their one differentiable operand.
   if (!t[0]) return std::nullopt;
   NodeId v = *t[0];

@@ -18,6 +18,7 @@
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::autodiff {
 namespace {
@@ -341,6 +342,8 @@ class Batcher {
       case OpKind::Attention: return attention(src, n, x);
       default: break;
     }
+    // An op the table decomposes, without a rule here, is batched through its decomposition.
+    if (ir::op_def(n.op).has_decomposition()) return decomposed(src, n, x);
     throw Error("vmap: " + ir::describe_node(src, n) + ": no batching rule for " + std::string(ir::op_name(n.op)));
   }
 

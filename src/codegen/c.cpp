@@ -217,14 +217,6 @@ struct Helper {
   std::string_view text;
 };
 constexpr Helper kHelpers[] = {
-    {"sigmoid", true,
-     "static $T rlx_sigmoid$F($T x) { return x >= 0 ? 1 / (1 + exp$F(-x)) : exp$F(x) / (1 + exp$F(x)); }"},
-    {"gelu", true, "static $T rlx_gelu$F($T x) { return ($T)0.5 * x * (1 + erf$F(x * ($T)0.70710678118654752440)); }"},
-    {"gelu_tanh", true,
-     "static $T rlx_gelu_tanh$F($T x) {\n"
-     "  return ($T)0.5 * x * (1 + tanh$F(($T)0.79788456080286535588 * (x + ($T)0.044715 * x * x * x)));\n}"},
-    {"silu", true, "static $T rlx_silu$F($T x) { return x * rlx_sigmoid$F(x); }"},
-    {"softplus", true, "static $T rlx_softplus$F($T x) { return fmax$F(x, 0) + log1p$F(exp$F(-fabs$F(x))); }"},
     {"sign", true, "static $T rlx_sign$F($T x) { return isnan(x) ? x : ($T)((x > 0) - (x < 0)); }"},
     {"max", true, "static $T rlx_max$F($T a, $T b) { return isnan(a) || isnan(b) ? ($T)NAN : fmax$F(a, b); }"},
     {"min", true, "static $T rlx_min$F($T a, $T b) { return isnan(a) || isnan(b) ? ($T)NAN : fmin$F(a, b); }"},
@@ -554,7 +546,6 @@ std::string Emitter::use(std::string_view helper, DType t) {
   std::string key(helper);
   if (h->per_float_type) key += "_" + pool_suffix(t);
   helpers_.insert(key);
-  if (helper == "silu") helpers_.insert("sigmoid_" + pool_suffix(t));
   if (helper == "uniform01" || helper == "normal") helpers_.insert("mix");
   return "rlx_" + std::string(helper) + (h->per_float_type && t == DType::F32 ? "f" : "");
 }
@@ -601,11 +592,6 @@ std::string Emitter::expr(const Node& n, const std::vector<std::string>& a) {
     case OpKind::Erf: return call("erf" + f);
     case OpKind::Sin: return call("sin" + f);
     case OpKind::Cos: return call("cos" + f);
-    case OpKind::Sigmoid: return call(use("sigmoid", src));
-    case OpKind::Gelu: return call(use("gelu", src));
-    case OpKind::GeluTanh: return call(use("gelu_tanh", src));
-    case OpKind::Silu: return call(use("silu", src));
-    case OpKind::Softplus: return call(use("softplus", src));
     case OpKind::Relu:
       if (unsig) return a[0];
       return "(" + a[0] + " < 0 ? 0 : " + a[0] + ")";  // keeps NaN

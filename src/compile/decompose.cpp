@@ -1,6 +1,8 @@
 // decompose: HIR -> MIR. Every composite the backend does not claim becomes
-// primitives with exactly the semantics documented in rlx/ir/graph.hpp, and
-// squeeze/unsqueeze become reshape so MIR has a single reshape op.
+// primitives with exactly the semantics documented in rlx/ir/graph.hpp, and so
+// does every elementwise op with a formula (rlx/ir/op_def.hpp); squeeze and
+// unsqueeze become reshape so MIR has a single reshape op. A decomposition in
+// the op table wins over the cases below.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,6 +12,7 @@
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/compile/rewrite.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::compile::passes {
 namespace {
@@ -281,23 +284,26 @@ NodeId emit(const Ctx& c) {
 ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report) {
   return rewrite(g, [&](Rewriter& r, const Node& n) -> std::optional<NodeId> {
     if (n.op == OpKind::Squeeze || n.op == OpKind::Unsqueeze) return r.out().reshape(r.map(n.inputs[0]), n.shape);
-    if (ir::op_info(n.op).cls != ir::OpClass::Composite) return std::nullopt;
+    const bool composite = ir::op_info(n.op).cls == ir::OpClass::Composite;
+    const ir::OpDef& def = ir::op_def(n.op);
+    if (!composite && !def.has_decomposition()) return std::nullopt;
     if (keep.contains(n.op)) {
-      if (report)
+      if (report && composite)
         report->entries.push_back({n.id, n.op, DispatchTier::Native,
                                    report->backend + " claims " + std::string(ir::op_name(n.op)) + " natively"});
       return std::nullopt;
     }
     std::size_t before = r.out().size();
     Ctx c{g, n, r.out(), r.mapped_inputs(n)};
-    NodeId id = emit(c);
+    NodeId id = def.has_decomposition() ? ir::expand_op(c.g, n, c.in) : emit(c);
     const Node& res = r.out().node(id);
     if (res.dtype != n.dtype || res.shape != n.shape)
       c.fail("decomposition yields " + std::string(ir::dtype_name(res.dtype)) + res.shape.str() + ", expected " +
              std::string(ir::dtype_name(n.dtype)) + n.shape.str());
     if (report)
       report->entries.push_back({n.id, n.op, DispatchTier::Decomposed,
-                                 "decomposed into " + std::to_string(r.out().size() - before) + " primitives"});
+                                 "decomposed into " + std::to_string(r.out().size() - before) +
+                                     (def.formula ? " primitives (its formula)" : " primitives")});
     return id;
   });
 }

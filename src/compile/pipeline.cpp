@@ -14,6 +14,7 @@
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
+#include "rlx/ir/op_def.hpp"
 #include "rlx/ir/text.hpp"
 
 namespace rlx::compile {
@@ -320,9 +321,7 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   if (!options.param_bindings.empty())
     pm.run("param_specialize", g,
            [&](const ir::Graph& x) { return passes::param_specialize(x, options.param_bindings); });
-  std::set<ir::OpKind> keep;
-  for (auto op : backend.native_ops)
-    if (ir::op_info(op).cls == ir::OpClass::Composite) keep.insert(op);
+  const std::set<ir::OpKind>& keep = backend.native_ops;  // what decompose leaves alone
   // Composites to primitives, then the backend's dtype and broadcast rules. Runs once here, and again
   // after user passes that emit custom ops or composites, so their output is lowered too (seed extending.md §2b).
   const auto legalize = [&] {
@@ -352,7 +351,9 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   const auto user_passes = registered_ir_passes();
   for (const auto& p : user_passes) pm.run(p->name(), g, [&](const ir::Graph& x) { return p->run(x); });
   const bool needs_lowering = std::any_of(g.nodes().begin(), g.nodes().end(), [&](const ir::Node& n) {
-    return n.op == ir::OpKind::Custom || (ir::op_info(n.op).cls == ir::OpClass::Composite && !keep.contains(n.op));
+    return n.op == ir::OpKind::Custom ||
+           ((ir::op_info(n.op).cls == ir::OpClass::Composite || ir::op_def(n.op).has_decomposition()) &&
+            !keep.contains(n.op));
   });
   if (!user_passes.empty() && needs_lowering) {
     if (has_custom(g))

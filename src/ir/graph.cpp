@@ -9,6 +9,7 @@
 #include "rlx/error.hpp"
 #include "rlx/ir/custom_op.hpp"
 #include "rlx/ir/limits.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::ir {
 
@@ -89,6 +90,7 @@ NodeId Graph::find_param(std::string_view name) const { return find_named(*this,
 static Node typed_node(const Graph& g, OpKind op, std::vector<NodeId> inputs, Attrs attrs, const TypeInfo* declared) {
   Node n;
   n.id = static_cast<NodeId>(g.size());
+  fill_default_attrs(op, attrs);
   try {
     TypeInfo t = infer_type(g, op, inputs, attrs, declared);
     n.dtype = t.dtype;
@@ -113,6 +115,7 @@ NodeId Graph::add_declared(OpKind op, std::vector<NodeId> inputs, Attrs attrs, D
 
 NodeId Graph::add_raw(Node node) {
   node.id = static_cast<NodeId>(nodes_.size());
+  fill_default_attrs(node.op, node.attrs);
   if (nodes_.size() >= limits::kMaxNodes)
     throw Error("graph '" + name_ + "' would have more than " + std::to_string(limits::kMaxNodes) +
                 " nodes, the limit on one graph");

@@ -1,4 +1,5 @@
-// Shape and dtype inference for every op: one switch, one place.
+// Shape and dtype inference: an op's own rule from the op table (rlx/ir/op_def.hpp),
+// else the rule of its class below.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "rlx/ir/custom_op.hpp"
 #include "rlx/ir/graph.hpp"
 #include "rlx/ir/limits.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::ir {
 
@@ -78,6 +80,11 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
       return ext->infer(ins, attrs);
     }
     if (info.cls == OpClass::ControlFlow) return infer_control_flow(g, op, inputs, attrs);
+    if (const auto& rule = op_def(op).infer) {
+      std::vector<TypeInfo> ins;
+      for (int i = 0; i < n_in; ++i) ins.push_back({in(i).dtype, in(i).shape});
+      return rule(InferArgs{ins, attrs});
+    }
 
     switch (info.cls) {
       case OpClass::Leaf: {

@@ -36,6 +36,23 @@ const T& get_typed(const Attrs::Map& m, std::string_view k, AttrType t) {
 }
 }  // namespace
 
+// A switch, so that a new OpClass fails the build (-Wswitch) instead of reading past a table.
+std::string_view op_class_name(OpClass c) {
+  switch (c) {
+    case OpClass::Leaf: return "leaf";
+    case OpClass::Unary: return "unary";
+    case OpClass::Binary: return "binary";
+    case OpClass::Elementwise: return "elementwise";
+    case OpClass::Reduce: return "reduce";
+    case OpClass::MatMul: return "matmul";
+    case OpClass::Movement: return "movement";
+    case OpClass::Composite: return "composite";
+    case OpClass::Custom: return "custom";
+    case OpClass::ControlFlow: return "control_flow";
+  }
+  return "?";
+}
+
 const OpInfo& op_info(OpKind k) { return kInfos[static_cast<std::size_t>(k)]; }
 std::string_view op_name(OpKind k) { return op_info(k).name; }
 
@@ -81,88 +98,6 @@ const GraphRef& Attrs::get_graph(std::string_view k) const {
   const auto& g = get_typed<GraphRef>(map_, k, AttrType::Graph);
   if (!g) throw Error("attribute '" + std::string(k) + "' holds no graph");
   return g;
-}
-
-const std::vector<AttrSpec>& op_attr_schema(OpKind k) {
-  using T = AttrType;
-  static const std::vector<AttrSpec> none;
-  static const std::vector<AttrSpec> name{{"name", T::String, true}};
-  static const std::vector<AttrSpec> axis{{"axis", T::Int, true}};
-  static const std::vector<AttrSpec> axes{{"axes", T::Ints, true}};
-  static const std::vector<AttrSpec> reduce{{"axes", T::Ints, true}, {"keepdims", T::Bool, true}};
-  static const std::vector<AttrSpec> arg{{"axis", T::Int, true}, {"keepdims", T::Bool, true}};
-  static const std::vector<AttrSpec> uniform{{"seed", T::Int, true}, {"low", T::Float, true}, {"high", T::Float, true}};
-  static const std::vector<AttrSpec> normal{{"seed", T::Int, true}, {"mean", T::Float, true}, {"std", T::Float, true}};
-  static const std::vector<AttrSpec> cast{{"to", T::DType, true}};
-  static const std::vector<AttrSpec> clamp{{"min", T::Float, true}, {"max", T::Float, true}};
-  static const std::vector<AttrSpec> permute{{"perm", T::Ints, true}};
-  static const std::vector<AttrSpec> slice{
-      {"starts", T::Ints, true}, {"ends", T::Ints, true}, {"steps", T::Ints, true}};
-  static const std::vector<AttrSpec> pad{{"pads", T::Ints, true}, {"value", T::Float, true}};
-  static const std::vector<AttrSpec> layer_norm{{"axis", T::Int, true}, {"eps", T::Float, true}};
-  static const std::vector<AttrSpec> rms_norm{{"eps", T::Float, true}};
-  static const std::vector<AttrSpec> conv{
-      {"stride", T::Ints, true}, {"padding", T::Ints, true}, {"dilation", T::Ints, true}, {"groups", T::Int, true}};
-  static const std::vector<AttrSpec> pool{
-      {"kernel", T::Ints, true}, {"stride", T::Ints, true}, {"padding", T::Ints, true}};
-  static const std::vector<AttrSpec> attention{{"causal", T::Bool, true}, {"scale", T::Float, true}};
-  // A custom op's own attributes come from its extension's schema (attr_schema_of).
-  static const std::vector<AttrSpec> custom{{"op", T::String, true}};
-  // Control flow: `result` picks which of the op's results a node stands for
-  // (rlx/ir/control_flow.hpp).
-  static const std::vector<AttrSpec> scan{{"body", T::Graph, true},      {"length", T::Int, true},
-                                          {"num_carries", T::Int, true}, {"num_consts", T::Int, false},
-                                          {"reverse", T::Bool, false},   {"result", T::Int, true}};
-  static const std::vector<AttrSpec> if_{{"then", T::Graph, true}, {"else", T::Graph, true}, {"result", T::Int, true}};
-  static const std::vector<AttrSpec> while_{{"cond", T::Graph, true},
-                                            {"body", T::Graph, true},
-                                            {"num_carries", T::Int, true},
-                                            {"max_trip_count", T::Int, false},
-                                            {"result", T::Int, true}};
-  switch (k) {
-    case OpKind::Input:
-    case OpKind::Param: return name;
-    case OpKind::Iota: return axis;
-    case OpKind::RandomUniform: return uniform;
-    case OpKind::RandomNormal: return normal;
-    case OpKind::Cast: return cast;
-    case OpKind::Clamp: return clamp;
-    case OpKind::ReduceSum:
-    case OpKind::ReduceMean:
-    case OpKind::ReduceMax:
-    case OpKind::ReduceMin:
-    case OpKind::ReduceProd: return reduce;
-    case OpKind::ArgMax:
-    case OpKind::ArgMin: return arg;
-    case OpKind::Permute: return permute;
-    case OpKind::Slice: return slice;
-    case OpKind::Concat:
-    case OpKind::Gather:
-    case OpKind::IndexSelect:
-    case OpKind::ScatterAdd:
-    case OpKind::Softmax:
-    case OpKind::LogSoftmax:
-    case OpKind::SoftmaxBackward:
-    case OpKind::LogSoftmaxBackward: return axis;
-    case OpKind::Pad: return pad;
-    case OpKind::Squeeze:
-    case OpKind::Unsqueeze:
-    case OpKind::Flip: return axes;
-    case OpKind::LayerNorm:
-    case OpKind::LayerNormBackward: return layer_norm;
-    case OpKind::RmsNorm:
-    case OpKind::RmsNormBackward: return rms_norm;
-    case OpKind::Conv1d:
-    case OpKind::Conv2d: return conv;
-    case OpKind::MaxPool2d:
-    case OpKind::AvgPool2d: return pool;
-    case OpKind::Attention: return attention;
-    case OpKind::Custom: return custom;
-    case OpKind::Scan: return scan;
-    case OpKind::If: return if_;
-    case OpKind::While: return while_;
-    default: return none;
-  }
 }
 
 }  // namespace rlx::ir

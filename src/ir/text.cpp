@@ -95,6 +95,15 @@ std::string format_attr(const AttrValue& value, const BodyLabels& bodies) {
       value);
 }
 
+}  // namespace
+
+std::string attr_value_str(const AttrValue& value) {
+  if (std::holds_alternative<GraphRef>(value)) return "@body";
+  return format_attr(value, {});
+}
+
+namespace {
+
 std::string format_type(DType dtype, const Shape& shape) {
   std::string out = fmt::format("{}[", dtype_name(dtype));
   for (std::size_t i = 0; i < shape.rank(); ++i) {

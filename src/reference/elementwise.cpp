@@ -1,17 +1,16 @@
-// Unary, binary, where, cast and clamp.
+// Unary, binary, where, cast and clamp. Ops with a formula in the op table
+// (sigmoid, gelu, silu, softplus, ...) are evaluated from it (eval_formula).
 #include <cmath>
 #include <limits>
-#include <numbers>
 
 #include "reference/value.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::reference::detail {
 namespace {
 
 using ir::OpKind;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-double sigmoid(double x) { return x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x)); }
 
 double unary(OpKind op, double x) {
   switch (op) {
@@ -23,13 +22,7 @@ double unary(OpKind op, double x) {
     case OpKind::Rsqrt: return 1 / std::sqrt(x);
     case OpKind::Reciprocal: return 1 / x;
     case OpKind::Tanh: return std::tanh(x);
-    case OpKind::Sigmoid: return sigmoid(x);
     case OpKind::Relu: return x < 0 ? 0.0 : x;  // keeps NaN
-    case OpKind::Gelu: return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2));
-    case OpKind::GeluTanh:
-      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
-    case OpKind::Silu: return x * sigmoid(x);
-    case OpKind::Softplus: return std::fmax(x, 0.0) + std::log1p(std::exp(-std::fabs(x)));
     case OpKind::Erf: return std::erf(x);
     case OpKind::Sin: return std::sin(x);
     case OpKind::Cos: return std::cos(x);
@@ -137,6 +130,47 @@ Value eval_elementwise(const Ctx& c) {
     }
     default: c.fail("not an elementwise op");
   }
+}
+
+// The formula built over float64 operands of the values' extents, and each of
+// its nodes evaluated in turn: no rounding until the dispatcher's, once.
+Value eval_formula(const Ctx& c) {
+  ir::Graph one(std::string(ir::op_name(c.n.op)) + " formula");
+  std::vector<ir::NodeId> ins;
+  for (std::size_t i = 0; i < c.in.size(); ++i)
+    ins.push_back(one.input("x" + std::to_string(i), ir::Shape(c.x(i).ext), ir::DType::F64));
+  ir::Node wide = c.n;
+  wide.dtype = ir::DType::F64;
+  const ir::NodeId result = ir::expand_op(one, wide, ins);
+  std::vector<Value> vals(one.size());
+  std::vector<const Value*> args;
+  for (const ir::Node& m : one.nodes()) {
+    if (m.id > result) break;
+    if (m.op == OpKind::Input) {
+      vals[m.id] = c.x(m.id);  // the formula's operands come first
+      continue;
+    }
+    args.clear();
+    for (auto in : m.inputs) args.push_back(&vals[in]);
+    vals[m.id] = evaluate(Ctx{one, m, args});
+  }
+  return std::move(vals[result]);
+}
+
+Value eval_table_reference(const Ctx& c) {
+  std::vector<const ir::F64Value*> in;
+  std::vector<ir::F64Value> copies(c.in.size());
+  for (std::size_t i = 0; i < c.in.size(); ++i) {
+    copies[i] = {c.x(i).ext, c.x(i).v};
+    in.push_back(&copies[i]);
+  }
+  ir::F64Value out = ir::op_def(c.n.op).reference(in, c.n);
+  Value r;
+  r.dtype = c.n.dtype;
+  r.ext = std::move(out.ext);
+  r.v = std::move(out.v);
+  if (r.v.size() != std::size_t(numel(r.ext))) c.fail("the op table's reference returned a wrong element count");
+  return r;
 }
 
 }  // namespace rlx::reference::detail

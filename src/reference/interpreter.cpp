@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "reference/value.hpp"
+#include "rlx/ir/op_def.hpp"
 #include "rlx/ir/random.hpp"
 
 namespace rlx::reference {
@@ -139,17 +140,22 @@ Value evaluate(const Ctx& c) {
   if (c.in.size() != c.n.inputs.size())
     c.fail("got " + std::to_string(c.in.size()) + " input values for " + std::to_string(c.n.inputs.size()) + " inputs");
   Value r;
-  switch (ir::op_info(c.n.op).cls) {
-    case ir::OpClass::Leaf: r = eval_leaf(c); break;
-    case ir::OpClass::Unary:
-    case ir::OpClass::Binary:
-    case ir::OpClass::Elementwise: r = eval_elementwise(c); break;
-    case ir::OpClass::Reduce: r = eval_reduce(c); break;
-    case ir::OpClass::Movement: r = eval_movement(c); break;
-    case ir::OpClass::MatMul:
-    case ir::OpClass::Composite: r = eval_nn(c); break;
-    case ir::OpClass::Custom: r = eval_custom(c); break;
-    case ir::OpClass::ControlFlow: r = eval_control_flow(c); break;
+  const ir::OpDef& def = ir::op_def(c.n.op);
+  if (def.reference || def.formula) {
+    r = def.reference ? eval_table_reference(c) : eval_formula(c);
+  } else {
+    switch (ir::op_info(c.n.op).cls) {
+      case ir::OpClass::Leaf: r = eval_leaf(c); break;
+      case ir::OpClass::Unary:
+      case ir::OpClass::Binary:
+      case ir::OpClass::Elementwise: r = eval_elementwise(c); break;
+      case ir::OpClass::Reduce: r = eval_reduce(c); break;
+      case ir::OpClass::Movement: r = eval_movement(c); break;
+      case ir::OpClass::MatMul:
+      case ir::OpClass::Composite: r = eval_nn(c); break;
+      case ir::OpClass::Custom: r = eval_custom(c); break;
+      case ir::OpClass::ControlFlow: r = eval_control_flow(c); break;
+    }
   }
   // A mismatch here means shape inference and the op's semantics disagree:
   // the oracle refuses rather than hiding it.

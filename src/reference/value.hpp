@@ -75,12 +75,15 @@ void for_each_index(const Ext& ext, F&& f) {
   }
 }
 
-Value eval_custom(const Ctx& c);        // through the extension's lowering or reference
-Value eval_control_flow(const Ctx& c);  // scan, if, while: bodies run through the reference
-Value eval_elementwise(const Ctx& c);   // unary, binary, where, cast, clamp
-Value eval_reduce(const Ctx& c);        // reduce_*, argmax, argmin
-Value eval_movement(const Ctx& c);      // reshape ... flip
-Value eval_nn(const Ctx& c);            // matmul and the HIR composites
+Value eval_custom(const Ctx& c);           // through the extension's lowering or reference
+Value eval_control_flow(const Ctx& c);     // scan, if, while: bodies run through the reference
+Value eval_elementwise(const Ctx& c);      // unary, binary, where, cast, clamp
+Value evaluate(const Ctx& c);              // one node, rounded to its dtype (interpreter.cpp)
+Value eval_formula(const Ctx& c);          // an op's formula from the op table, in float64
+Value eval_table_reference(const Ctx& c);  // an op's reference rule from the op table
+Value eval_reduce(const Ctx& c);           // reduce_*, argmax, argmin
+Value eval_movement(const Ctx& c);         // reshape ... flip
+Value eval_nn(const Ctx& c);               // matmul and the HIR composites
 Value matmul(const Ctx& c, const Value& a, const Value& b);
 
 }  // namespace rlx::reference::detail

@@ -15,6 +15,7 @@
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/op_def.hpp"
 #include "rlx/runtime/session.hpp"
 
 namespace rlx::runtime {
@@ -233,7 +234,7 @@ GraphCost graph_cost(const ir::Graph& graph, const std::vector<std::pair<std::st
     } else if (cls == ir::OpClass::Reduce) {
       c.flops += numel(g.node(n.inputs[0]));
     } else if (cls != ir::OpClass::Movement) {
-      c.flops += numel(n);
+      c.flops += numel(n) * ir::op_def(n.op).flops_per_element;
     }
   }
   c.flops += c.matmul_flops;

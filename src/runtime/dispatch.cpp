@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "rlx/ir/op_def.hpp"
 #include "rlx/runtime/backend.hpp"
 
 namespace rlx::runtime {
@@ -14,7 +15,8 @@ compile::DispatchTier dispatch_tier(ir::OpKind op, const compile::BackendTraits&
   // decompose always turns these into reshape, whatever the backend claims.
   if (op == ir::OpKind::Squeeze || op == ir::OpKind::Unsqueeze) return compile::DispatchTier::Rewritten;
   if (t.native_ops.count(op)) return compile::DispatchTier::Native;
-  if (ir::op_info(op).cls == ir::OpClass::Composite) return compile::DispatchTier::Decomposed;
+  if (ir::op_info(op).cls == ir::OpClass::Composite || ir::op_def(op).has_decomposition())
+    return compile::DispatchTier::Decomposed;
   return t.host_fallback ? compile::DispatchTier::HostFallback : compile::DispatchTier::Unsupported;
 }
 

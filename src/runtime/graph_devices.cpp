@@ -39,10 +39,7 @@ std::unique_ptr<Backend> try_backend(Device d, std::string* why) {
 // neither a kernel nor a lowering, and non-float dtypes it does not compute
 // (float ones are legalized with casts).
 std::vector<std::string> blockers_of(const ir::Graph& g, const compile::BackendTraits& t) {
-  std::set<ir::OpKind> keep;
-  for (auto op : t.native_ops)
-    if (ir::op_info(op).cls == ir::OpClass::Composite) keep.insert(op);
-  const ir::Graph m = compile::passes::decompose(g, keep);
+  const ir::Graph m = compile::passes::decompose(g, t.native_ops);
   std::vector<std::string> out;
   std::set<std::string> seen;
   auto add = [&](const std::string& what, std::string msg) {

@@ -1,28 +1,11 @@
 #include <string>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/op_def.hpp"
+#include "rlx/ir/text.hpp"
 #include "rlx/runtime/backend.hpp"
 
 namespace rlx::runtime {
-
-namespace {
-// A switch, so that a new OpClass fails the build (-Wswitch) instead of reading past a table.
-std::string_view class_name(ir::OpClass c) {
-  switch (c) {
-    case ir::OpClass::Leaf: return "leaf";
-    case ir::OpClass::Unary: return "unary";
-    case ir::OpClass::Binary: return "binary";
-    case ir::OpClass::Elementwise: return "elementwise";
-    case ir::OpClass::Reduce: return "reduce";
-    case ir::OpClass::MatMul: return "matmul";
-    case ir::OpClass::Movement: return "movement";
-    case ir::OpClass::Composite: return "composite";
-    case ir::OpClass::Custom: return "custom";
-    case ir::OpClass::ControlFlow: return "control_flow";
-  }
-  return "?";
-}
-}  // namespace
 
 std::string op_coverage_markdown() {
   std::vector<std::pair<std::string, compile::BackendTraits>> backends;
@@ -38,16 +21,31 @@ std::string op_coverage_markdown() {
   }
   std::string s =
       "# Op coverage\n\n"
-      "Generated from the backends' supported-op lists by `rlx ops --markdown`; "
+      "Generated from the op table (`src/ops/`) and the backends' supported-op lists by `rlx ops --markdown`; "
       "`tests/docs/test_generated_docs.cpp` fails when this file drifts.\n\n"
-      "Tiers: **native** (a kernel for the op), **decomposed** (lowered to primitives the backend claims), "
-      "**rewritten** (turned into an equivalent primitive), **host_fallback**, **unsupported**.\n\n| op | class |";
+      "Tiers: **native** (a kernel for the op), **decomposed** (lowered to primitives the backend claims: a "
+      "composite's decomposition, or an elementwise op's formula), **rewritten** (turned into an equivalent "
+      "primitive), **host_fallback**, **unsupported**. Operands marked `?` are optional; attributes with a "
+      "default show it.\n\n| op | class | operands {attributes} | semantics |";
   for (const auto& [name, traits] : backends) s += " " + name + " |";
-  s += "\n|---|---|";
+  s += "\n|---|---|---|---|";
   for (std::size_t i = 0; i < backends.size(); ++i) s += "---|";
   s += "\n";
   for (auto op : ir::kAllOps) {
-    s += "| `" + std::string(ir::op_name(op)) + "` | " + std::string(class_name(ir::op_info(op).cls)) + " |";
+    const ir::OpDef& def = ir::op_def(op);
+    std::string signature;
+    for (auto o : def.operands) signature += (signature.empty() ? "" : ", ") + std::string(o);
+    std::string attrs;
+    for (const auto& a : def.attrs) {
+      attrs += (attrs.empty() ? "" : ", ") + std::string(a.key);
+      if (a.default_value)
+        attrs += "=" + ir::attr_value_str(*a.default_value);
+      else if (!a.required)
+        attrs += "?";
+    }
+    if (!attrs.empty()) signature += (signature.empty() ? "{" : " {") + attrs + "}";
+    s += "| `" + std::string(ir::op_name(op)) + "` | " + std::string(ir::op_class_name(ir::op_info(op).cls)) + " | " +
+         signature + " | " + std::string(def.doc) + (def.formula ? " (formula)" : "") + " |";
     for (const auto& [name, traits] : backends)
       s += " " + std::string(compile::dispatch_tier_name(dispatch_tier(op, traits))) + " |";
     s += "\n";

@@ -176,7 +176,8 @@ TEST(Pipeline, LoweringErrorsNameThePassAndTheOp) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     std::string what = e.what();
-    EXPECT_EQ(what.rfind("pass 'lower_to_lir': backend 'cpu' does not support op 'gelu'", 0), 0u) << what;
+    // gelu without a kernel runs as its formula, whose erf the backend lacks too.
+    EXPECT_EQ(what.rfind("pass 'lower_to_lir': backend 'cpu' does not support op 'erf'", 0), 0u) << what;
   }
 }
 

@@ -20,6 +20,7 @@ import tempfile
 BELOW = {
     "base": set(),
     "ir": {"base"},
+    "ops": {"ir"},  # the op table's entries; lower layers read them through rlx/ir/op_def.hpp
     "reference": {"ir"},
     "compile": {"reference"},
     "runtime": {"compile"},

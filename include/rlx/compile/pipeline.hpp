@@ -149,7 +149,8 @@ ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::les
 ir::Graph lower_control_flow(const ir::Graph& g, const CompileOptions& options, const BackendTraits& backend,
                              DispatchReport* report = nullptr);
 ir::Graph param_specialize(const ir::Graph& g, const std::map<std::string, ir::Tensor, std::less<>>& bindings);
-// Decomposes composites not in `keep` into primitives, filling `report`.
+// Decomposes composites and formula ops (rlx/ir/op_def.hpp) not in `keep`, the
+// backend's native ops, into primitives, filling `report`.
 ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report = nullptr);
 ir::Graph legalize_broadcast(const ir::Graph& g);
 ir::Graph const_fold(const ir::Graph& g);

@@ -1,8 +1,9 @@
 #pragma once
-// The closed op set. One X-macro row per op keeps its text name, level and
-// arity in one place; everything else about an op (inference, reference,
-// decomposition) is dispatched on OpKind from the files named in
-// docs/architecture.md ("Adding an op").
+// The closed op set. One X-macro row per op keeps its text name, class and
+// arity; everything else about an op (attributes, inference, reference,
+// formula or decomposition, cost) is its entry in the op table
+// (rlx/ir/op_def.hpp), registered by its family file under src/ops/
+// (docs/architecture.md, "Adding an op").
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -140,6 +141,7 @@ struct OpInfo {
 };
 
 const OpInfo& op_info(OpKind k);
+std::string_view op_class_name(OpClass c);  // "unary", "composite", "control_flow", ...
 std::string_view op_name(OpKind k);
 std::optional<OpKind> parse_op(std::string_view name);
 inline bool is_elementwise(OpKind k) {
@@ -191,8 +193,11 @@ struct AttrSpec {
   std::string_view key;
   AttrType type;
   bool required;
+  // Filled into a node that omits the key (only for optional keys).
+  std::optional<AttrValue> default_value = std::nullopt;
 };
-// The attribute schema of an op (keys, types, required-ness).
+// The attribute schema of an op (keys, types, required-ness, defaults): its
+// entry in the op table (rlx/ir/op_def.hpp).
 const std::vector<AttrSpec>& op_attr_schema(OpKind k);
 
 }  // namespace rlx::ir

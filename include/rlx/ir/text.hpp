@@ -27,6 +27,8 @@
 namespace rlx::ir {
 
 std::string to_text(const Graph& g);
+// One attribute value as the text form writes it (a body as "@body").
+std::string attr_value_str(const AttrValue& value);
 
 // Parses and verifies a graph. Every malformed input, including a shape error
 // the verifier finds, throws rlx::Error "line L, col C: <what>".

@@ -17,9 +17,11 @@
 
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/kernels.hpp"
+#include "backends/cpu/program.hpp"
 #include "rlx/backends/cpu/cpu_backend.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/limits.hpp"
+#include "rlx/ir/op_def.hpp"
 #include "rlx/runtime/custom_kernels.hpp"
 
 namespace rlx::backends::cpu {
@@ -440,8 +442,10 @@ class CpuBackend final : public runtime::Backend {
     using ir::OpKind;
     compile::BackendTraits t;
     t.name = "cpu";
+    // Every primitive, except formula ops without an instruction of their own (those run as their formula).
     for (OpKind op : ir::kAllOps)
-      if (ir::op_info(op).cls != ir::OpClass::Composite) t.native_ops.insert(op);
+      if (ir::op_info(op).cls != ir::OpClass::Composite && (!ir::op_def(op).formula || has_instruction(op)))
+        t.native_ops.insert(op);
     for (OpKind op : {OpKind::Softmax, OpKind::LogSoftmax, OpKind::LayerNorm, OpKind::RmsNorm, OpKind::Conv1d,
                       OpKind::Conv2d, OpKind::MaxPool2d, OpKind::AvgPool2d, OpKind::Attention, OpKind::SoftmaxBackward,
                       OpKind::LayerNormBackward, OpKind::RmsNormBackward}) {

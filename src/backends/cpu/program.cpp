@@ -117,6 +117,14 @@ std::optional<Op> binary_op(OpKind k) {
   }
 }
 
+}  // namespace
+
+bool has_instruction(OpKind op) {
+  return unary_op(op) || binary_op(op) || op == OpKind::Where || op == OpKind::Cast || op == OpKind::Clamp;
+}
+
+namespace {
+
 // Per-dim element strides of a `shape` tensor broadcast (right-aligned) to
 // `iter`; nullopt when it does not broadcast.
 std::optional<std::vector<std::int64_t>> broadcast_strides(std::vector<std::int64_t> shape,

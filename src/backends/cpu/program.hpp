@@ -67,5 +67,8 @@ class ProgramBuilder {
 // Binds every body Input node i to kernel input buffer `inputs[i]` of the given
 // dtypes/shapes (body input index parsed from its "in<i>" name).
 int body_input_index(const ir::Node& n, int ordinal);
+// Whether the elementwise programs have an instruction of their own for `op`;
+// an op with a formula and none is decomposed into its formula instead.
+bool has_instruction(ir::OpKind op);
 
 }  // namespace rlx::backends::cpu

@@ -93,23 +93,12 @@ const std::vector<Helper>& helper_table() {
   return x < 0.0 ? -r : r;
 }
 )"},
-      {"sigmoid", {}, R"(float rlx_sigmoid(float x) {
-  if (x >= 0.0) return 1.0 / (1.0 + exp(-x));
-  float e = exp(x);
-  return e / (1.0 + e);
-}
-)"},
       // Abramowitz & Stegun 7.1.26 refined: |error| < 1.5e-7.
       {"erf", {}, R"(float rlx_erf(float x) {
   float a = abs(x), t = 1.0 / (1.0 + 0.3275911 * a);
   float y = 1.0 - ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t *
                       exp(-a * a);
   return x < 0.0 ? -y : (x >= 0.0 ? y : x);
-}
-)"},
-      {"log1p", {}, R"(float rlx_log1p(float y) {
-  float v = 1.0 + y;
-  return v == 1.0 ? y : log(v) * y / (v - 1.0);
 }
 )"},
       // C99's (and numpy's) special cases come first: GLSL leaves log2 of 0, of a negative and of NaN undefined
@@ -237,17 +226,6 @@ double rlx_cos(double x) { return rlx_trig(x, 1); }
   if (abs(x) > 20.0lf) return x > 0.0lf ? 1.0lf : -1.0lf;
   double e = rlx_expm1(2.0lf * x);
   return e / (e + 2.0lf);
-}
-)"},
-      {"d_sigmoid", {"d_exp"}, R"(double rlx_sigmoid(double x) {
-  if (x >= 0.0lf) return 1.0lf / (1.0lf + rlx_exp(-x));
-  double e = rlx_exp(x);
-  return e / (1.0lf + e);
-}
-)"},
-      {"d_log1p", {"d_log"}, R"(double rlx_log1p(double y) {
-  double v = 1.0lf + y;
-  return v == 1.0lf ? y : rlx_log(v) * y / (v - 1.0lf);
 }
 )"},
       // A Taylor series below 2.5, erfc's continued fraction above.
@@ -599,23 +577,8 @@ std::string Emitter::op_expr(const ir::Node& n, const std::vector<std::string>& 
       case OpKind::Rsqrt: e = "(" + K("1.0") + " / sqrt(" + a[0] + "))"; break;
       case OpKind::Reciprocal: e = "(" + K("1.0") + " / " + a[0] + ")"; break;
       case OpKind::Tanh: e = H("tanh", a[0]); break;
-      case OpKind::Sigmoid: e = H("sigmoid", a[0]); break;
       // NaN passes through: NVIDIA's compiler turns the plain select into a max that drops it.
       case OpKind::Relu: e = "(isnan(" + a[0] + ") ? " + a[0] + " : max(" + a[0] + ", " + K("0.0") + "))"; break;
-      case OpKind::Gelu:
-        e = "(" + K("0.5") + " * " + a[0] + " * (" + K("1.0") + " + " +
-            H("erf", a[0] + " * " + K("0.70710678118654752440")) + "))";
-        break;
-      case OpKind::GeluTanh:
-        e = "(" + K("0.5") + " * " + a[0] + " * (" + K("1.0") + " + " +
-            H("tanh", K("0.79788456080286535588") + " * (" + a[0] + " + " + K("0.044715") + " * " + a[0] + " * " +
-                          a[0] + " * " + a[0] + ")") +
-            "))";
-        break;
-      case OpKind::Silu: e = "(" + a[0] + " * " + H("sigmoid", a[0]) + ")"; break;
-      case OpKind::Softplus:
-        e = "(max(" + a[0] + ", " + K("0.0") + ") + " + H("log1p", F("exp", "-abs(" + a[0] + ")")) + ")";
-        break;
       case OpKind::Erf: e = H("erf", a[0]); break;
       case OpKind::Sin: e = F("sin", a[0]); break;
       case OpKind::Cos: e = F("cos", a[0]); break;

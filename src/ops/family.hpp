@@ -1,0 +1,30 @@
+#pragma once
+// What every family file under src/ops/ uses to fill the op table
+// (rlx/ir/op_def.hpp).
+#include <cmath>
+#include <numbers>
+
+#include "rlx/ir/op_def.hpp"
+
+namespace rlx::ops {
+
+using ir::AttrSpec;
+using ir::Expr;
+using ir::OpDef;
+using ir::OpKind;
+using T = ir::AttrType;
+using i64 = std::int64_t;
+
+// An elementwise formula of one operand.
+template <class F>
+std::function<Expr(std::span<const Expr>)> unary_formula(F f) {
+  return [f](std::span<const Expr> x) { return f(x[0]); };
+}
+
+}  // namespace rlx::ops
+
+// Registers a family's ops once, when librlx loads (RLX_OP_FAMILY(unary) { define_op(...); ... }).
+#define RLX_OP_FAMILY(family)                                                                          \
+  static void rlx_define_##family##_ops();                                                             \
+  [[maybe_unused]] static const bool rlx_##family##_ops_defined = (rlx_define_##family##_ops(), true); \
+  static void rlx_define_##family##_ops()

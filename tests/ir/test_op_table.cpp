@@ -1,0 +1,99 @@
+// The op table (rlx/ir/op_def.hpp): every op has an entry, defaults are filled
+// in, and a formula is one decomposition every layer runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "rlx/autodiff/autodiff.hpp"
+#include "rlx/compile/pipeline.hpp"
+#include "rlx/ir/op_def.hpp"
+#include "rlx/reference/interpreter.hpp"
+#include "support/testing.hpp"
+
+namespace rlx {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+using ir::Shape;
+
+TEST(OpTable, EveryOpHasItsEntry) {
+  for (OpKind k : ir::kAllOps) {
+    const ir::OpDef& d = ir::op_def(k);
+    EXPECT_EQ(d.kind, k) << ir::op_name(k);
+    EXPECT_FALSE(d.doc.empty()) << ir::op_name(k) << " has no doc line";
+    EXPECT_EQ(&ir::op_attr_schema(k), &d.attrs);
+    if (d.formula) EXPECT_TRUE(ir::is_elementwise(k)) << ir::op_name(k) << ": a formula is for elementwise ops";
+    if (ir::op_info(k).cls == ir::OpClass::Composite) EXPECT_FALSE(d.formula) << ir::op_name(k);
+    for (const auto& a : d.attrs) EXPECT_FALSE(a.required && a.default_value) << ir::op_name(k) << "." << a.key;
+  }
+}
+
+TEST(OpTable, ASecondDefinitionIsRefused) {
+  testing::expect_error([] { ir::define_op({.kind = OpKind::Exp, .doc = "again"}); }, {"'exp' is defined twice"});
+}
+
+TEST(OpTable, FormulasDecomposeIntoOpsWithoutOne) {
+  for (OpKind k : ir::kAllOps) {
+    if (!ir::op_def(k).formula) continue;
+    for (DType t : {DType::F32, DType::F16}) {
+      ir::Graph g("formula");
+      auto x = g.input("x", Shape{3}, t);
+      g.add_output(g.unary(k, x));
+      ir::Graph m = compile::passes::decompose(g, {});
+      for (const auto& n : m.nodes())
+        EXPECT_FALSE(ir::op_def(n.op).formula) << ir::op_name(k) << " left " << ir::op_name(n.op);
+      // f16 computes in f32 and rounds once, at the end.
+      EXPECT_EQ(m.nodes()[m.output_ids()[0]].dtype, t);
+      if (t == DType::F16) {
+        std::size_t casts = 0;
+        for (const auto& n : m.nodes()) casts += n.op == OpKind::Cast;
+        EXPECT_EQ(casts, 2u) << ir::op_name(k);
+      }
+    }
+  }
+}
+
+// The formulas against closed forms computed here in long double, in both tails.
+TEST(OpTable, FormulaReferencesMatchClosedForms) {
+  const std::vector<double> xs{-60, -30, -17, -3, -0.5, 0, 1e-9, 0.5, 3, 17, 30, 60};
+  auto closed = [](OpKind k, long double x) -> long double {
+    const long double sig = 1 / (1 + std::exp(-x));
+    switch (k) {
+      case OpKind::Sigmoid: return sig;
+      case OpKind::Silu: return x * sig;
+      case OpKind::Softplus: return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+      case OpKind::Gelu: return 0.5L * x * (1 + std::erf(x / std::sqrt(2.0L)));
+      case OpKind::GeluTanh:
+        return 0.5L * x * (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846L) * (x + 0.044715L * x * x * x)));
+      default: return NAN;
+    }
+  };
+  for (OpKind k : {OpKind::Sigmoid, OpKind::Silu, OpKind::Softplus, OpKind::Gelu, OpKind::GeluTanh}) {
+    ir::Graph g("tails");
+    auto x = g.input("x", Shape{std::int64_t(xs.size())}, DType::F64);
+    g.add_output(g.unary(k, x));
+    auto y = reference::run(g, {{"x", ir::Tensor::from_f64(DType::F64, {std::int64_t(xs.size())}, xs)}})[0];
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const double want = double(closed(k, xs[i])), got = y.get(std::int64_t(i));
+      EXPECT_NEAR(got, want, 1e-14 * std::max(1.0, std::fabs(want)) + 1e-300) << ir::op_name(k) << "(" << xs[i] << ")";
+      if (want != 0) EXPECT_LT(std::fabs(got - want) / std::fabs(want), 1e-12) << ir::op_name(k) << "(" << xs[i] << ")";
+    }
+  }
+}
+
+// log1p's quotient form has a branch whose divisor is 0 when 1 + t rounds to 1;
+// the derivative through the branch not taken must still be finite.
+TEST(OpTable, Log1pFormulaHasAFiniteDerivativeEverywhere) {
+  ir::Graph g("log1p");
+  auto x = g.input("x", Shape{4}, DType::F64);
+  g.add_output(g.sum(ir::log1p(ir::Expr(g, x)).id(), {0}));
+  ir::Graph dg = autodiff::grad(g, {"x"});
+  const std::vector<double> ts{1e-300, 1e-20, 1e-3, 3};
+  auto outs = reference::run(dg, {{"x", ir::Tensor::from_f64(DType::F64, {4}, ts)}});
+  const ir::Tensor& dx = outs.back();
+  for (std::size_t i = 0; i < ts.size(); ++i) EXPECT_NEAR(dx.get(std::int64_t(i)), 1 / (1 + ts[i]), 1e-12) << ts[i];
+}
+
+}  // namespace
+}  // namespace rlx
