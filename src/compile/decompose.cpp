@@ -279,6 +279,29 @@ NodeId emit(const Ctx& c) {
   }
 }
 
+// A table decomposition may use ops that decompose themselves (mish's formula
+// uses softplus): it is built in a graph of its own, decomposed in turn, and
+// inlined. Nesting is bounded, so a formula that uses its own op is an error.
+NodeId expand_nested(Graph& out, const Node& n, const std::vector<NodeId>& in, const std::set<OpKind>& keep) {
+  thread_local int depth = 0;
+  constexpr int kMaxDepth = 16;
+  if (depth >= kMaxDepth)
+    throw Error(std::string(ir::op_name(n.op)) + ": its decomposition nests more than " + std::to_string(kMaxDepth) +
+                " levels deep (does it use its own op?)");
+  struct Nest {
+    Nest() { ++depth; }
+    ~Nest() { --depth; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+  } nest;
+  Graph one(std::string(ir::op_name(n.op)));
+  std::vector<NodeId> args;
+  for (std::size_t i = 0; i < in.size(); ++i)
+    args.push_back(one.input("operand" + std::to_string(i), out.node(in[i]).shape, out.node(in[i]).dtype));
+  one.add_output(ir::expand_op(one, n, args));
+  return out.inline_graph(decompose(one, keep), in)[0];
+}
+
 }  // namespace
 
 ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report) {
@@ -295,7 +318,7 @@ ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, Dispat
     }
     std::size_t before = r.out().size();
     Ctx c{g, n, r.out(), r.mapped_inputs(n)};
-    NodeId id = def.has_decomposition() ? ir::expand_op(c.g, n, c.in) : emit(c);
+    NodeId id = def.has_decomposition() ? expand_nested(c.g, n, c.in, keep) : emit(c);
     const Node& res = r.out().node(id);
     if (res.dtype != n.dtype || res.shape != n.shape)
       c.fail("decomposition yields " + std::string(ir::dtype_name(res.dtype)) + res.shape.str() + ", expected " +
