@@ -51,6 +51,7 @@ RLX_OP_FAMILY(unary) {
           [](Expr x) { return 0.5 * x * (1.0 + tanh(std::sqrt(2 / pi) * (x + 0.044715 * x * x * x))); });
   formula(OpKind::Silu, "x sigmoid(x)", [](Expr x) { return x * sigmoid(x); });
   formula(OpKind::Softplus, "log(1 + e^x)", [](Expr x) { return softplus(x); });
+  formula(OpKind::Mish, "x tanh(softplus(x))", [](Expr x) { return x * tanh(apply(OpKind::Softplus, x)); });
   rlx::ir::define_op({.kind = OpKind::Cast,
                       .doc = "convert to dtype `to` (bool: x != 0)",
                       .operands = {"x"},

@@ -23,8 +23,12 @@ TEST(OpTable, EveryOpHasItsEntry) {
     EXPECT_EQ(d.kind, k) << ir::op_name(k);
     EXPECT_FALSE(d.doc.empty()) << ir::op_name(k) << " has no doc line";
     EXPECT_EQ(&ir::op_attr_schema(k), &d.attrs);
-    if (d.formula) EXPECT_TRUE(ir::is_elementwise(k)) << ir::op_name(k) << ": a formula is for elementwise ops";
-    if (ir::op_info(k).cls == ir::OpClass::Composite) EXPECT_FALSE(d.formula) << ir::op_name(k);
+    if (d.formula) {
+      EXPECT_TRUE(ir::is_elementwise(k)) << ir::op_name(k) << ": a formula is for elementwise ops";
+    }
+    if (ir::op_info(k).cls == ir::OpClass::Composite) {
+      EXPECT_FALSE(d.formula) << ir::op_name(k);
+    }
     for (const auto& a : d.attrs) EXPECT_FALSE(a.required && a.default_value) << ir::op_name(k) << "." << a.key;
   }
 }
@@ -63,21 +67,25 @@ TEST(OpTable, FormulaReferencesMatchClosedForms) {
       case OpKind::Sigmoid: return sig;
       case OpKind::Silu: return x * sig;
       case OpKind::Softplus: return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+      case OpKind::Mish: return x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)));
       case OpKind::Gelu: return 0.5L * x * (1 + std::erf(x / std::sqrt(2.0L)));
       case OpKind::GeluTanh:
         return 0.5L * x * (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846L) * (x + 0.044715L * x * x * x)));
       default: return NAN;
     }
   };
-  for (OpKind k : {OpKind::Sigmoid, OpKind::Silu, OpKind::Softplus, OpKind::Gelu, OpKind::GeluTanh}) {
+  for (OpKind k : {OpKind::Sigmoid, OpKind::Silu, OpKind::Softplus, OpKind::Mish, OpKind::Gelu, OpKind::GeluTanh}) {
     ir::Graph g("tails");
     auto x = g.input("x", Shape{std::int64_t(xs.size())}, DType::F64);
     g.add_output(g.unary(k, x));
     auto y = reference::run(g, {{"x", ir::Tensor::from_f64(DType::F64, {std::int64_t(xs.size())}, xs)}})[0];
+    ASSERT_EQ(y.numel(), std::int64_t(xs.size()));
     for (std::size_t i = 0; i < xs.size(); ++i) {
       const double want = double(closed(k, xs[i])), got = y.get(std::int64_t(i));
       EXPECT_NEAR(got, want, 1e-14 * std::max(1.0, std::fabs(want)) + 1e-300) << ir::op_name(k) << "(" << xs[i] << ")";
-      if (want != 0) EXPECT_LT(std::fabs(got - want) / std::fabs(want), 1e-12) << ir::op_name(k) << "(" << xs[i] << ")";
+      if (want != 0) {
+        EXPECT_LT(std::fabs(got - want) / std::fabs(want), 1e-12) << ir::op_name(k) << "(" << xs[i] << ")";
+      }
     }
   }
 }
@@ -93,6 +101,23 @@ TEST(OpTable, Log1pFormulaHasAFiniteDerivativeEverywhere) {
   auto outs = reference::run(dg, {{"x", ir::Tensor::from_f64(DType::F64, {4}, ts)}});
   const ir::Tensor& dx = outs.back();
   for (std::size_t i = 0; i < ts.size(); ++i) EXPECT_NEAR(dx.get(std::int64_t(i)), 1 / (1 + ts[i]), 1e-12) << ts[i];
+}
+
+// mish has no rule of its own: autodiff goes through its formula, whose log1p
+// and sigmoid branches must keep the derivative finite far into both tails.
+TEST(OpTable, MishDerivativeThroughItsFormulaIsFiniteInTheTails) {
+  const std::vector<double> xs{-80, -40, -20, -1, 0.5, 3, 20, 80};
+  ir::Graph g("mish");
+  auto x = g.input("x", Shape{std::int64_t(xs.size())}, DType::F64);
+  g.add_output(g.sum(g.unary(OpKind::Mish, x), {0}));
+  ir::Graph dg = autodiff::grad(g, {"x"});
+  auto dx = reference::run(dg, {{"x", ir::Tensor::from_f64(DType::F64, {std::int64_t(xs.size())}, xs)}}).back();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const long double v = xs[i], sp = v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
+    const long double th = std::tanh(sp), sig = 1 / (1 + std::exp(-v));
+    const double want = double(th + v * (1 - th * th) * sig);
+    EXPECT_NEAR(dx.get(std::int64_t(i)), want, 1e-12 * std::max(1.0, std::fabs(want))) << "mish'(" << xs[i] << ")";
+  }
 }
 
 }  // namespace

@@ -53,6 +53,7 @@ enum class OpClass : std::uint8_t {
   X(GeluTanh, "gelu_tanh", Unary, 1, 1)                          \
   X(Silu, "silu", Unary, 1, 1)                                   \
   X(Softplus, "softplus", Unary, 1, 1)                           \
+  X(Mish, "mish", Unary, 1, 1)                                   \
   X(Erf, "erf", Unary, 1, 1)                                     \
   X(Sin, "sin", Unary, 1, 1)                                     \
   X(Cos, "cos", Unary, 1, 1)                                     \
