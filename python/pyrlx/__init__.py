@@ -1438,8 +1438,9 @@ def _table_builder(entry: dict):
         given = list(args)
         while given and given[-1] is None:
             given.pop()
-        if any(a is None for a in given):
-            missing = operands[given.index(None)].rstrip("?")
+        gaps = [i for i, a in enumerate(given) if a is None]  # `is`: Node's == builds a comparison node
+        if gaps:
+            missing = operands[gaps[0]].rstrip("?")
             raise Error(f"{name}: operand '{missing}' is None but a later one is given; pass every optional "
                         f"operand before the last one")
         unknown = sorted(set(attrs) - keys)
