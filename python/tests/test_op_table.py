@@ -41,3 +41,42 @@ def test_the_table_lists_operands_attributes_and_defaults():
     assert table["mish"]["formula"] and not table["exp"]["formula"]
     keys = [a["key"] for a in table["conv2d"]["attrs"]]
     assert keys == ["stride", "padding", "dilation", "groups"]
+
+
+def _group_norm(x, groups, gamma=None, beta=None, eps=1e-5):
+    n, c = x.shape[:2]
+    xr = x.reshape(n, groups, -1).astype(np.float64)
+    y = ((xr - xr.mean(-1, keepdims=True)) / np.sqrt(xr.var(-1, keepdims=True) + eps)).reshape(x.shape)
+    bshape = (c,) + (1,) * (x.ndim - 2)
+    if gamma is not None:
+        y = y * gamma.reshape(bshape)
+    if beta is not None:
+        y = y + beta.reshape(bshape)
+    return y
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_group_norm_generated_from_the_table(device):
+    rng = np.random.default_rng()
+    x = rng.standard_normal((2, 6, 5, 3)).astype(np.float32)
+    gamma, beta = rng.standard_normal(6).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    g = rlx.Graph("gn")
+    xn, gn, bn = g.input("x", x.shape), g.input("gamma", (6,)), g.input("beta", (6,))
+    g.output(rlx.group_norm(xn, gn, bn, num_groups=3))
+    g.output(g.group_norm(xn, num_groups=2, eps=0.5))
+    got = _run(g, device, x=x, gamma=gamma, beta=beta)
+    np.testing.assert_allclose(got[0], _group_norm(x, 3, gamma, beta), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1], _group_norm(x, 2, eps=0.5), rtol=1e-4, atol=1e-5)
+
+
+def test_group_norm_errors_come_from_the_table():
+    g = rlx.Graph("gn")
+    x, beta = g.input("x", (2, 6, 5)), g.input("beta", (6,))
+    with pytest.raises(rlx.Error, match="num_groups 4 does not divide the 6 channels"):
+        rlx.group_norm(x, num_groups=4)
+    with pytest.raises(rlx.Error, match="missing attribute 'num_groups'"):
+        rlx.group_norm(x)
+    with pytest.raises(rlx.Error, match="operand 'gamma' is None but a later one is given"):
+        rlx.group_norm(x, None, beta, num_groups=3)
+    with pytest.raises(rlx.Error, match="has no attribute 'groups'"):
+        rlx.group_norm(x, groups=3)

@@ -538,6 +538,14 @@ std::vector<Case> composite_cases() {
        [](Graph& g) {
          return g.rms_norm(in(g, "x", {2, 3, 4}), std::nullopt);
        }},
+      {"group_norm",
+       [](Graph& g) {
+         return g.group_norm(in(g, "x", {2, 4, 3}), 2, in(g, "gamma", {4}), in(g, "beta", {4}));
+       }},
+      {"group_norm_plain",
+       [](Graph& g) {
+         return g.group_norm(in(g, "x", {2, 6}), 3);
+       }},
       {"conv1d",
        [](Graph& g) {
          return g.conv1d(in(g, "x", {1, 2, 5}), in(g, "w", {3, 2, 2}), in(g, "b", {3}));

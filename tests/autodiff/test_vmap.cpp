@@ -301,6 +301,10 @@ std::vector<Case> composite_cases() {
        [](Graph& g) {
          g.add_output(g.rms_norm(in(g, "x", {3, 4}), in(g, "gamma", {4}), 1e-6));
        }},
+      {"group_norm",
+       [](Graph& g) {
+         g.add_output(g.group_norm(in(g, "x", {2, 4, 3}), 2, in(g, "gamma", {4}), in(g, "beta", {4})));
+       }},
       {"conv1d",
        [](Graph& g) {
          g.add_output(g.conv1d(in(g, "x", {2, 4, 7}), in(g, "w", {6, 2, 3}), in(g, "b", {6}), 2, 1, 2, 2));

@@ -700,6 +700,28 @@ Variants rms_norm_variants() {
   return r;
 }
 
+Variants group_norm_variants() {
+  Variants r;
+  struct C {
+    Ints shape;
+    std::int64_t groups;
+  };
+  for (DType t : kFloats)
+    for (const C& c : {C{{2, 6, 5}, 3}, C{{3, 8, 4, 4}, 2}, C{{1, 4}, 4}, C{{2, 6, 3}, 1}, C{{0, 4, 3}, 2}})
+      for (int affine = 0; affine < 3; ++affine) {  // none, gamma, gamma and beta
+        V v("group_norm " + dt(t) + str(c.shape) + " groups " + std::to_string(c.groups) + " affine " +
+            std::to_string(affine));
+        auto x = v.in("x", t, c.shape, uniform(-3, 3));
+        std::optional<ir::NodeId> gamma, beta;
+        if (affine >= 1) gamma = v.in("g", t, {c.shape[1]});
+        if (affine >= 2) beta = v.in("b", t, {c.shape[1]});
+        r.push_back(v.out({v.g().group_norm(x, c.groups, gamma, beta)}));
+      }
+  V v("group_norm eps 0.1");
+  r.push_back(v.out({v.g().group_norm(v.in("x", DType::F32, {2, 4, 3}), 2, std::nullopt, std::nullopt, 0.1)}));
+  return r;
+}
+
 Variants conv1d_variants() {
   Variants r;
   struct C {
@@ -1007,6 +1029,7 @@ const std::vector<OpCase>& parity_table() {
         {OpKind::LogSoftmax, [] { return softmax_variants(OpKind::LogSoftmax); }},
         {OpKind::LayerNorm, layer_norm_variants},
         {OpKind::RmsNorm, rms_norm_variants},
+        {OpKind::GroupNorm, group_norm_variants},
         {OpKind::Conv1d, conv1d_variants},
         {OpKind::Conv2d, conv2d_variants},
         {OpKind::MaxPool2d, [] { return pool_variants(OpKind::MaxPool2d); }},

@@ -7,6 +7,7 @@
 #include "rlx/autodiff/autodiff.hpp"
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/ir/op_def.hpp"
+#include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "support/testing.hpp"
 
@@ -118,6 +119,33 @@ TEST(OpTable, MishDerivativeThroughItsFormulaIsFiniteInTheTails) {
     const double want = double(th + v * (1 - th * th) * sig);
     EXPECT_NEAR(dx.get(std::int64_t(i)), want, 1e-12 * std::max(1.0, std::fabs(want))) << "mish'(" << xs[i] << ")";
   }
+}
+
+// group_norm's default, checks and text form come from its entry alone.
+TEST(OpTable, GroupNormTakesItsDefaultAndChecksFromTheTable) {
+  ir::Graph g("gn");
+  auto x = g.input("x", Shape{2, 6, 5});
+  auto gamma = g.input("gamma", Shape{6}), beta = g.input("beta", Shape{6});
+  auto y = g.group_norm(x, 3, gamma, beta);
+  EXPECT_EQ(g.node(y).attrs.get_float("eps"), 1e-5);
+  EXPECT_EQ(g.node(g.group_norm(x, 2, std::nullopt, std::nullopt, 0.25)).attrs.get_float("eps"), 0.25);
+  testing::expect_error([&] { g.group_norm(x, 4); }, {"group_norm", "num_groups 4 does not divide the 6 channels"});
+  testing::expect_error([&] { g.group_norm(x, 0); }, {"num_groups 0"});
+  testing::expect_error([&] { g.group_norm(x, 3, g.input("short", Shape{5})); }, {"gamma must be [6]"});
+  testing::expect_error([&] { g.group_norm(x, 3, std::nullopt, beta); }, {"beta without gamma"});
+  testing::expect_error([&] { g.group_norm(g.input("v", Shape{6}), 3); }, {"rank >= 2"});
+  testing::expect_error([&] { g.add(OpKind::GroupNorm, {x}, {}); }, {"missing attribute 'num_groups'"});
+  // The text form writes the filled-in default, and parses back to the same graph.
+  g.add_output(y);
+  const std::string text = ir::to_text(g);
+  EXPECT_NE(text.find("group_norm"), std::string::npos);
+  EXPECT_NE(text.find("eps=1.0000000000000001e-05"), std::string::npos) << text;
+  EXPECT_EQ(ir::to_text(ir::parse_text(text)), text);
+  // A text node without the optional key gets the default too.
+  ir::Graph parsed = ir::parse_text(
+      "graph t {\n  %0 = input \"x\" : f32[1,4,2]\n  %1 = group_norm %0 {num_groups=2} : f32[1,4,2]\n"
+      "  output %1\n}\n");
+  EXPECT_EQ(parsed.node(1).attrs.get_float("eps"), 1e-5);
 }
 
 }  // namespace

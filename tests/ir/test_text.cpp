@@ -119,6 +119,7 @@ Graph all_ops_graph() {
   g.log_softmax(x, 1);
   g.layer_norm(x, g.param("gamma", {4}), g.param("beta", {4}), 1e-5, -1);
   g.rms_norm(x, g.param("rms_gamma", {4}), 1e-6);
+  g.group_norm(x, 3, g.param("gn_gamma", {3}), g.param("gn_beta", {3}));
   // Backward ops (emitted by autodiff's VJP rules).
   g.add(OpKind::SoftmaxBackward, {x, p}, {{"axis", std::int64_t(-1)}});
   g.add(OpKind::LogSoftmaxBackward, {x, p}, {{"axis", std::int64_t(0)}});

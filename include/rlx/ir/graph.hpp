@@ -23,7 +23,8 @@
 //   scatter_add{axis}(x, idx, upd): torch.scatter_add, squeeze{axes}, unsqueeze{axes}
 //   composites (HIR): linear(x, w[in,out], b?), softmax{axis}, log_softmax{axis},
 //           layer_norm{axis,eps}(x, gamma?, beta?) over dims [axis..), rms_norm{eps}(x, gamma?) over the
-//           last dim, conv1d/conv2d{stride,padding,dilation,groups}(x NC.., w [O, C/g, k..], b?),
+//           last dim, group_norm{num_groups,eps}(x [N,C,..], gamma?, beta?),
+//           conv1d/conv2d{stride,padding,dilation,groups}(x NC.., w [O, C/g, k..], b?),
 //           max_pool2d/avg_pool2d{kernel,stride,padding} (avg counts padding),
 //           embedding(table, ids), attention{causal,scale}(q,k,v [B,H,S,D], mask?) where a
 //           bool mask keeps True positions and a float mask is added to the scores.
@@ -39,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "rlx/error.hpp"
 #include "rlx/ir/op.hpp"
 #include "rlx/ir/shape.hpp"
 #include "rlx/ir/tensor.hpp"
@@ -160,6 +162,18 @@ class Graph {
   NodeId layer_norm(NodeId x, std::optional<NodeId> gamma, std::optional<NodeId> beta, double eps = 1e-5,
                     std::int64_t axis = -1);
   NodeId rms_norm(NodeId x, std::optional<NodeId> gamma, double eps = 1e-6);
+  // x [N, C, ...] normalized per sample over each of num_groups channel groups (torch's group_norm); eps
+  // defaults to the op table's (src/ops/nn.cpp). beta needs gamma, as the operands are positional.
+  NodeId group_norm(NodeId x, std::int64_t num_groups, std::optional<NodeId> gamma = std::nullopt,
+                    std::optional<NodeId> beta = std::nullopt, std::optional<double> eps = std::nullopt) {
+    Attrs a{{"num_groups", num_groups}};
+    if (eps) a.set("eps", *eps);
+    std::vector<NodeId> in{x};
+    if (gamma) in.push_back(*gamma);
+    if (beta && !gamma) throw Error("group_norm: beta without gamma; pass gamma (ones) too");
+    if (beta) in.push_back(*beta);
+    return add(OpKind::GroupNorm, std::move(in), std::move(a));
+  }
   NodeId conv1d(NodeId x, NodeId w, std::optional<NodeId> bias, std::int64_t stride = 1, std::int64_t padding = 0,
                 std::int64_t dilation = 1, std::int64_t groups = 1);
   NodeId conv2d(NodeId x, NodeId w, std::optional<NodeId> bias, std::vector<std::int64_t> stride = {1, 1},

@@ -106,6 +106,7 @@ enum class OpClass : std::uint8_t {
   X(LogSoftmax, "log_softmax", Composite, 1, 1)                  \
   X(LayerNorm, "layer_norm", Composite, 1, 3)                    \
   X(RmsNorm, "rms_norm", Composite, 1, 2)                        \
+  X(GroupNorm, "group_norm", Composite, 1, 3)                    \
   X(Conv1d, "conv1d", Composite, 2, 3)                           \
   X(Conv2d, "conv2d", Composite, 2, 3)                           \
   X(MaxPool2d, "max_pool2d", Composite, 1, 1)                    \
