@@ -119,6 +119,12 @@ int main(int argc, char** argv) try {
   bool scaffold_stdout = false;
   auto* new_op = app.add_subcommand("new-op", "Write a C++ template for a custom op (OpExtension + lowering + main)");
   auto* new_model = app.add_subcommand("new-model", "Write a C++ template for a block (LayerStage + ModelFlow + main)");
+  std::string builtin_kind = "unary", builtin_root = ".";
+  bool builtin = false;
+  new_op->add_flag("--builtin", builtin,
+                   "Add an op to the closed set in the source tree instead: its RLX_OPS row and op-table entry");
+  new_op->add_option("--kind", builtin_kind, "With --builtin: unary (a formula) or composite (default: unary)");
+  new_op->add_option("--root", builtin_root, "With --builtin: the RLX source tree (default: the current directory)");
   for (auto* sub : {new_op, new_model}) {
     sub->add_option("name", scaffold_name, "Name, e.g. GatedMlp (file: gated_mlp.cpp)")->required();
     sub->add_option("--dir", scaffold_dir, "Directory to write into (default: the current one)");
@@ -150,6 +156,15 @@ int main(int argc, char** argv) try {
       rlx::env::ScopedOverride once("RLX_DISPATCH_REPORT", "0");
       auto compiled = session.compile(g, options);
       fmt::print("{}\n{}\n", compiled.compile_result().summary(), compiled.compile_result().dispatch.to_text());
+      return 0;
+    }
+    if (*new_op && builtin) {
+      for (const auto& f : rlx::tools::scaffold_builtin_op(scaffold_name, builtin_kind, builtin_root))
+        fmt::print("edited {}\n", f.string());
+      fmt::print(
+          "next: fill in the TODOs; add a builder to include/rlx/ir/graph.hpp if C++ users want one (pyrlx makes its\n"
+          "own from the table); build; `build/rlx ops --markdown > docs/op-coverage.md`; and, for a composite, a\n"
+          "parity case in tests/conformance/test_op_parity.cpp (the suites fail until there is one)\n");
       return 0;
     }
     if (*new_op || *new_model) {

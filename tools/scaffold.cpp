@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <fstream>
+#include <iterator>
 
 #include "rlx/error.hpp"
 
@@ -224,6 +225,77 @@ ScaffoldFile make(std::string_view name, std::string_view command, std::string_v
 ScaffoldFile scaffold_op(std::string_view name) { return make(name, "new-op", kOpHead, kOpBody); }
 
 ScaffoldFile scaffold_model(std::string_view name) { return make(name, "new-model", kModelHead, kModelBody); }
+
+namespace {
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  if (!in) throw Error("new-op --builtin: cannot read '" + p.string() + "' (is --root the RLX source tree?)");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream out(p);
+  out << text;
+  if (!out.flush()) throw Error("new-op --builtin: cannot write '" + p.string() + "'");
+}
+
+// The row after the last row of `cls` in RLX_OPS, its '\' aligned with the others.
+std::string with_row(const std::string& ops, const Names& n, std::string_view cls, std::string_view arity) {
+  const std::string tag = ", " + std::string(cls) + ", ";
+  const auto last = ops.rfind(tag);
+  if (last == std::string::npos) throw Error("new-op --builtin: no " + std::string(cls) + " row in RLX_OPS");
+  const auto eol = ops.find('\n', last);
+  const auto bol = ops.rfind('\n', last) + 1;
+  const auto slash = ops.rfind('\\', eol);
+  std::string row = "  X(" + n.cls + ", \"" + n.snake + "\"" + tag + std::string(arity) + ")";
+  row.resize(std::max(row.size() + 1, slash - bol), ' ');
+  return ops.substr(0, eol + 1) + row + "\\\n" + ops.substr(eol + 1);
+}
+
+std::string with_entry(const std::string& family, std::string_view marker, const std::string& entry,
+                       const std::filesystem::path& file) {
+  const auto at = family.find(marker);
+  if (at == std::string::npos)
+    throw Error("new-op --builtin: '" + file.string() + "' has no line '" + std::string(marker) + "'");
+  const auto bol = family.rfind('\n', at) + 1;
+  return family.substr(0, bol) + entry + family.substr(bol);
+}
+
+}  // namespace
+
+std::vector<std::filesystem::path> scaffold_builtin_op(std::string_view name, std::string_view kind,
+                                                       const std::filesystem::path& root) {
+  const Names n = names_for(name, "new-op --builtin");
+  if (kind != "unary" && kind != "composite")
+    throw Error("new-op --builtin: --kind is unary or composite, got '" + std::string(kind) + "'");
+  const std::filesystem::path op_hpp = root / "include/rlx/ir/op.hpp";
+  const std::string ops = read_text(op_hpp);
+  if (ops.find("\"" + n.snake + "\"") != std::string::npos || ops.find("X(" + n.cls + ",") != std::string::npos)
+    throw Error("new-op --builtin: op '" + n.snake + "' (" + n.cls + ") already exists in " + op_hpp.string());
+  const bool unary = kind == "unary";
+  const std::filesystem::path family = root / (unary ? "src/ops/unary.cpp" : "src/ops/nn.cpp");
+  const std::string entry =
+      unary
+          ? "  formula(OpKind::" + n.cls + ", \"TODO: one line of semantics\", [](Expr x) { return x; /* TODO */ });\n"
+          : "  define_op({.kind = OpKind::" + n.cls +
+                ",\n"
+                "             .doc = \"TODO: one line of semantics\",\n"
+                "             .operands = {\"x\"},  // optional ones end in '?'\n"
+                "             .attrs = {},  // e.g. {\"eps\", T::Float, false, 1e-5}: the default lives here only\n"
+                "             // TODO: the shape rule, the decomposition into primitives and an independent float64\n"
+                "             // reference (group_norm above has all three).\n"
+                "             .infer = [](const rlx::ir::InferArgs& a) { return a.inputs[0]; },\n"
+                "             .decompose = [](const rlx::ir::DecomposeArgs& a) { return a.in[0]; },\n"
+                "             .reference = [](std::span<const rlx::ir::F64Value* const> in,\n"
+                "                             const rlx::ir::Node&) { return *in[0]; }});\n";
+  const std::string marker =
+      unary ? "// `rlx new-op --builtin NAME` adds" : "// `rlx new-op --builtin NAME --kind composite`";
+  const std::string family_text = with_entry(read_text(family), marker, entry, family);
+  write_text(op_hpp, with_row(ops, n, unary ? "Unary" : "Composite", unary ? "1, 1" : "1, 1"));
+  write_text(family, family_text);
+  return {op_hpp, family};
+}
 
 std::filesystem::path write_scaffold(const ScaffoldFile& file, const std::filesystem::path& dir) {
   std::filesystem::path path = dir / file.filename;

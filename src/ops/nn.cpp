@@ -147,4 +147,5 @@ RLX_OP_FAMILY(nn) {
              .doc = "rms_norm's input cotangent from (x, dy, gamma?)",
              .operands = {"x", "dy", "gamma?"},
              .attrs = rms_norm});
+  // `rlx new-op --builtin NAME --kind composite` adds a composite's entry above this line.
 }

@@ -52,6 +52,7 @@ RLX_OP_FAMILY(unary) {
   formula(OpKind::Silu, "x sigmoid(x)", [](Expr x) { return x * sigmoid(x); });
   formula(OpKind::Softplus, "log(1 + e^x)", [](Expr x) { return softplus(x); });
   formula(OpKind::Mish, "x tanh(softplus(x))", [](Expr x) { return x * tanh(apply(OpKind::Softplus, x)); });
+  // `rlx new-op --builtin NAME` adds a unary op's formula above this line.
   rlx::ir::define_op({.kind = OpKind::Cast,
                       .doc = "convert to dtype `to` (bool: x != 0)",
                       .operands = {"x"},
