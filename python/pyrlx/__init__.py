@@ -708,9 +708,9 @@ class Graph:
     def gather(self, x: Node, idx: Node, axis: int = 0) -> Node:
         return self._typed([x, idx], lambda g, ids: g.gather(ids[0], ids[1], int(axis)))
     def cast(self, x: Node, dtype: DTypeLike) -> Node: return x.astype(dtype)
-    def layer_norm(self, x: Node, gamma=None, beta=None, eps: float = 1e-5) -> Node:
+    def layer_norm(self, x: Node, gamma=None, beta=None, eps: Optional[float] = None) -> Node:
         return layer_norm(x, gamma, beta, eps)
-    def rms_norm(self, x: Node, gamma=None, eps: float = 1e-6) -> Node: return rms_norm(x, gamma, eps)
+    def rms_norm(self, x: Node, gamma=None, eps: Optional[float] = None) -> Node: return rms_norm(x, gamma, eps)
     def attention(self, q: Node, k: Node, v: Node, mask=None, causal: bool = False, scale: float = 0.0) -> Node:
         return attention(q, k, v, mask, causal, scale)
 
@@ -770,15 +770,16 @@ def _opt(xs: Sequence[Optional[Node]]) -> list:
 
 def softmax(x: Node, axis: int = -1) -> Node: return Node(_g(x), x.graph._g.softmax(x.id, int(axis)))
 def log_softmax(x: Node, axis: int = -1) -> Node: return Node(_g(x), x.graph._g.log_softmax(x.id, int(axis)))
-def layer_norm(x: Node, gamma: Optional[Node] = None, beta: Optional[Node] = None, eps: float = 1e-5,
+def layer_norm(x: Node, gamma: Optional[Node] = None, beta: Optional[Node] = None, eps: Optional[float] = None,
                axis: int = -1) -> Node:
+    """eps=None takes the op table's default, as every builder's None does."""
     def build(g, ids):  # ids: x, then gamma and beta where given (the builder refuses beta without gamma)
         rest = iter(ids[1:])
         return g.layer_norm(ids[0], None if gamma is None else next(rest), None if beta is None else next(rest),
-                            float(eps), int(axis))
+                            None if eps is None else float(eps), int(axis))
     return _g(x)._typed([x] + [n for n in (gamma, beta) if n is not None], build)
-def rms_norm(x: Node, gamma: Optional[Node] = None, eps: float = 1e-6) -> Node:
-    return _g(x)._op("rms_norm", [x] + _opt([gamma]), {"eps": eps})
+def rms_norm(x: Node, gamma: Optional[Node] = None, eps: Optional[float] = None) -> Node:
+    return _g(x)._op("rms_norm", [x] + _opt([gamma]), {} if eps is None else {"eps": float(eps)})
 def linear(x: Node, w: Node, b: Optional[Node] = None) -> Node: return _g(x)._op("linear", [x, w] + _opt([b]))
 def embedding(table: Node, ids: Node) -> Node: return _g(table)._op("embedding", [table, ids])
 def matmul(a: Node, b: Node) -> Node: return a @ b

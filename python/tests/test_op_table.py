@@ -80,3 +80,18 @@ def test_group_norm_errors_come_from_the_table():
         rlx.group_norm(x, None, beta, num_groups=3)
     with pytest.raises(rlx.Error, match="has no attribute 'groups'"):
         rlx.group_norm(x, groups=3)
+
+
+def test_norm_defaults_come_from_the_table():
+    x = np.random.default_rng().standard_normal((3, 8)).astype(np.float32)
+    g = rlx.Graph("norms")
+    n = g.input("x", x.shape)
+    g.output(rlx.layer_norm(n))
+    g.output(rlx.rms_norm(n))
+    ln, rms = _run(g, "cpu", x=x)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(ln, (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(rms, x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6), rtol=1e-4, atol=1e-5)
+    with pytest.raises(rlx.Error, match="beta needs gamma"):
+        rlx.layer_norm(n, None, g.input("beta", (8,)))

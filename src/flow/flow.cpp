@@ -83,7 +83,7 @@ FlowValue FlowCtx::activation(const FlowValue& x, std::string_view kind) {
   return value(graph_.unary(it->op, x.id()));
 }
 
-FlowValue FlowCtx::rms_norm(const FlowValue& x, std::string_view name, double eps) {
+FlowValue FlowCtx::rms_norm(const FlowValue& x, std::string_view name, std::optional<double> eps) {
   const ir::Shape& s = x.shape();
   if (s.rank() == 0) fail("rms_norm needs an input of rank >= 1, got " + type_str(x));
   std::optional<ir::NodeId> gamma;

@@ -362,7 +362,7 @@ NodeId Graph::softmax(NodeId x, std::int64_t axis) {
 NodeId Graph::log_softmax(NodeId x, std::int64_t axis) {
   return add(OpKind::LogSoftmax, {x}, {{"axis", normalize_axis(axis, node(x).shape.rank())}});
 }
-NodeId Graph::layer_norm(NodeId x, std::optional<NodeId> gamma, std::optional<NodeId> beta, double eps,
+NodeId Graph::layer_norm(NodeId x, std::optional<NodeId> gamma, std::optional<NodeId> beta, std::optional<double> eps,
                          std::int64_t axis) {
   std::vector<NodeId> ins{x};
   if (gamma) ins.push_back(*gamma);
@@ -370,12 +370,16 @@ NodeId Graph::layer_norm(NodeId x, std::optional<NodeId> gamma, std::optional<No
     if (!gamma) throw Error("layer_norm: beta needs gamma");
     ins.push_back(*beta);
   }
-  return add(OpKind::LayerNorm, std::move(ins), {{"axis", normalize_axis(axis, node(x).shape.rank())}, {"eps", eps}});
+  Attrs a{{"axis", normalize_axis(axis, node(x).shape.rank())}};
+  if (eps) a.set("eps", *eps);
+  return add(OpKind::LayerNorm, std::move(ins), std::move(a));
 }
-NodeId Graph::rms_norm(NodeId x, std::optional<NodeId> gamma, double eps) {
+NodeId Graph::rms_norm(NodeId x, std::optional<NodeId> gamma, std::optional<double> eps) {
   std::vector<NodeId> ins{x};
   if (gamma) ins.push_back(*gamma);
-  return add(OpKind::RmsNorm, std::move(ins), {{"eps", eps}});
+  Attrs a;
+  if (eps) a.set("eps", *eps);
+  return add(OpKind::RmsNorm, std::move(ins), std::move(a));
 }
 NodeId Graph::conv1d(NodeId x, NodeId w, std::optional<NodeId> bias, std::int64_t stride, std::int64_t padding,
                      std::int64_t dilation, std::int64_t groups) {

@@ -89,8 +89,8 @@ RLX_OP_FAMILY(nn) {
   using namespace rlx::ops;
   using rlx::ir::define_op;
   const std::vector<AttrSpec> axis{{"axis", T::Int, true}};
-  const std::vector<AttrSpec> layer_norm{{"axis", T::Int, true}, {"eps", T::Float, true}};
-  const std::vector<AttrSpec> rms_norm{{"eps", T::Float, true}};
+  const std::vector<AttrSpec> layer_norm{{"axis", T::Int, true}, {"eps", T::Float, false, 1e-5}};
+  const std::vector<AttrSpec> rms_norm{{"eps", T::Float, false, 1e-6}};
   const std::vector<AttrSpec> conv{
       {"stride", T::Ints, true}, {"padding", T::Ints, true}, {"dilation", T::Ints, true}, {"groups", T::Int, true}};
   const std::vector<AttrSpec> pool{{"kernel", T::Ints, true}, {"stride", T::Ints, true}, {"padding", T::Ints, true}};

@@ -45,7 +45,7 @@ Value normalize(const Ctx& c, const Value& x, std::size_t axis, bool rms, const 
   std::vector<std::int64_t> mg, mb;
   if (gamma) mg = broadcast_map(c, gamma->ext, row);
   if (beta) mb = broadcast_map(c, beta->ext, row);
-  double eps = c.attrs().float_or("eps", rms ? 1e-6 : 1e-5);
+  double eps = c.attrs().get_float("eps");
   Value r(c.n.dtype, x.ext);
   for (std::int64_t i = 0; i < rows; ++i) {
     const double* p = x.v.data() + i * m;

@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include <string>
 
 #include "rlx/error.hpp"
@@ -38,7 +40,9 @@ std::string op_coverage_markdown() {
     std::string attrs;
     for (const auto& a : def.attrs) {
       attrs += (attrs.empty() ? "" : ", ") + std::string(a.key);
-      if (a.default_value)
+      if (const auto* d = a.default_value ? std::get_if<double>(&*a.default_value) : nullptr)
+        attrs += fmt::format("={}", *d);  // the shortest form that reads back: 1e-05
+      else if (a.default_value)
         attrs += "=" + ir::attr_value_str(*a.default_value);
       else if (!a.required)
         attrs += "?";

@@ -2,6 +2,7 @@
 // in, and a formula is one decomposition every layer runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "rlx/autodiff/autodiff.hpp"
@@ -118,6 +119,21 @@ TEST(OpTable, MishDerivativeThroughItsFormulaIsFiniteInTheTails) {
     const long double th = std::tanh(sp), sig = 1 / (1 + std::exp(-v));
     const double want = double(th + v * (1 - th * th) * sig);
     EXPECT_NEAR(dx.get(std::int64_t(i)), want, 1e-12 * std::max(1.0, std::fabs(want))) << "mish'(" << xs[i] << ")";
+  }
+}
+
+// layer_norm's and rms_norm's eps defaults live in the table alone; the builders set eps only when given.
+TEST(OpTable, NormBuildersTakeTheTablesEps) {
+  ir::Graph g("norms");
+  auto x = g.input("x", Shape{2, 8});
+  EXPECT_EQ(g.node(g.layer_norm(x, std::nullopt, std::nullopt)).attrs.get_float("eps"), 1e-5);
+  EXPECT_EQ(g.node(g.rms_norm(x, std::nullopt)).attrs.get_float("eps"), 1e-6);
+  EXPECT_EQ(g.node(g.rms_norm(x, std::nullopt, 0.5)).attrs.get_float("eps"), 0.5);
+  for (OpKind k : {OpKind::LayerNorm, OpKind::RmsNorm, OpKind::LayerNormBackward, OpKind::RmsNormBackward}) {
+    const auto& attrs = ir::op_def(k).attrs;
+    auto eps = std::find_if(attrs.begin(), attrs.end(), [](const ir::AttrSpec& a) { return a.key == "eps"; });
+    ASSERT_NE(eps, attrs.end()) << ir::op_name(k);
+    EXPECT_TRUE(eps->default_value.has_value()) << ir::op_name(k);
   }
 }
 

@@ -11,6 +11,7 @@
 // Errors are rlx::Error; those raised while a stage emits name the stage.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -62,7 +63,7 @@ class FlowCtx {
   FlowValue gelu(const FlowValue& x) { return activation(x, "gelu"); }
   FlowValue silu(const FlowValue& x) { return activation(x, "silu"); }
   // Over the last dim; an empty `name` means no learned scale.
-  FlowValue rms_norm(const FlowValue& x, std::string_view name = {}, double eps = 1e-6);
+  FlowValue rms_norm(const FlowValue& x, std::string_view name = {}, std::optional<double> eps = std::nullopt);
   FlowValue cast(const FlowValue& x, ir::DType to);
 
   // Dropping down: build with the raw graph, then wrap the node back.

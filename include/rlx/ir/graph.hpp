@@ -159,9 +159,10 @@ class Graph {
   NodeId linear(NodeId x, NodeId w, std::optional<NodeId> bias = std::nullopt);
   NodeId softmax(NodeId x, std::int64_t axis = -1);
   NodeId log_softmax(NodeId x, std::int64_t axis = -1);
-  NodeId layer_norm(NodeId x, std::optional<NodeId> gamma, std::optional<NodeId> beta, double eps = 1e-5,
-                    std::int64_t axis = -1);
-  NodeId rms_norm(NodeId x, std::optional<NodeId> gamma, double eps = 1e-6);
+  // eps defaults to the op table's (src/ops/nn.cpp), as for every builder taking an optional attribute.
+  NodeId layer_norm(NodeId x, std::optional<NodeId> gamma, std::optional<NodeId> beta,
+                    std::optional<double> eps = std::nullopt, std::int64_t axis = -1);
+  NodeId rms_norm(NodeId x, std::optional<NodeId> gamma, std::optional<double> eps = std::nullopt);
   // x [N, C, ...] normalized per sample over each of num_groups channel groups (torch's group_norm); eps
   // defaults to the op table's (src/ops/nn.cpp). beta needs gamma, as the operands are positional.
   NodeId group_norm(NodeId x, std::int64_t num_groups, std::optional<NodeId> gamma = std::nullopt,

@@ -121,7 +121,7 @@ class NormBackwardKernel final : public CpuKernel {
   compile::BufferId x = 0, dy = 0, dx = 0;
   std::optional<compile::BufferId> gamma;
   i64 rows = 1, n = 1;
-  double eps = 1e-5;
+  double eps = 0;  // the node's, default filled in from the op table
   bool rms = false;
 
   void run(const RunCtx& c) const override {

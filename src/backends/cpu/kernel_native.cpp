@@ -97,7 +97,7 @@ class NormKernel final : public CpuKernel {
   std::optional<compile::BufferId> gamma, beta;
   DType dtype = DType::F32;
   i64 rows = 1, n = 1;
-  double eps = 1e-5;
+  double eps = 0;  // the node's, default filled in from the op table
   bool rms = false;
 
   void run(const RunCtx& c) const override {
@@ -521,7 +521,7 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
     case OpKind::RmsNorm: {
       auto k = std::make_unique<NormKernel>();
       k->x = xb.id, k->y = yb.id, k->dtype = n.dtype, k->rms = n.op == OpKind::RmsNorm;
-      k->eps = n.attrs.float_or("eps", k->rms ? 1e-6 : 1e-5);
+      k->eps = n.attrs.get_float("eps");
       std::size_t axis = rank ? rank - 1 : 0;
       if (!k->rms && rank) axis = std::size_t(ir::normalize_axis(n.attrs.int_or("axis", -1), rank));
       k->rows = 1, k->n = 1;

@@ -271,7 +271,7 @@ KernelCode gen_native(const GenCtx& c) {
                      each(y("j", op->op == OpKind::Softmax ? R.exp("xv - m") + " / s" : "(xv - m) - " + R.log("s")));
       } else {
         const bool ln = op->op == OpKind::LayerNorm;
-        const double eps = at.float_or("eps", ln ? 1e-5 : 1e-6);
+        const double eps = at.get_float("eps");
         std::string scale = has(1) ? " * " + sh.load(in(1), "j") : "";
         std::string shift = ln && has(2) ? " + " + sh.load(in(2), "j") : "";
         if (ln)
