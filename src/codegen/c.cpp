@@ -692,9 +692,12 @@ void Emitter::reduce(const Node& n) {
         body_.line(std::string("if (val ") + (is_max ? ">" : "<") + " acc) acc = val;");
   }
   body_.close(inner.depth);
-  std::string result = n.op == OpKind::ReduceMean ? "(" + T + ")(acc / " + int_literal(numel(re)) + ")"
-                       : extreme                  ? "acc"
-                                                  : "(" + T + ")acc";
+  // The count as a float literal: over a zero-size axis acc / 0.0 is the NaN of a mean of nothing, where an
+  // integer 0 would draw -Wdiv-by-zero.
+  std::string result = n.op == OpKind::ReduceMean
+                           ? "(" + T + ")(acc / " + float_literal(double(numel(re)), DType::F64) + ")"
+                       : extreme ? "acc"
+                                 : "(" + T + ")acc";
   body_.line(var_[n.id] + "[" + outer.off[0] + "] = " + result + ";");
   body_.close(outer.depth);
 }
@@ -988,6 +991,11 @@ Source Emitter::run() {
   }
   if (!legend.empty()) body_.line(legend + " */");
   for (const auto& a : unused_args_) body_.line("(void)" + a + ";");
+  // A zero-size buffer may be named by no loop at all; -Wunused-parameter must not fire.
+  for (const auto* args : {&src_.inputs, &src_.params, &src_.outputs})
+    for (const auto& a : *args)
+      if (numel(a.shape) == 0 && std::find(unused_args_.begin(), unused_args_.end(), a.c_name) == unused_args_.end())
+        body_.line("(void)" + a.c_name + ";");
   if (o_.workspace == WorkspaceMode::Caller) {
     if (pools_.empty()) body_.line("(void)workspace;");
     for (const auto& [pool, at] : pool_at_) {

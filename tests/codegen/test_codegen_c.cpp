@@ -1,21 +1,17 @@
 // The C codegen target: emitted code is compiled with the system C compiler
-// (strict C99, warnings as errors), loaded with dlopen and checked against
-// the reference interpreter on random inputs.
-#include <dlfcn.h>
+// (strict C99, warnings as errors), loaded with dlopen (support/c_module.hpp)
+// and checked against the reference interpreter on random inputs. Every op's
+// variants also run through C in the op-parity suite (tests/conformance).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <limits>
-#include <sstream>
 
 #include "rlx/codegen/c.hpp"
 #include "rlx/error.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
+#include "support/c_module.hpp"
 #include "support/testing.hpp"
 
 using namespace rlx;
@@ -24,105 +20,12 @@ using ir::Graph;
 using ir::OpKind;
 using reference::TensorMap;
 namespace cg = rlx::codegen::c;
-namespace fs = std::filesystem;
 
 namespace {
 
-// The system compiler by its POSIX name; RLX reads no environment outside its
-// catalog (src/ir/env.cpp), so there is no $CC override.
-const std::string kCC = "cc";
-
-bool have_c_compiler() {
-  static const bool ok = std::system((kCC + " --version > /dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// A generated module built into a shared object. The test also emits a tiny
-// driver, rlx_test_entry(void** args), that calls the generated function
-// with the pointers in signature order.
-class CModule {
- public:
-  explicit CModule(cg::Source src) : src_(std::move(src)) {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           ("rlx_codegen_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" + src_.function_name);
-    cg::write(src_, dir_);
-    std::size_t n = src_.inputs.size() + src_.params.size() + src_.outputs.size() +
-                    (src_.workspace == cg::WorkspaceMode::Caller ? 1 : 0);
-    std::string call;
-    for (std::size_t i = 0; i < n; ++i) call += (i ? ", a[" : "a[") + std::to_string(i) + "]";
-    std::ofstream(dir_ / "driver.c") << "#include \"" << src_.header_file << "\"\n"
-                                     << "void rlx_test_entry(void** a);\n"
-                                     << "void rlx_test_entry(void** a) { " << src_.function_name << "(" << call
-                                     << "); }\n";
-    std::string flags = " -std=c99 -pedantic -Wall -Wextra -Werror -O2 -fPIC ";
-    std::string d = "'" + dir_.string() + "/";
-    std::string compile = kCC + flags + "-c " + d + src_.source_file + "' -o " + d + "gen.o' > " + d +
-                          "cc.log' 2>&1 && " + kCC + flags + "-shared -o " + d + "gen.so' " + d + "gen.o' " + d +
-                          "driver.c' -lm >> " + d + "cc.log' 2>&1";
-    if (std::system(compile.c_str()) != 0) {
-      error_ = "C compiler failed:\n" + slurp(dir_ / "cc.log") + "\n--- " + src_.source_file + " ---\n" + src_.source;
-      return;
-    }
-    handle_ = ::dlopen((dir_ / "gen.so").c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle_) {
-      error_ = std::string("dlopen: ") + ::dlerror();
-      return;
-    }
-    entry_ = reinterpret_cast<void (*)(void**)>(::dlsym(handle_, "rlx_test_entry"));
-    if (!entry_) error_ = "rlx_test_entry not found";
-  }
-  ~CModule() {
-    if (handle_) ::dlclose(handle_);
-    std::error_code ec;
-    if (error_.empty()) fs::remove_all(dir_, ec);  // kept for inspection when the build failed
-  }
-  CModule(const CModule&) = delete;
-  CModule& operator=(const CModule&) = delete;
-
-  const std::string& error() const { return error_; }
-  const cg::Source& source() const { return src_; }
-
-  // Outputs start poisoned (all bits set: NaN for floats, -1 for integers)
-  // so an element the code never writes cannot pass.
-  std::vector<ir::Tensor> run(const TensorMap& inputs, const TensorMap& params = {}) {
-    std::vector<void*> args;
-    auto feed = [&](const std::vector<cg::Arg>& specs, const TensorMap& values) {
-      for (const auto& a : specs) {
-        const ir::Tensor& t = values.at(a.name);
-        EXPECT_EQ(t.dtype(), a.dtype) << a.name;
-        EXPECT_EQ(t.shape(), a.shape) << a.name;
-        args.push_back(const_cast<std::byte*>(t.data()));
-      }
-    };
-    feed(src_.inputs, inputs);
-    feed(src_.params, params);
-    std::vector<ir::Tensor> outs;
-    for (const auto& a : src_.outputs) {
-      outs.emplace_back(a.dtype, a.shape);
-      std::fill(outs.back().data(), outs.back().data() + outs.back().nbytes(), std::byte{0xff});
-    }
-    for (auto& t : outs) args.push_back(t.data());
-    std::vector<std::max_align_t> workspace(std::size_t(src_.workspace_bytes) / sizeof(std::max_align_t) + 1);
-    if (src_.workspace == cg::WorkspaceMode::Caller) args.push_back(workspace.data());
-    entry_(args.data());
-    return outs;
-  }
-
- private:
-  cg::Source src_;
-  fs::path dir_;
-  void* handle_ = nullptr;
-  void (*entry_)(void**) = nullptr;
-  std::string error_;
-};
+using rlx::testing::c_compiler;
+using rlx::testing::CModule;
+using rlx::testing::have_c_compiler;
 
 // Random values for every input and param of `g`; `ranges` narrows some by name.
 struct Feeds {
@@ -156,7 +59,7 @@ void expect_matches_reference(const Graph& g, const Feeds& f, const cg::Options&
 class CodegenC : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_c_compiler()) GTEST_SKIP() << "no C compiler: '" << kCC << " --version' failed";
+    if (!have_c_compiler()) GTEST_SKIP() << "no C compiler: '" << c_compiler() << " --version' failed";
   }
 };
 
@@ -430,7 +333,7 @@ const std::vector<OpCase>& op_cases() {
 class CodegenCOps : public ::testing::TestWithParam<OpCase> {
  protected:
   void SetUp() override {
-    if (!have_c_compiler()) GTEST_SKIP() << "no C compiler: '" << kCC << " --version' failed";
+    if (!have_c_compiler()) GTEST_SKIP() << "no C compiler: '" << c_compiler() << " --version' failed";
   }
 };
 

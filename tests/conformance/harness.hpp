@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <random>
@@ -147,19 +148,28 @@ inline ir::Tensor make_value(const ir::Node& n, const Check& c, std::mt19937_64&
   return (it != c.gens.end() ? it->second : c.fallback)(n.dtype, n.shape.extents(), rng);
 }
 
-// Compiles `graph` on `device` and compares it with the reference run of
-// `oracle` (the same graph, or the graph it was derived from, with the same
-// inputs and params). Never throws: an exception is a failure.
-inline ::testing::AssertionResult matches_reference(Device device, const ir::Graph& graph, const ir::Graph& oracle,
-                                                    const Check& c) {
+// One executor under test as the check drives it: a compiled graph on a
+// device, or generated C (test_op_parity.cpp). `run_into` writes every output
+// into the tensors given, which have the declared dtypes and shapes.
+struct Executor {
+  std::vector<CompiledGraph::IoSpec> outputs;
+  std::function<void(const std::string& name, const ir::Tensor& value)> set_param;
+  std::function<void(const reference::TensorMap& inputs, std::vector<ir::Tensor>& outputs)> run_into;
+};
+
+// Builds an executor for `graph` with `make` and compares it with the
+// reference run of `oracle` (the same graph, or the graph it was derived
+// from, with the same inputs and params). Never throws: an exception is a
+// failure.
+inline ::testing::AssertionResult matches_reference(const std::function<Executor()>& make, const ir::Graph& graph,
+                                                    const ir::Graph& oracle, const Check& c) {
   auto context = [&] {
     return "\n  case: " + c.label + "\n  seed: " + std::to_string(c.seed) + "\n  graph:\n" + ir::to_text(graph);
   };
   std::mt19937_64 rng(c.seed);
   std::string stage = "compile";
   try {
-    Session session(device);
-    CompiledGraph exe = session.compile(graph, c.options);
+    Executor exe = make();
     stage = "set_param";
     reference::TensorMap params;
     for (ir::NodeId id : graph.param_ids()) {
@@ -173,7 +183,7 @@ inline ::testing::AssertionResult matches_reference(Device device, const ir::Gra
         inputs[graph.node(id).attrs.get_str("name")] = make_value(graph.node(id), c, rng);
       stage = "reference";
       auto want = reference::run(oracle, inputs, params);
-      const auto& specs = exe.output_specs();
+      const auto& specs = exe.outputs;
       if (specs.size() != want.size())
         return ::testing::AssertionFailure()
                << specs.size() << " outputs, the reference has " << want.size() << context();
@@ -186,10 +196,8 @@ inline ::testing::AssertionResult matches_reference(Device device, const ir::Gra
                  << ir::Shape(want[j].shape()).str() << context();
         got.push_back(poisoned(specs[j].dtype, specs[j].shape));
       }
-      std::vector<runtime::NamedTensor> named;
-      for (const auto& [name, t] : inputs) named.push_back({name, ir::view(t)});
       stage = "run " + std::to_string(run);
-      exe.run_into(named, got);
+      exe.run_into(inputs, got);
       for (std::size_t j = 0; j < got.size(); ++j) {
         auto tol = c.tol && ir::is_float(want[j].dtype()) ? *c.tol : testing::tolerance_for(want[j].dtype());
         auto close = testing::tensors_close(got[j], want[j], tol);
@@ -203,6 +211,24 @@ inline ::testing::AssertionResult matches_reference(Device device, const ir::Gra
     return ::testing::AssertionFailure() << stage << " threw: " << e.what() << context();
   }
   return ::testing::AssertionSuccess();
+}
+
+// Compiles `graph` on `device` through Session and checks it as above.
+inline ::testing::AssertionResult matches_reference(Device device, const ir::Graph& graph, const ir::Graph& oracle,
+                                                    const Check& c) {
+  return matches_reference(
+      [&] {
+        auto session = std::make_shared<Session>(device);
+        auto exe = std::make_shared<CompiledGraph>(session->compile(graph, c.options));
+        return Executor{exe->output_specs(),
+                        [exe](const std::string& name, const ir::Tensor& value) { exe->set_param(name, value); },
+                        [session, exe](const reference::TensorMap& inputs, std::vector<ir::Tensor>& outputs) {
+                          std::vector<runtime::NamedTensor> named;
+                          for (const auto& [name, t] : inputs) named.push_back({name, ir::view(t)});
+                          exe->run_into(named, outputs);
+                        }};
+      },
+      graph, oracle, c);
 }
 
 inline ::testing::AssertionResult matches_reference(Device device, const ir::Graph& graph, const Check& c) {

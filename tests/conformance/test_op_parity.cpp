@@ -2,12 +2,17 @@
 // and edge shapes (size-1 dims, zero-size tensors, rank 0), against the
 // float64 reference. Graphs with composites run twice: through the pipeline
 // as built (native where the backend claims the op) and decomposed to
-// primitives first.
+// primitives first. Every variant also runs through the C codegen target.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <set>
+#include <string_view>
 
 #include "conformance/harness.hpp"
+#include "rlx/codegen/c.hpp"
 #include "rlx/ir/control_flow.hpp"
+#include "support/c_module.hpp"
 #include "support/test_ops.hpp"
 
 namespace rlx::conformance {
@@ -1120,6 +1125,124 @@ INSTANTIATE_TEST_SUITE_P(Conformance, OpParity,
                          ::testing::Combine(::testing::ValuesIn(backends()),
                                             ::testing::Range(std::size_t{0}, parity_table().size())),
                          parity_name);
+
+// ---- generated C: one more executor -------------------------------------------
+// Every variant also runs through the C target (rlx::codegen::c), checked as on
+// the devices: the same generators, seeds, poisoned outputs and tolerances. All
+// variants of one op are emitted first and built into one shared object by one
+// `cc` run, so the suite adds one compiler run per op.
+
+// The C target has no type for f16 and bf16 (include/rlx/codegen/c.hpp): a
+// variant using either must be rejected, for that reason, and is not run.
+bool uses_half(const Graph& g) {
+  return std::any_of(g.nodes().begin(), g.nodes().end(),
+                     [](const ir::Node& n) { return n.dtype == DType::F16 || n.dtype == DType::BF16; });
+}
+
+// What else the C target cannot emit: an op, or the variants of an op whose
+// label contains `label_part`. Each must throw rlx::Error from emit; one that
+// starts to emit fails, and so does a variant that throws without an entry.
+struct CGap {
+  OpKind op;
+  std::string_view label_part;  // empty: every variant of the op
+  std::string_view reason;
+};
+constexpr CGap kCGaps[] = {
+    {OpKind::Scan, "", "control flow: the C target emits straight-line code without loops over a body graph"},
+    {OpKind::If, "", "control flow: the C target emits straight-line code without branches on a body graph"},
+    {OpKind::While, "", "control flow: the C target emits straight-line code without loops over a body graph"},
+    {OpKind::Custom, "host kernel", "a custom op with a host kernel and no lowering has no C code"},
+};
+
+const CGap* c_gap(OpKind op, const std::string& label) {
+  for (const CGap& g : kCGaps)
+    if (g.op == op && label.find(g.label_part) != std::string::npos) return &g;
+  return nullptr;
+}
+
+// Function k of `module` as the harness drives it; params are kept here and
+// passed as the pointer arguments of every run.
+Executor c_executor(testing::CModule& module, std::size_t k) {
+  Executor e;
+  for (const auto& a : module.source(k).outputs) e.outputs.push_back({a.name, a.dtype, a.shape});
+  auto params = std::make_shared<reference::TensorMap>();
+  e.set_param = [params](const std::string& name, const ir::Tensor& value) { (*params)[name] = value; };
+  e.run_into = [&module, k, params](const reference::TensorMap& inputs, std::vector<ir::Tensor>& outputs) {
+    module.run_into(k, inputs, *params, outputs);
+  };
+  return e;
+}
+
+class CCodegen : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  void SetUp() override {
+    if (!testing::have_c_compiler())
+      GTEST_SKIP() << "no C compiler: '" << testing::c_compiler() << " --version' failed";
+  }
+};
+
+TEST_P(CCodegen, MatchesReference) {
+  const OpCase& c = parity_table()[GetParam()];
+  const std::string op(ir::op_name(c.op));
+  auto variants = c.variants();
+  std::vector<codegen::c::Source> sources;
+  std::vector<std::size_t> emitted;  // the variant of each source
+  std::size_t halves = 0;
+  std::set<std::string_view> gaps;  // the reasons of the variants not emitted
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const Variant& v = variants[i];
+    const CGap* gap = c_gap(c.op, v.label);
+    const bool half = uses_half(v.graph);
+    codegen::c::Options options;
+    options.function_name = op + "_" + std::to_string(i);
+    try {
+      sources.push_back(codegen::c::emit(v.graph, options));
+    } catch (const Error& e) {
+      if (half && std::string_view(e.what()).find("is not supported by the C target") != std::string_view::npos)
+        ++halves;
+      else if (gap && !half)
+        gaps.insert(gap->reason);
+      else
+        ADD_FAILURE() << v.label << ": the C target throws and no entry of kCGaps says why: " << e.what();
+      continue;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << v.label << ": emit threw a non-rlx exception: " << e.what();
+      continue;
+    }
+    if (half || gap) {
+      ADD_FAILURE() << v.label << ": the C target now emits it; "
+                    << (half ? "it takes f16/bf16: run these variants" : "remove the kCGaps entry");
+      sources.pop_back();
+      continue;
+    }
+    emitted.push_back(i);
+  }
+  std::string why;
+  for (auto r : gaps) why += (why.empty() ? "" : "; ") + std::string(r);
+  std::fprintf(stderr, "[rlx] %s: %zu variants through C, %zu with f16/bf16 not emitted, %zu in kCGaps%s%s\n",
+               op.c_str(), emitted.size(), halves, variants.size() - emitted.size() - halves, why.empty() ? "" : ": ",
+               why.c_str());
+  if (!sources.empty()) {
+    testing::CModule module(std::move(sources), "-O1");
+    ASSERT_TRUE(module.error().empty()) << module.error();
+    for (std::size_t k = 0; k < emitted.size(); ++k) {
+      const Variant& v = variants[emitted[k]];
+      Check check;
+      check.gens = v.gens;
+      check.tol = v.tol;
+      check.seed = testing::test_seed() + emitted[k];
+      check.label = v.label + " (generated C)";
+      EXPECT_TRUE(matches_reference([&] { return c_executor(module, k); }, v.graph, v.graph, check));
+    }
+  }
+  if (emitted.empty() && !gaps.empty() && !HasFailure()) {
+    GTEST_SKIP() << "the C target cannot emit " << op << ": " << why;
+  }
+  EXPECT_FALSE(emitted.empty()) << "no variant of " << op << " runs through C";
+}
+
+INSTANTIATE_TEST_SUITE_P(OpParity, CCodegen, ::testing::Range(std::size_t{0}, parity_table().size()),
+                         [](const auto& info) { return std::string(ir::op_name(parity_table()[info.param].op)); });
 
 // ---- the harness itself -------------------------------------------------------
 // A backend that forwards to a real one but writes only the first half of
