@@ -1,12 +1,7 @@
 // decompose: HIR -> MIR. Every composite the backend does not claim becomes
-// primitives with exactly the semantics documented in rlx/ir/graph.hpp, and so
-// does every elementwise op with a formula (rlx/ir/op_def.hpp); squeeze and
-// unsqueeze become reshape so MIR has a single reshape op. A decomposition in
-// the op table wins over the cases below.
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <numeric>
+// primitives, and so does every elementwise op with a formula: both are the
+// op's entry in the op table (rlx/ir/op_def.hpp, src/ops/). squeeze and
+// unsqueeze become reshape so MIR has a single reshape op.
 #include <string>
 
 #include "rlx/compile/pipeline.hpp"
@@ -17,267 +12,10 @@
 namespace rlx::compile::passes {
 namespace {
 
-using ir::Dim;
-using ir::DType;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
 using ir::OpKind;
-using ir::Shape;
-using i64 = std::int64_t;
-using Ints = std::vector<i64>;
-
-// The composite being replaced, its mapped inputs and the graph receiving the
-// primitives; failures name the source node.
-struct Ctx {
-  const Graph& src;
-  const Node& n;
-  Graph& g;
-  std::vector<NodeId> in;
-
-  const Node& arg(std::size_t i) const { return g.node(in[i]); }
-  std::optional<NodeId> optional_arg(std::size_t i) const {
-    return i < in.size() ? std::optional<NodeId>(in[i]) : std::nullopt;
-  }
-  [[noreturn]] void fail(const std::string& why) const { throw Error(ir::describe_node(src, n) + ": " + why); }
-
-  // Slicing offsets are baked into the graph, so those extents must be known.
-  i64 static_dim(std::size_t input, std::size_t axis) const {
-    const Shape& s = arg(input).shape;
-    if (!s[axis].is_static())
-      fail("cannot decompose: dim " + std::to_string(axis) + " of input " + std::to_string(input) + " " + s.str() +
-           " is symbolic");
-    return s[axis].size;
-  }
-  // A per-spatial-dim attribute; a single entry applies to every dim, as in inference.
-  Ints ints(std::string_view key, std::size_t count) const {
-    Ints out = n.attrs.get_ints(key);
-    if (out.size() == 1) out.resize(count, out[0]);
-    if (out.size() != count)
-      fail("attribute '" + std::string(key) + "' needs " + std::to_string(count) + " entries, got " +
-           std::to_string(out.size()));
-    return out;
-  }
-  NodeId scalar(double v) const { return g.scalar(v, n.dtype); }
-};
-
-Ints range(i64 lo, i64 hi) {
-  Ints r(std::size_t(hi - lo));
-  std::iota(r.begin(), r.end(), lo);
-  return r;
-}
-
-// x - max(x): exp of it cannot overflow, and -inf entries (masked) stay -inf.
-NodeId shift_by_max(Graph& g, NodeId x, i64 axis) { return g.sub(x, g.reduce(OpKind::ReduceMax, x, {axis}, true)); }
-
-NodeId softmax(Graph& g, NodeId x, i64 axis) {
-  NodeId e = g.exp(shift_by_max(g, x, axis));
-  return g.div(e, g.sum(e, {axis}, true));
-}
-
-NodeId log_softmax(Graph& g, NodeId x, i64 axis) {
-  NodeId s = shift_by_max(g, x, axis);
-  return g.sub(s, g.unary(OpKind::Log, g.sum(g.exp(s), {axis}, true)));
-}
-
-NodeId layer_norm(const Ctx& c) {
-  auto rank = c.arg(0).shape.rank();
-  i64 axis = ir::normalize_axis(c.n.attrs.get_int("axis"), rank);
-  Ints axes = range(axis, i64(rank));
-  NodeId centered = c.g.sub(c.in[0], c.g.mean(c.in[0], axes, true));
-  NodeId var = c.g.mean(c.g.mul(centered, centered), axes, true);
-  NodeId y = c.g.mul(centered, c.g.unary(OpKind::Rsqrt, c.g.add(var, c.scalar(c.n.attrs.get_float("eps")))));
-  if (auto gamma = c.optional_arg(1)) y = c.g.mul(y, *gamma);
-  if (auto beta = c.optional_arg(2)) y = c.g.add(y, *beta);
-  return y;
-}
-
-NodeId rms_norm(const Ctx& c) {
-  NodeId x = c.in[0];
-  NodeId ms = c.g.mean(c.g.mul(x, x), {-1}, true);
-  NodeId y = c.g.mul(x, c.g.unary(OpKind::Rsqrt, c.g.add(ms, c.scalar(c.n.attrs.get_float("eps")))));
-  if (auto gamma = c.optional_arg(1)) y = c.g.mul(y, *gamma);
-  return y;
-}
-
-// The backward ops: the input cotangent from (forward value, output cotangent[, gamma]).
-NodeId softmax_backward(const Ctx& c, bool log) {
-  Graph& g = c.g;
-  i64 axis = c.n.attrs.get_int("axis");
-  NodeId y = c.in[0], dy = c.in[1];
-  if (log) return g.sub(dy, g.mul(g.exp(y), g.sum(dy, {axis}, true)));
-  return g.mul(y, g.sub(dy, g.sum(g.mul(dy, y), {axis}, true)));
-}
-
-// r (g - mean(g) - xhat mean(g xhat)) over the normalized dims, with
-// xhat = (x - mean) r and g = dy gamma; rms_norm has no mean terms.
-NodeId norm_backward(const Ctx& c, bool rms) {
-  Graph& g = c.g;
-  auto rank = c.arg(0).shape.rank();
-  Ints axes = rms ? Ints{-1} : range(ir::normalize_axis(c.n.attrs.get_int("axis"), rank), i64(rank));
-  NodeId x = c.in[0], centered = rms ? x : g.sub(x, g.mean(x, axes, true));
-  NodeId var = g.mean(g.mul(centered, centered), axes, true);
-  NodeId r = g.unary(OpKind::Rsqrt, g.add(var, c.scalar(c.n.attrs.get_float("eps"))));
-  NodeId xhat = g.mul(centered, r);
-  NodeId dy = c.in[1];
-  if (auto gamma = c.optional_arg(2)) dy = g.mul(dy, *gamma);
-  NodeId inner = g.sub(dy, g.mul(xhat, g.mean(g.mul(dy, xhat), axes, true)));
-  if (!rms) inner = g.sub(inner, g.mean(dy, axes, true));
-  return g.mul(r, inner);
-}
-
-// Visits every multi-index of `extents` in row-major order.
-template <class F>
-void for_each_index(const Ints& extents, F&& f) {
-  Ints idx(extents.size(), 0);
-  for (;;) {
-    f(idx);
-    std::size_t d = extents.size();
-    while (d > 0 && ++idx[d - 1] == extents[d - 1]) idx[--d] = 0;
-    if (d == 0) return;
-  }
-}
-
-// conv over `sp` spatial dims: channels go last so that each kernel offset is
-// one plain 2-d matmul [N*o.., Cg] x [Cg, Og] of a strided slice of the padded
-// input; offsets accumulate, groups concat along channels.
-NodeId conv(const Ctx& c, std::size_t sp) {
-  Graph& g = c.g;
-  Ints stride = c.ints("stride", sp), padding = c.ints("padding", sp), dilation = c.ints("dilation", sp);
-  i64 groups = c.n.attrs.get_int("groups");
-  i64 group_ch = c.static_dim(1, 1), group_out = c.static_dim(1, 0) / groups;
-  Ints kernel(sp), out(sp);
-  i64 rows = c.static_dim(0, 0);  // of every matmul: one per output position
-  for (std::size_t d = 0; d < sp; ++d) {
-    kernel[d] = c.static_dim(1, d + 2);
-    out[d] = (c.static_dim(0, d + 2) + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1;
-    rows *= out[d];
-  }
-  i64 ch_axis = i64(sp) + 1;  // channels-last axis of input and output
-  Ints to_last = range(2, ch_axis + 1);
-  to_last.insert(to_last.begin(), 0);
-  to_last.push_back(1);
-  NodeId x = g.permute(c.in[0], to_last);
-  if (std::any_of(padding.begin(), padding.end(), [](i64 p) { return p != 0; })) {
-    Ints pads(2 * (sp + 2), 0);
-    for (std::size_t d = 0; d < sp; ++d) pads[1 + d] = pads[sp + 3 + d] = padding[d];
-    x = g.pad(x, pads, 0.0);
-  }
-  Ints w_perm = range(2, ch_axis + 1);  // [O, Cg, k..] -> [k.., Cg, O]
-  w_perm.push_back(1);
-  w_perm.push_back(0);
-  NodeId w = g.permute(c.in[1], w_perm);
-  Ints spatial_axes = range(1, ch_axis), w_axes = range(0, i64(sp));
-  w_axes.push_back(ch_axis);
-
-  std::vector<NodeId> results;
-  for (i64 gi = 0; gi < groups; ++gi) {
-    NodeId xg = groups == 1 ? x : g.slice(x, {ch_axis}, {gi * group_ch}, {(gi + 1) * group_ch});
-    std::optional<NodeId> acc;
-    for_each_index(kernel, [&](const Ints& k) {
-      Ints starts(sp), ends(sp), w_starts = k, w_ends = k;
-      for (std::size_t d = 0; d < sp; ++d) {
-        starts[d] = k[d] * dilation[d];
-        ends[d] = starts[d] + (out[d] - 1) * stride[d] + 1;
-        ++w_ends[d];
-      }
-      w_starts.push_back(gi * group_out);
-      w_ends.push_back((gi + 1) * group_out);
-      NodeId patch = g.reshape(g.slice(xg, spatial_axes, starts, ends, stride), Ints{rows, group_ch});
-      NodeId wk = g.reshape(g.slice(w, w_axes, w_starts, w_ends), Ints{group_ch, group_out});
-      NodeId prod = g.matmul(patch, wk);
-      acc = acc ? g.add(*acc, prod) : prod;
-    });
-    results.push_back(*acc);
-  }
-  NodeId y = groups == 1 ? results[0] : g.concat(results, 1);
-  if (auto bias = c.optional_arg(2)) y = g.add(y, *bias);
-  Ints nhwc{c.static_dim(0, 0)};
-  nhwc.insert(nhwc.end(), out.begin(), out.end());
-  nhwc.push_back(group_out * groups);
-  y = g.reshape(y, nhwc);
-  Ints to_first = range(0, ch_axis);
-  to_first.insert(to_first.begin() + 1, ch_axis);
-  return g.permute(y, to_first);
-}
-
-// Pools over the last two dims: one strided slice of the padded input per
-// kernel offset, combined with max (-inf padding never wins) or summed and
-// divided by kh*kw.
-NodeId pool2d(const Ctx& c, bool is_max) {
-  Graph& g = c.g;
-  Ints kernel = c.ints("kernel", 2), stride = c.ints("stride", 2), padding = c.ints("padding", 2);
-  auto rank = c.arg(0).shape.rank();
-  Ints axes{i64(rank) - 2, i64(rank) - 1}, out(2);
-  for (std::size_t d = 0; d < 2; ++d)
-    out[d] = (c.static_dim(0, rank - 2 + d) + 2 * padding[d] - kernel[d]) / stride[d] + 1;
-  NodeId x = c.in[0];
-  if (padding[0] != 0 || padding[1] != 0) {
-    Ints pads(2 * rank, 0);
-    pads[rank - 2] = pads[2 * rank - 2] = padding[0];
-    pads[rank - 1] = pads[2 * rank - 1] = padding[1];
-    x = g.pad(x, pads, is_max ? -std::numeric_limits<double>::infinity() : 0.0);
-  }
-  std::optional<NodeId> acc;
-  for_each_index(kernel, [&](const Ints& k) {
-    NodeId s = g.slice(x, axes, k, {k[0] + (out[0] - 1) * stride[0] + 1, k[1] + (out[1] - 1) * stride[1] + 1}, stride);
-    acc = !acc ? s : is_max ? g.binary(OpKind::Max, *acc, s) : g.add(*acc, s);
-  });
-  return is_max ? *acc : g.div(*acc, c.scalar(double(kernel[0] * kernel[1])));
-}
-
-// softmax(q k^T * scale [+ mask]) v. Causal keeps key j for query i when
-// j <= i (top-left aligned, as torch's is_causal).
-NodeId attention(const Ctx& c) {
-  Graph& g = c.g;
-  Shape qs = c.arg(0).shape, ks = c.arg(1).shape;  // copies: emitting nodes moves g's storage
-  double scale = c.n.attrs.get_float("scale");
-  if (scale == 0.0) scale = 1.0 / std::sqrt(double(c.static_dim(0, qs.rank() - 1)));
-  NodeId s = g.mul(g.matmul(c.in[0], g.transpose(c.in[1])), c.scalar(scale));
-  std::optional<NodeId> neg_inf;
-  auto masked = [&](NodeId keep) {
-    if (!neg_inf) neg_inf = c.scalar(-std::numeric_limits<double>::infinity());
-    return g.where(keep, s, *neg_inf);
-  };
-  if (auto mask = c.optional_arg(3)) s = c.arg(3).dtype == DType::Bool ? masked(*mask) : g.add(s, *mask);
-  if (c.n.attrs.get_bool("causal")) {
-    NodeId rows = g.iota(Shape(std::vector<Dim>{qs[qs.rank() - 2], Dim(1)}), 0);
-    NodeId cols = g.iota(Shape(std::vector<Dim>{Dim(1), ks[ks.rank() - 2]}), 1);
-    s = masked(g.binary(OpKind::Le, cols, rows));
-  }
-  return g.matmul(softmax(g, s, -1), c.in[2]);
-}
-
-NodeId emit(const Ctx& c) {
-  const auto& a = c.n.attrs;
-  switch (c.n.op) {
-    case OpKind::Linear: {
-      // matmul needs rank >= 2: a vector x is a row of one.
-      bool vec = c.g.node(c.in[0]).shape.rank() == 1;
-      const auto& xs = c.g.node(c.in[0]).shape;
-      NodeId x = vec ? c.g.reshape(c.in[0], ir::Shape(std::vector<ir::Dim>{ir::Dim(1), xs[0]})) : c.in[0];
-      NodeId y = c.g.matmul(x, c.in[1]);
-      if (vec) y = c.g.reshape(y, ir::Shape(std::vector<ir::Dim>{c.g.node(y).shape[1]}));
-      if (auto bias = c.optional_arg(2)) y = c.g.add(y, *bias);
-      return y;
-    }
-    case OpKind::Embedding: return c.g.index_select(c.in[0], c.in[1], 0);
-    case OpKind::Softmax: return softmax(c.g, c.in[0], a.get_int("axis"));
-    case OpKind::LogSoftmax: return log_softmax(c.g, c.in[0], a.get_int("axis"));
-    case OpKind::LayerNorm: return layer_norm(c);
-    case OpKind::RmsNorm: return rms_norm(c);
-    case OpKind::Conv1d: return conv(c, 1);
-    case OpKind::Conv2d: return conv(c, 2);
-    case OpKind::MaxPool2d: return pool2d(c, true);
-    case OpKind::AvgPool2d: return pool2d(c, false);
-    case OpKind::Attention: return attention(c);
-    case OpKind::SoftmaxBackward: return softmax_backward(c, false);
-    case OpKind::LogSoftmaxBackward: return softmax_backward(c, true);
-    case OpKind::LayerNormBackward: return norm_backward(c, false);
-    case OpKind::RmsNormBackward: return norm_backward(c, true);
-    default: c.fail("no decomposition for this composite");
-  }
-}
 
 // A table decomposition may use ops that decompose themselves (mish's formula
 // uses softplus): it is built in a graph of its own, decomposed in turn, and
@@ -309,7 +47,10 @@ ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, Dispat
     if (n.op == OpKind::Squeeze || n.op == OpKind::Unsqueeze) return r.out().reshape(r.map(n.inputs[0]), n.shape);
     const bool composite = ir::op_info(n.op).cls == ir::OpClass::Composite;
     const ir::OpDef& def = ir::op_def(n.op);
-    if (!composite && !def.has_decomposition()) return std::nullopt;
+    if (!def.has_decomposition()) {
+      if (composite) throw Error(ir::describe_node(g, n) + ": the op table has no decomposition for this composite");
+      return std::nullopt;
+    }
     if (keep.contains(n.op)) {
       if (report && composite)
         report->entries.push_back({n.id, n.op, DispatchTier::Native,
@@ -317,12 +58,16 @@ ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, Dispat
       return std::nullopt;
     }
     std::size_t before = r.out().size();
-    Ctx c{g, n, r.out(), r.mapped_inputs(n)};
-    NodeId id = def.has_decomposition() ? expand_nested(c.g, n, c.in, keep) : emit(c);
+    NodeId id;
+    try {
+      id = expand_nested(r.out(), n, r.mapped_inputs(n), keep);
+    } catch (const Error& e) {
+      throw Error(ir::describe_node(g, n) + ": " + e.what());
+    }
     const Node& res = r.out().node(id);
     if (res.dtype != n.dtype || res.shape != n.shape)
-      c.fail("decomposition yields " + std::string(ir::dtype_name(res.dtype)) + res.shape.str() + ", expected " +
-             std::string(ir::dtype_name(n.dtype)) + n.shape.str());
+      throw Error(ir::describe_node(g, n) + ": decomposition yields " + std::string(ir::dtype_name(res.dtype)) +
+                  res.shape.str() + ", expected " + std::string(ir::dtype_name(n.dtype)) + n.shape.str());
     if (report)
       report->entries.push_back({n.id, n.op, DispatchTier::Decomposed,
                                  "decomposed into " + std::to_string(r.out().size() - before) +
