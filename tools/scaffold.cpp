@@ -292,7 +292,7 @@ std::vector<std::filesystem::path> scaffold_builtin_op(std::string_view name, st
   const std::string marker =
       unary ? "// `rlx new-op --builtin NAME` adds" : "// `rlx new-op --builtin NAME --kind composite`";
   const std::string family_text = with_entry(read_text(family), marker, entry, family);
-  write_text(op_hpp, with_row(ops, n, unary ? "Unary" : "Composite", unary ? "1, 1" : "1, 1"));
+  write_text(op_hpp, with_row(ops, n, unary ? "Unary" : "Composite", "1, 1"));
   write_text(family, family_text);
   return {op_hpp, family};
 }
