@@ -87,6 +87,9 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
     }
 
     switch (info.cls) {
+      case OpClass::Unary:
+      case OpClass::Binary:
+      case OpClass::Elementwise: break;  // every one has its rule in the op table (src/ops/unary.cpp, binary.cpp)
       case OpClass::Leaf: {
         const TypeInfo& d = need_declared();
         for (const auto& dim : d.shape.dims()) require(!dim.is_static() || dim.size >= 0, "negative extent");
@@ -94,51 +97,6 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
         if (op == OpKind::RandomUniform || op == OpKind::RandomNormal)
           require(is_float(d.dtype), "needs a float dtype");
         return d;
-      }
-      case OpClass::Unary: {
-        DType t = in(0).dtype;
-        if (op == OpKind::Not) {
-          require(t == DType::Bool, "needs a bool input");
-        } else {
-          require(t != DType::Bool, "does not take bool (cast first)");
-          switch (op) {
-            case OpKind::Neg:
-            case OpKind::Abs:
-            case OpKind::Relu:
-            case OpKind::Sign:
-            case OpKind::Floor:
-            case OpKind::Ceil:
-            case OpKind::Round: break;
-            default: require(is_float(t), "needs a float input");
-          }
-        }
-        return {t, in(0).shape};
-      }
-      case OpClass::Binary: {
-        DType a = in(0).dtype, b = in(1).dtype;
-        require(a == b, "operand dtypes differ (" + std::string(dtype_name(a)) + " vs " + std::string(dtype_name(b)) +
-                            "); insert a cast");
-        Shape s = broadcast_shapes(in(0).shape, in(1).shape);
-        if (op == OpKind::And || op == OpKind::Or) {
-          require(a == DType::Bool, "needs bool operands");
-          return {DType::Bool, s};
-        }
-        if (is_comparison(op)) return {DType::Bool, s};
-        require(a != DType::Bool, "does not take bool operands");
-        return {a, s};
-      }
-      case OpClass::Elementwise: {
-        if (op == OpKind::Where) {
-          require(in(0).dtype == DType::Bool, "condition must be bool");
-          require(in(1).dtype == in(2).dtype, "branch dtypes differ");
-          return {in(1).dtype, broadcast_shapes(broadcast_shapes(in(0).shape, in(1).shape), in(2).shape)};
-        }
-        if (op == OpKind::Cast) return {attrs.get_dtype("to"), in(0).shape};
-        require(in(0).dtype != DType::Bool, "does not take bool");  // Clamp
-        // A NaN bound makes a float result NaN (numpy's clip); an integer result has no NaN.
-        require(is_float(in(0).dtype) || (!std::isnan(attrs.get_float("min")) && !std::isnan(attrs.get_float("max"))),
-                "a NaN bound needs a float input (the result would be NaN)");
-        return {in(0).dtype, in(0).shape};
       }
       case OpClass::Reduce: {
         const Shape& s = in(0).shape;

@@ -15,6 +15,11 @@ using ir::OpKind;
 using T = ir::AttrType;
 using i64 = std::int64_t;
 
+// Shape rules shared by a family's ops.
+ir::TypeInfo float_unary(const ir::InferArgs& a);    // a float operand; the result has its type
+ir::TypeInfo numeric_unary(const ir::InferArgs& a);  // any dtype but bool
+ir::TypeInfo same_dtypes_broadcast(const ir::InferArgs& a, ir::DType* common);  // the broadcast shape
+
 // An elementwise formula of one operand.
 template <class F>
 std::function<Expr(std::span<const Expr>)> unary_formula(F f) {

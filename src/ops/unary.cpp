@@ -19,31 +19,70 @@ Expr sigmoid(Expr x) {
 
 Expr softplus(Expr x) { return max(x, 0.0) + log1p(exp(-abs(x))); }
 
+ir::TypeInfo bool_unary(const ir::InferArgs& a) {
+  a.require(a.inputs[0].dtype == ir::DType::Bool, "needs a bool input");
+  return a.inputs[0];
+}
+
+ir::TypeInfo cast_infer(const ir::InferArgs& a) { return {a.attrs.get_dtype("to"), a.inputs[0].shape}; }
+
+ir::TypeInfo clamp_infer(const ir::InferArgs& a) {
+  a.require(a.inputs[0].dtype != ir::DType::Bool, "does not take bool");
+  // A NaN bound makes a float result NaN (numpy's clip); an integer result has no NaN.
+  a.require(ir::is_float(a.inputs[0].dtype) ||
+                (!std::isnan(a.attrs.get_float("min")) && !std::isnan(a.attrs.get_float("max"))),
+            "a NaN bound needs a float input (the result would be NaN)");
+  return a.inputs[0];
+}
+
 }  // namespace
+
+ir::TypeInfo numeric_unary(const ir::InferArgs& a) {
+  a.require(a.inputs[0].dtype != ir::DType::Bool, "does not take bool (cast first)");
+  return a.inputs[0];
+}
+
+ir::TypeInfo float_unary(const ir::InferArgs& a) {
+  numeric_unary(a);
+  a.require(ir::is_float(a.inputs[0].dtype), "needs a float input");
+  return a.inputs[0];
+}
+
 }  // namespace rlx::ops
 
 RLX_OP_FAMILY(unary) {
   using namespace rlx::ops;
-  auto plain = [](OpKind k, std::string_view doc) { rlx::ir::define_op({.kind = k, .doc = doc, .operands = {"x"}}); };
-  plain(OpKind::Neg, "-x");
-  plain(OpKind::Abs, "absolute value");
+  // Float operands only, or (numeric) integers too.
+  auto plain = [](OpKind k, std::string_view doc) {
+    rlx::ir::define_op({.kind = k, .doc = doc, .operands = {"x"}, .infer = float_unary});
+  };
+  auto numeric = [](OpKind k, std::string_view doc) {
+    rlx::ir::define_op({.kind = k, .doc = doc, .operands = {"x"}, .infer = numeric_unary});
+  };
+  numeric(OpKind::Neg, "-x");
+  numeric(OpKind::Abs, "absolute value");
   plain(OpKind::Exp, "e^x");
   plain(OpKind::Log, "natural logarithm");
   plain(OpKind::Sqrt, "square root");
   plain(OpKind::Rsqrt, "1 / sqrt(x)");
   plain(OpKind::Reciprocal, "1 / x");
   plain(OpKind::Tanh, "hyperbolic tangent");
-  plain(OpKind::Relu, "max(x, 0), NaN kept");
+  numeric(OpKind::Relu, "max(x, 0), NaN kept");
   plain(OpKind::Erf, "error function");
   plain(OpKind::Sin, "sine");
   plain(OpKind::Cos, "cosine");
-  plain(OpKind::Floor, "round down");
-  plain(OpKind::Ceil, "round up");
-  plain(OpKind::Round, "round half to even");
-  plain(OpKind::Sign, "-1, 0 or 1; NaN kept");
-  plain(OpKind::Not, "logical not (bool)");
+  numeric(OpKind::Floor, "round down");
+  numeric(OpKind::Ceil, "round up");
+  numeric(OpKind::Round, "round half to even");
+  numeric(OpKind::Sign, "-1, 0 or 1; NaN kept");
+  rlx::ir::define_op({.kind = OpKind::Not, .doc = "logical not (bool)", .operands = {"x"}, .infer = bool_unary});
   auto formula = [](OpKind k, std::string_view doc, auto f) {
-    rlx::ir::define_op({.kind = k, .doc = doc, .operands = {"x"}, .formula = unary_formula(f), .flops_per_element = 8});
+    rlx::ir::define_op({.kind = k,
+                        .doc = doc,
+                        .operands = {"x"},
+                        .infer = float_unary,
+                        .formula = unary_formula(f),
+                        .flops_per_element = 8});
   };
   formula(OpKind::Sigmoid, "1 / (1 + e^-x)", [](Expr x) { return sigmoid(x); });
   formula(OpKind::Gelu, "x Phi(x), the erf form", [](Expr x) { return 0.5 * x * (1.0 + erf(x * (1 / sqrt2))); });
@@ -56,9 +95,11 @@ RLX_OP_FAMILY(unary) {
   rlx::ir::define_op({.kind = OpKind::Cast,
                       .doc = "convert to dtype `to` (bool: x != 0)",
                       .operands = {"x"},
-                      .attrs = {{"to", T::DType, true}}});
+                      .attrs = {{"to", T::DType, true}},
+                      .infer = cast_infer});
   rlx::ir::define_op({.kind = OpKind::Clamp,
                       .doc = "numpy's clip: min(max(x, min), max); a NaN bound gives NaN",
                       .operands = {"x"},
-                      .attrs = {{"min", T::Float, true}, {"max", T::Float, true}}});
+                      .attrs = {{"min", T::Float, true}, {"max", T::Float, true}},
+                      .infer = clamp_infer});
 }
