@@ -247,37 +247,20 @@ NodeId attention(const Ctx& c) {
   return g.matmul(softmax(g, s, -1), c.in[2]);
 }
 
-// Each composite's decomposition, with exactly the semantics in rlx/ir/graph.hpp.
-NodeId decomposition(const ir::DecomposeArgs& args) {
-  const Ctx c(args);
-  const auto& a = c.n.attrs;
-  switch (c.n.op) {
-    case OpKind::Linear: {
-      // matmul needs rank >= 2: a vector x is a row of one.
-      bool vec = c.g.node(c.in[0]).shape.rank() == 1;
-      const auto& xs = c.g.node(c.in[0]).shape;
-      NodeId x = vec ? c.g.reshape(c.in[0], ir::Shape(std::vector<ir::Dim>{ir::Dim(1), xs[0]})) : c.in[0];
-      NodeId y = c.g.matmul(x, c.in[1]);
-      if (vec) y = c.g.reshape(y, ir::Shape(std::vector<ir::Dim>{c.g.node(y).shape[1]}));
-      if (auto bias = c.optional_arg(2)) y = c.g.add(y, *bias);
-      return y;
-    }
-    case OpKind::Embedding: return c.g.index_select(c.in[0], c.in[1], 0);
-    case OpKind::Softmax: return softmax(c.g, c.in[0], a.get_int("axis"));
-    case OpKind::LogSoftmax: return log_softmax(c.g, c.in[0], a.get_int("axis"));
-    case OpKind::LayerNorm: return layer_norm(c);
-    case OpKind::RmsNorm: return rms_norm(c);
-    case OpKind::Conv1d: return conv(c, 1);
-    case OpKind::Conv2d: return conv(c, 2);
-    case OpKind::MaxPool2d: return pool2d(c, true);
-    case OpKind::AvgPool2d: return pool2d(c, false);
-    case OpKind::Attention: return attention(c);
-    case OpKind::SoftmaxBackward: return softmax_backward(c, false);
-    case OpKind::LogSoftmaxBackward: return softmax_backward(c, true);
-    case OpKind::LayerNormBackward: return norm_backward(c, false);
-    case OpKind::RmsNormBackward: return norm_backward(c, true);
-    default: c.fail("no decomposition for this composite");
-  }
+NodeId linear(const Ctx& c) {
+  // matmul needs rank >= 2: a vector x is a row of one.
+  const Shape xs = c.arg(0).shape;
+  const bool vec = xs.rank() == 1;
+  NodeId x = vec ? c.g.reshape(c.in[0], Shape(std::vector<Dim>{Dim(1), xs[0]})) : c.in[0];
+  NodeId y = c.g.matmul(x, c.in[1]);
+  if (vec) y = c.g.reshape(y, Shape(std::vector<Dim>{c.g.node(y).shape[1]}));
+  if (auto bias = c.optional_arg(2)) y = c.g.add(y, *bias);
+  return y;
+}
+
+// A table decomposition from one of the rules above, written over Ctx.
+std::function<NodeId(const DecomposeArgs&)> via(NodeId (*rule)(const Ctx&)) {
+  return [rule](const DecomposeArgs& a) { return rule(Ctx(a)); };
 }
 
 // group_norm: x [N, C, spatial...] normalized per sample over each group of
@@ -354,11 +337,12 @@ RLX_OP_FAMILY(nn) {
   using namespace rlx::ops;
   using rlx::ir::define_op;
   const std::vector<AttrSpec> axis{{"axis", T::Int, true}};
-  const std::vector<AttrSpec> layer_norm{{"axis", T::Int, true}, {"eps", T::Float, false, 1e-5}};
-  const std::vector<AttrSpec> rms_norm{{"eps", T::Float, false, 1e-6}};
-  const std::vector<AttrSpec> conv{
+  const std::vector<AttrSpec> layer_norm_attrs{{"axis", T::Int, true}, {"eps", T::Float, false, 1e-5}};
+  const std::vector<AttrSpec> rms_norm_attrs{{"eps", T::Float, false, 1e-6}};
+  const std::vector<AttrSpec> conv_attrs{
       {"stride", T::Ints, true}, {"padding", T::Ints, true}, {"dilation", T::Ints, true}, {"groups", T::Int, true}};
-  const std::vector<AttrSpec> pool{{"kernel", T::Ints, true}, {"stride", T::Ints, true}, {"padding", T::Ints, true}};
+  const std::vector<AttrSpec> pool_attrs{
+      {"kernel", T::Ints, true}, {"stride", T::Ints, true}, {"padding", T::Ints, true}};
   define_op({.kind = OpKind::MatMul,
              .doc = "[..,M,K] x [..,K,N], batch dims broadcast",
              .operands = {"a", "b"},
@@ -366,27 +350,27 @@ RLX_OP_FAMILY(nn) {
   define_op({.kind = OpKind::Linear,
              .doc = "x w + b, w as [in, out]",
              .operands = {"x", "w", "b?"},
-             .decompose = decomposition});
+             .decompose = via(linear)});
   define_op({.kind = OpKind::Softmax,
              .doc = "softmax along `axis`",
              .operands = {"x"},
              .attrs = axis,
-             .decompose = decomposition});
+             .decompose = via([](const Ctx& c) { return softmax(c.g, c.in[0], c.n.attrs.get_int("axis")); })});
   define_op({.kind = OpKind::LogSoftmax,
              .doc = "log-softmax along `axis`",
              .operands = {"x"},
              .attrs = axis,
-             .decompose = decomposition});
+             .decompose = via([](const Ctx& c) { return log_softmax(c.g, c.in[0], c.n.attrs.get_int("axis")); })});
   define_op({.kind = OpKind::LayerNorm,
              .doc = "normalized over dims [axis..), then * gamma + beta",
              .operands = {"x", "gamma?", "beta?"},
-             .attrs = layer_norm,
-             .decompose = decomposition});
+             .attrs = layer_norm_attrs,
+             .decompose = via(layer_norm)});
   define_op({.kind = OpKind::RmsNorm,
              .doc = "x / rms(x) over the last dim, then * gamma",
              .operands = {"x", "gamma?"},
-             .attrs = rms_norm,
-             .decompose = decomposition});
+             .attrs = rms_norm_attrs,
+             .decompose = via(rms_norm)});
   define_op({.kind = OpKind::GroupNorm,
              .doc = "per sample, normalized over each of num_groups channel groups, then * gamma + beta per channel",
              .operands = {"x", "gamma?", "beta?"},
@@ -398,51 +382,51 @@ RLX_OP_FAMILY(nn) {
   define_op({.kind = OpKind::Conv1d,
              .doc = "x [N,C,L], w [O,C/g,k]",
              .operands = {"x", "w", "b?"},
-             .attrs = conv,
-             .decompose = decomposition});
+             .attrs = conv_attrs,
+             .decompose = via([](const Ctx& c) { return conv(c, 1); })});
   define_op({.kind = OpKind::Conv2d,
              .doc = "x [N,C,H,W], w [O,C/g,kh,kw]",
              .operands = {"x", "w", "b?"},
-             .attrs = conv,
-             .decompose = decomposition});
+             .attrs = conv_attrs,
+             .decompose = via([](const Ctx& c) { return conv(c, 2); })});
   define_op({.kind = OpKind::MaxPool2d,
              .doc = "max over windows of the last two dims",
              .operands = {"x"},
-             .attrs = pool,
-             .decompose = decomposition});
+             .attrs = pool_attrs,
+             .decompose = via([](const Ctx& c) { return pool2d(c, true); })});
   define_op({.kind = OpKind::AvgPool2d,
              .doc = "mean over windows of the last two dims (padding counts)",
              .operands = {"x"},
-             .attrs = pool,
-             .decompose = decomposition});
+             .attrs = pool_attrs,
+             .decompose = via([](const Ctx& c) { return pool2d(c, false); })});
   define_op({.kind = OpKind::Embedding,
              .doc = "rows of `table` picked by `ids`",
              .operands = {"table", "ids"},
-             .decompose = decomposition});
+             .decompose = via([](const Ctx& c) { return c.g.index_select(c.in[0], c.in[1], 0); })});
   define_op({.kind = OpKind::Attention,
              .doc = "softmax(q k^T scale [+ mask]) v; a bool mask keeps True",
              .operands = {"q", "k", "v", "mask?"},
              .attrs = {{"causal", T::Bool, true}, {"scale", T::Float, true}},
-             .decompose = decomposition});
+             .decompose = via(attention)});
   define_op({.kind = OpKind::SoftmaxBackward,
              .doc = "softmax's input cotangent from (y, dy)",
              .operands = {"y", "dy"},
              .attrs = axis,
-             .decompose = decomposition});
+             .decompose = via([](const Ctx& c) { return softmax_backward(c, false); })});
   define_op({.kind = OpKind::LogSoftmaxBackward,
              .doc = "log_softmax's input cotangent from (y, dy)",
              .operands = {"y", "dy"},
              .attrs = axis,
-             .decompose = decomposition});
+             .decompose = via([](const Ctx& c) { return softmax_backward(c, true); })});
   define_op({.kind = OpKind::LayerNormBackward,
              .doc = "layer_norm's input cotangent from (x, dy, gamma?)",
              .operands = {"x", "dy", "gamma?"},
-             .attrs = layer_norm,
-             .decompose = decomposition});
+             .attrs = layer_norm_attrs,
+             .decompose = via([](const Ctx& c) { return norm_backward(c, false); })});
   define_op({.kind = OpKind::RmsNormBackward,
              .doc = "rms_norm's input cotangent from (x, dy, gamma?)",
              .operands = {"x", "dy", "gamma?"},
-             .attrs = rms_norm,
-             .decompose = decomposition});
+             .attrs = rms_norm_attrs,
+             .decompose = via([](const Ctx& c) { return norm_backward(c, true); })});
   // `rlx new-op --builtin NAME --kind composite` adds a composite's entry above this line.
 }
