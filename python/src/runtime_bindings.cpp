@@ -75,6 +75,17 @@ ir::Tensor param_from_bytes(const ir::Graph& g, const std::string& name, nb::byt
   return t;
 }
 
+// set_param from an array for a holder of several compiled graphs. The GIL is released while their run locks are
+// taken: a run in progress may need it (a Python kernel).
+template <class Holder>
+auto set_param_from_array() {
+  return [](Holder& r, const std::string& name, const AnyArray& a, const std::string& dtype) {
+    auto t = pyrlx::array_to_tensor(a, ir::parse_dtype(dtype));
+    nb::gil_scoped_release release;
+    r.set_param(name, t);
+  };
+}
+
 }  // namespace
 
 void bind_runtime(nb::module_& m) {
@@ -224,12 +235,7 @@ void bind_runtime(nb::module_& m) {
   nb::class_<rt::GraphDevices>(m, "_GraphDevices")
       .def("__init__", [](rt::GraphDevices* self, const ir::Graph& g,
                           const rt::DevicePolicy& p) { new (self) rt::GraphDevices(g, p); })
-      .def("set_param",
-           [](rt::GraphDevices& r, const std::string& name, const AnyArray& a, const std::string& dtype) {
-             auto t = pyrlx::array_to_tensor(a, ir::parse_dtype(dtype));
-             nb::gil_scoped_release release;  // compiled graphs' run locks: a run may need the GIL
-             r.set_param(name, t);
-           })
+      .def("set_param", set_param_from_array<rt::GraphDevices>())
       .def("set_param_typed",
            [](rt::GraphDevices& r, const std::string& name, nb::bytes data, const std::string& dtype) {
              r.set_param_typed(name, param_from_bytes(r.graph(), name, data, dtype));
@@ -303,12 +309,7 @@ void bind_runtime(nb::module_& m) {
              nb::gil_scoped_release release;
              new (self) rt::DeviceRouter(g, p);
            })
-      .def("set_param",
-           [](rt::DeviceRouter& r, const std::string& name, const AnyArray& a, const std::string& dtype) {
-             auto t = pyrlx::array_to_tensor(a, ir::parse_dtype(dtype));
-             nb::gil_scoped_release release;  // compiled graphs' run locks: a run may need the GIL
-             r.set_param(name, t);
-           })
+      .def("set_param", set_param_from_array<rt::DeviceRouter>())
       .def("set_param_typed",
            [](rt::DeviceRouter& r, const std::string& name, nb::bytes data, const std::string& dtype) {
              r.set_param_typed(name, param_from_bytes(r.devices().graph(), name, data, dtype));
