@@ -158,17 +158,10 @@ Value eval_formula(const Ctx& c) {
 }
 
 Value eval_table_reference(const Ctx& c) {
-  std::vector<const ir::F64Value*> in;
-  std::vector<ir::F64Value> copies(c.in.size());
-  for (std::size_t i = 0; i < c.in.size(); ++i) {
-    copies[i] = {c.x(i).ext, c.x(i).v};
-    in.push_back(&copies[i]);
-  }
-  ir::F64Value out = ir::op_def(c.n.op).reference(in, c.n);
+  const std::vector<const ir::F64Value*> in(c.in.begin(), c.in.end());
   Value r;
+  static_cast<ir::F64Value&>(r) = ir::op_def(c.n.op).reference(in, c.n);
   r.dtype = c.n.dtype;
-  r.ext = std::move(out.ext);
-  r.v = std::move(out.v);
   if (r.v.size() != std::size_t(numel(r.ext))) c.fail("the op table's reference returned a wrong element count");
   return r;
 }

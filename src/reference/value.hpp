@@ -11,6 +11,7 @@
 #include "rlx/error.hpp"
 #include "rlx/ir/graph.hpp"
 #include "rlx/ir/limits.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::reference::detail {
 
@@ -25,13 +26,12 @@ inline std::size_t checked_size(const Ext& e) {
   return std::size_t(n);
 }
 
-struct Value {
+// The extents and elements are an ir::F64Value, so an op table's reference rule reads it in place.
+struct Value : ir::F64Value {
   ir::DType dtype = ir::DType::F64;
-  Ext ext;
-  std::vector<double> v;
 
   Value() = default;
-  Value(ir::DType d, Ext e) : dtype(d), ext(std::move(e)), v(checked_size(ext), 0.0) {}
+  Value(ir::DType d, Ext e) : ir::F64Value{std::move(e), {}}, dtype(d) { v.assign(checked_size(ext), 0.0); }
   std::size_t rank() const { return ext.size(); }
 };
 
