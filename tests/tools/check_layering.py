@@ -26,7 +26,8 @@ BELOW = {
     "runtime": {"compile"},
     "backends": {"runtime"},
     "flow": {"ir"},
-    "models": {"flow"},
+    "gguf": {"ir"},  # the GGUF container and ggml's block types (issue 14)
+    "models": {"flow", "gguf"},
     "autodiff": {"compile"},
     "codegen": {"compile"},
     "train": {"autodiff", "runtime"},
