@@ -287,8 +287,7 @@ std::vector<std::filesystem::path> scaffold_builtin_op(std::string_view name, st
                 "             // reference (group_norm above has all three).\n"
                 "             .infer = [](const rlx::ir::InferArgs& a) { return a.inputs[0]; },\n"
                 "             .decompose = [](const rlx::ir::DecomposeArgs& a) { return a.in[0]; },\n"
-                "             .reference = [](std::span<const rlx::ir::F64Value* const> in,\n"
-                "                             const rlx::ir::Node&) { return *in[0]; }});\n";
+                "             .reference = [](const ReferenceArgs& c) { return c.x(0); }});\n";
   const std::string marker =
       unary ? "// `rlx new-op --builtin NAME` adds" : "// `rlx new-op --builtin NAME --kind composite`";
   const std::string family_text = with_entry(read_text(family), marker, entry, family);

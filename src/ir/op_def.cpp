@@ -53,6 +53,17 @@ void define_op(OpDef def) {
 
 const std::vector<AttrSpec>& op_attr_schema(OpKind k) { return op_def(k).attrs; }
 
+double estimated_numel(const Shape& s) {
+  double e = 1;
+  for (const auto& d : s.dims()) e *= d.is_static() ? double(d.size) : 1.0;
+  return e;
+}
+
+double op_flops(OpKind k, std::span<const TypeInfo> in, const TypeInfo& out) {
+  const OpDef& def = op_def(k);
+  return def.flops ? def.flops(in, out) : estimated_numel(out.shape) * def.flops_per_element;
+}
+
 void fill_default_attrs(OpKind k, Attrs& attrs) {
   for (const AttrSpec& s : op_def(k).attrs)
     if (s.default_value && !attrs.has(s.key)) attrs.set(std::string(s.key), *s.default_value);

@@ -1,4 +1,6 @@
 // Binary elementwise ops (NumPy broadcasting, one dtype) and where.
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "ops/family.hpp"
@@ -41,36 +43,102 @@ ir::TypeInfo where_infer(const ir::InferArgs& a) {
           ir::broadcast_shapes(ir::broadcast_shapes(a.inputs[0].shape, a.inputs[1].shape), a.inputs[2].shape)};
 }
 
+// ---- float64 references ----
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A binary op's reference over broadcast operands from its float64 scalar
+// function; an integer division, remainder or power has its own, in int64, so
+// i64 operands are exact and wrap like hardware.
+using Scalar2 = double (*)(double, double);
+std::function<F64Value(const ReferenceArgs&)> binary_reference(Scalar2 f, Scalar2 integer = nullptr) {
+  return [f, integer](const ReferenceArgs& c) {
+    const F64Value &x = c.x(0), &y = c.x(1);
+    F64Value r = c.result(broadcast_extents(c, x.ext, y.ext));
+    const auto ma = broadcast_map(c, x.ext, r.ext), mb = broadcast_map(c, y.ext, r.ext);
+    const Scalar2 op = integer && !ir::is_float(x.dtype) ? integer : f;
+    for (std::size_t i = 0; i < r.v.size(); ++i) r.v[i] = op(x.v[ma[i]], y.v[mb[i]]);
+    return r;
+  };
+}
+
+std::int64_t ipow(std::int64_t base, std::int64_t e) {
+  if (e < 0) return base == 1 ? 1 : base == -1 ? (e % 2 ? -1 : 1) : 0;  // what 1/base^|e| truncates to
+  std::uint64_t r = 1, b = std::uint64_t(base);
+  for (; e; e >>= 1, b *= b)
+    if (e & 1) r *= b;
+  return std::int64_t(r);
+}
+
+// Division by zero yields 0, like NumPy; INT64_MIN / -1 wraps.
+double int_div(double a, double b) {
+  const auto x = std::int64_t(a), y = std::int64_t(b);
+  if (y == 0) return 0;
+  return double(y == -1 ? std::int64_t(0 - std::uint64_t(x)) : x / y);
+}
+
+double int_mod(double a, double b) {
+  const auto x = std::int64_t(a), y = std::int64_t(b);
+  if (y == 0 || y == -1) return 0;
+  const std::int64_t r = x % y;
+  return double(r != 0 && (r < 0) != (y < 0) ? r + y : r);
+}
+
+// The divisor's sign, like numpy (a zero remainder keeps it too).
+double float_mod(double a, double b) {
+  const double r = std::fmod(a, b);
+  if (r == 0) return std::copysign(0.0, b);
+  return (r < 0) != (b < 0) ? r + b : r;
+}
+
+F64Value where_reference(const ReferenceArgs& c) {
+  const F64Value &cond = c.x(0), &a = c.x(1), &b = c.x(2);
+  F64Value r = c.result(broadcast_extents(c, broadcast_extents(c, cond.ext, a.ext), b.ext));
+  const auto mc = broadcast_map(c, cond.ext, r.ext), ma = broadcast_map(c, a.ext, r.ext),
+             mb = broadcast_map(c, b.ext, r.ext);
+  for (std::size_t i = 0; i < r.v.size(); ++i) r.v[i] = cond.v[mc[i]] != 0 ? a.v[ma[i]] : b.v[mb[i]];
+  return r;
+}
+
 }  // namespace
 }  // namespace rlx::ops
 
 RLX_OP_FAMILY(binary) {
   using namespace rlx::ops;
-  auto plain = [](OpKind k, std::string_view doc) {
+  auto plain = [](OpKind k, std::string_view doc, Scalar2 f, Scalar2 integer = nullptr) {
     const bool cmp = rlx::ir::is_comparison(k), logic = k == OpKind::And || k == OpKind::Or;
     rlx::ir::define_op({.kind = k,
                         .doc = doc,
                         .operands = {"a", "b"},
                         .infer = cmp     ? comparison
                                  : logic ? logical
-                                         : arithmetic});
+                                         : arithmetic,
+                        .reference = binary_reference(f, integer)});
   };
-  plain(OpKind::Add, "a + b");
-  plain(OpKind::Sub, "a - b");
-  plain(OpKind::Mul, "a * b");
-  plain(OpKind::Div, "a / b; integers truncate, x / 0 = 0");
-  plain(OpKind::Pow, "a^b");
-  plain(OpKind::Max, "the larger; NaN if either is");
-  plain(OpKind::Min, "the smaller; NaN if either is");
-  plain(OpKind::Mod, "remainder with the divisor's sign, like numpy");
-  plain(OpKind::Eq, "a == b (bool)");
-  plain(OpKind::Ne, "a != b (bool)");
-  plain(OpKind::Lt, "a < b (bool)");
-  plain(OpKind::Le, "a <= b (bool)");
-  plain(OpKind::Gt, "a > b (bool)");
-  plain(OpKind::Ge, "a >= b (bool)");
-  plain(OpKind::And, "logical and (bool)");
-  plain(OpKind::Or, "logical or (bool)");
-  rlx::ir::define_op(
-      {.kind = OpKind::Where, .doc = "cond ? a : b", .operands = {"cond", "a", "b"}, .infer = where_infer});
+  plain(OpKind::Add, "a + b", [](double a, double b) { return a + b; });
+  plain(OpKind::Sub, "a - b", [](double a, double b) { return a - b; });
+  plain(OpKind::Mul, "a * b", [](double a, double b) { return a * b; });
+  plain(
+      OpKind::Div, "a / b; integers truncate, x / 0 = 0", [](double a, double b) { return a / b; }, int_div);
+  plain(
+      OpKind::Pow, "a^b", [](double a, double b) { return std::pow(a, b); },
+      [](double a, double b) { return double(ipow(std::int64_t(a), std::int64_t(b))); });
+  plain(OpKind::Max, "the larger; NaN if either is",
+        [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::fmax(a, b); });
+  plain(OpKind::Min, "the smaller; NaN if either is",
+        [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::fmin(a, b); });
+  plain(OpKind::Mod, "remainder with the divisor's sign, like numpy", float_mod, int_mod);
+  plain(OpKind::Eq, "a == b (bool)", [](double a, double b) { return double(a == b); });
+  plain(OpKind::Ne, "a != b (bool)", [](double a, double b) { return double(a != b); });
+  plain(OpKind::Lt, "a < b (bool)", [](double a, double b) { return double(a < b); });
+  plain(OpKind::Le, "a <= b (bool)", [](double a, double b) { return double(a <= b); });
+  plain(OpKind::Gt, "a > b (bool)", [](double a, double b) { return double(a > b); });
+  plain(OpKind::Ge, "a >= b (bool)", [](double a, double b) { return double(a >= b); });
+  plain(OpKind::And, "logical and (bool)", [](double a, double b) { return double(a != 0 && b != 0); });
+  plain(OpKind::Or, "logical or (bool)", [](double a, double b) { return double(a != 0 || b != 0); });
+  rlx::ir::define_op({.kind = OpKind::Where,
+                      .doc = "cond ? a : b",
+                      .operands = {"cond", "a", "b"},
+                      .infer = where_infer,
+                      .reference = where_reference});
 }

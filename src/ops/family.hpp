@@ -10,8 +10,18 @@ namespace rlx::ops {
 
 using ir::AttrSpec;
 using ir::Expr;
+// The float64 references' value type and helpers (rlx/ir/f64_value.hpp).
+using ir::broadcast_extents;
+using ir::broadcast_map;
+using ir::Extents;
+using ir::extents_str;
+using ir::F64Value;
+using ir::for_each_index;
+using ir::numel;
 using ir::OpDef;
 using ir::OpKind;
+using ir::ReferenceArgs;
+using ir::strided_map;
 using T = ir::AttrType;
 using i64 = std::int64_t;
 
@@ -19,6 +29,17 @@ using i64 = std::int64_t;
 ir::TypeInfo float_unary(const ir::InferArgs& a);    // a float operand; the result has its type
 ir::TypeInfo numeric_unary(const ir::InferArgs& a);  // any dtype but bool
 ir::TypeInfo same_dtypes_broadcast(const ir::InferArgs& a, ir::DType* common);  // the broadcast shape
+
+// The float64 reference of a unary elementwise op from its scalar function.
+template <class F>
+std::function<F64Value(const ReferenceArgs&)> unary_reference(F f) {
+  return [f](const ReferenceArgs& c) {
+    const F64Value& x = c.x(0);
+    F64Value r = c.result(x.ext);
+    for (std::size_t i = 0; i < r.v.size(); ++i) r.v[i] = f(x.v[i]);
+    return r;
+  };
+}
 
 // An elementwise formula of one operand.
 template <class F>

@@ -1,36 +1,495 @@
 // Movement: reshape, permute, slicing, joining, indexing.
+#include <algorithm>
+#include <limits>
+#include <string>
+
 #include "ops/family.hpp"
+#include "rlx/ir/limits.hpp"
+
+namespace rlx::ops {
+namespace {
+
+using ir::Dim;
+using ir::InferArgs;
+using ir::Shape;
+using ir::TypeInfo;
+
+std::size_t axis_of(const InferArgs& a, std::size_t rank) {
+  return static_cast<std::size_t>(ir::normalize_axis(a.attrs.get_int("axis"), rank));
+}
+void require_rank(const InferArgs& a) { a.require(a.inputs[0].shape.rank() > 0, "needs an input of rank >= 1"); }
+const TypeInfo& same_dtype_declared(const InferArgs& a) {
+  const TypeInfo& d = a.need_declared();
+  a.require(d.dtype == a.inputs[0].dtype, "cannot change the dtype");
+  return d;
+}
+
+TypeInfo reshape(const InferArgs& a) {
+  const TypeInfo& d = same_dtype_declared(a);
+  const Shape& s = a.inputs[0].shape;
+  if (s.is_static() && d.shape.is_static())
+    a.require(s.numel() == d.shape.numel(), "element count changes to " + d.shape.str());
+  return d;
+}
+
+TypeInfo expand(const InferArgs& a) {
+  const TypeInfo& d = same_dtype_declared(a);
+  a.require(ir::broadcast_shapes(a.inputs[0].shape, d.shape) == d.shape, "cannot expand to " + d.shape.str());
+  return d;
+}
+
+TypeInfo permute(const InferArgs& a) {
+  const Shape& s = a.inputs[0].shape;
+  const auto& perm = a.attrs.get_ints("perm");
+  a.require(perm.size() == s.rank(),
+            "perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(s.rank()));
+  std::vector<bool> seen(s.rank(), false);
+  std::vector<Dim> out;
+  for (auto p : perm) {
+    a.require(p >= 0 && static_cast<std::size_t>(p) < s.rank() && !seen[static_cast<std::size_t>(p)],
+              "perm is not a permutation");
+    seen[static_cast<std::size_t>(p)] = true;
+    out.push_back(s[static_cast<std::size_t>(p)]);
+  }
+  return {a.inputs[0].dtype, Shape(std::move(out))};
+}
+
+TypeInfo slice(const InferArgs& a) {
+  const Shape& s = a.inputs[0].shape;
+  const auto &st = a.attrs.get_ints("starts"), &en = a.attrs.get_ints("ends"), &sp = a.attrs.get_ints("steps");
+  const std::size_t rank = s.rank();
+  a.require(st.size() == rank && en.size() == rank && sp.size() == rank, "starts/ends/steps need one entry per axis");
+  std::vector<Dim> out;
+  for (std::size_t i = 0; i < rank; ++i) {
+    a.require(sp[i] >= 1, "steps must be >= 1 (use flip for reversal)");
+    if (!s[i].is_static()) {
+      a.require(st[i] == 0 && en[i] == std::numeric_limits<i64>::max() && sp[i] == 1,
+                "cannot slice the symbolic dim " + s[i].sym);
+      out.push_back(s[i]);
+      continue;
+    }
+    a.require(0 <= st[i] && st[i] <= en[i] && en[i] <= s[i].size, "slice [" + std::to_string(st[i]) + ":" +
+                                                                      std::to_string(en[i]) +
+                                                                      "] is out of range on axis " + std::to_string(i));
+    const i64 span = en[i] - st[i];  // >= 0, no overflow: both are in [0, extent]
+    out.emplace_back(span / sp[i] + (span % sp[i] != 0));
+  }
+  return {a.inputs[0].dtype, Shape(std::move(out))};
+}
+
+TypeInfo concat(const InferArgs& a) {
+  require_rank(a);
+  const Shape& s0 = a.inputs[0].shape;
+  const std::size_t rank = s0.rank(), axis = axis_of(a, rank);
+  std::vector<Dim> out = s0.dims();
+  i64 total = 0;
+  for (const TypeInfo& t : a.inputs) {
+    a.require(t.dtype == a.inputs[0].dtype, "input dtypes differ");
+    a.require(t.shape.rank() == rank, "input ranks differ");
+    for (std::size_t d = 0; d < rank; ++d)
+      if (d != axis) a.require(t.shape[d] == s0[d], "dims differ off the concat axis");
+    a.require(t.shape[axis].is_static(), "cannot concat along a symbolic dim");
+    total = ir::limits::checked_add(total, t.shape[axis].size, "the concat axis");
+  }
+  out[axis] = Dim(total);
+  return {a.inputs[0].dtype, Shape(std::move(out))};
+}
+
+TypeInfo pad(const InferArgs& a) {
+  const Shape& s = a.inputs[0].shape;
+  const std::size_t rank = s.rank();
+  const auto& pads = a.attrs.get_ints("pads");
+  a.require(pads.size() == 2 * rank, "pads needs 2 entries per axis (befores then afters)");
+  std::vector<Dim> out;
+  for (std::size_t i = 0; i < rank; ++i) {
+    if (pads[i] == 0 && pads[i + rank] == 0) {
+      out.push_back(s[i]);
+      continue;
+    }
+    a.require(s[i].is_static(), "cannot pad a symbolic dim");
+    using ir::limits::checked_add;
+    auto e = checked_add(checked_add(s[i].size, pads[i], "pad"), pads[i + rank], "pad");
+    a.require(e >= 0, "padding crops axis " + std::to_string(i) + " below zero");
+    out.emplace_back(e);
+  }
+  return {a.inputs[0].dtype, Shape(std::move(out))};
+}
+
+void require_indices(const InferArgs& a) { a.require(ir::is_integer(a.inputs[1].dtype), "indices must be integers"); }
+
+TypeInfo gather(const InferArgs& a) {
+  require_rank(a);
+  require_indices(a);
+  const Shape &s = a.inputs[0].shape, &si = a.inputs[1].shape;
+  a.require(si.rank() == s.rank(), "indices need the input's rank");
+  const std::size_t axis = axis_of(a, s.rank());
+  for (std::size_t d = 0; d < s.rank(); ++d)
+    if (d != axis && si[d].is_static() && s[d].is_static())
+      a.require(si[d].size <= s[d].size, "indices exceed the input on axis " + std::to_string(d));
+  return {a.inputs[0].dtype, si};
+}
+
+TypeInfo index_select(const InferArgs& a) {
+  require_indices(a);
+  const Shape& s = a.inputs[0].shape;
+  const auto axis = static_cast<std::ptrdiff_t>(axis_of(a, s.rank()));
+  a.require(s.rank() > 0, "needs rank >= 1");
+  std::vector<Dim> out(s.dims().begin(), s.dims().begin() + axis);
+  for (const auto& d : a.inputs[1].shape.dims()) out.push_back(d);
+  out.insert(out.end(), s.dims().begin() + axis + 1, s.dims().end());
+  return {a.inputs[0].dtype, Shape(std::move(out))};
+}
+
+TypeInfo scatter_add(const InferArgs& a) {
+  require_rank(a);
+  require_indices(a);
+  const TypeInfo &x = a.inputs[0], &idx = a.inputs[1], &upd = a.inputs[2];
+  a.require(idx.shape == upd.shape, "indices and updates shapes differ");
+  a.require(upd.dtype == x.dtype, "updates dtype differs");
+  a.require(idx.shape.rank() == x.shape.rank(), "indices need the input's rank");
+  axis_of(a, x.shape.rank());
+  return x;
+}
+
+TypeInfo squeeze(const InferArgs& a) {
+  require_rank(a);
+  const Shape& s = a.inputs[0].shape;
+  std::vector<bool> drop(s.rank(), false);
+  for (auto ax : a.attrs.get_ints("axes")) {
+    auto i = static_cast<std::size_t>(ir::normalize_axis(ax, s.rank()));
+    a.require(s[i].is_static() && s[i].size == 1,
+              "axis " + std::to_string(ax) + " has extent " + s[i].str() + ", not 1");
+    drop[i] = true;
+  }
+  std::vector<Dim> out;
+  for (std::size_t i = 0; i < s.rank(); ++i)
+    if (!drop[i]) out.push_back(s[i]);
+  return {a.inputs[0].dtype, Shape(std::move(out))};
+}
+
+TypeInfo unsqueeze(const InferArgs& a) {
+  const Shape& s = a.inputs[0].shape;
+  const auto& axes = a.attrs.get_ints("axes");
+  const std::size_t out_rank = s.rank() + axes.size();
+  std::vector<bool> add(out_rank, false);
+  for (auto ax : axes) {
+    auto i = static_cast<std::size_t>(ir::normalize_axis(ax, out_rank));
+    a.require(!add[i], "axis repeated");
+    add[i] = true;
+  }
+  std::vector<Dim> out;
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < out_rank; ++i) out.push_back(add[i] ? Dim(1) : s[j++]);
+  return {a.inputs[0].dtype, Shape(std::move(out))};
+}
+
+TypeInfo flip(const InferArgs& a) {
+  require_rank(a);
+  for (auto ax : a.attrs.get_ints("axes")) ir::normalize_axis(ax, a.inputs[0].shape.rank());
+  return a.inputs[0];
+}
+
+// ---- float64 references: strided ops (permute, slice, flip, expand) are one
+// view gather, per result dim a source stride, plus a base offset.
+namespace ref {
+
+F64Value view(const ReferenceArgs& c, const F64Value& x, Extents out, const Extents& strides, std::int64_t base) {
+  F64Value r(c.n.dtype, std::move(out));
+  auto map = strided_map(r.ext, strides, base);
+  for (std::size_t i = 0; i < r.v.size(); ++i) r.v[i] = x.v[map[i]];
+  return r;
+}
+
+F64Value relabel(const ReferenceArgs& c, const F64Value& x, Extents out) {
+  if (numel(out) != numel(x.ext)) c.fail("cannot reshape " + extents_str(x.ext) + " to " + extents_str(out));
+  F64Value r = x;
+  r.ext = std::move(out);
+  return r;
+}
+
+std::vector<bool> axis_set(const ReferenceArgs& c, std::size_t rank) {
+  std::vector<bool> s(rank, false);
+  for (auto a : c.attrs().get_ints("axes")) s[std::size_t(c.axis(a, rank))] = true;
+  return s;
+}
+
+F64Value permute(const ReferenceArgs& c, const F64Value& x) {
+  const auto& perm = c.attrs().get_ints("perm");
+  if (perm.size() != x.rank())
+    c.fail("perm has " + std::to_string(perm.size()) + " entries for rank " + std::to_string(x.rank()));
+  auto cs = ir::contiguous_strides(x.ext);
+  Extents out(x.rank()), st(x.rank());
+  std::vector<bool> seen(x.rank(), false);
+  for (std::size_t i = 0; i < perm.size(); ++i) {
+    auto p = std::size_t(c.axis(perm[i], x.rank()));
+    if (seen[p]) c.fail("perm repeats axis " + std::to_string(p));
+    seen[p] = true;
+    out[i] = x.ext[p];
+    st[i] = cs[p];
+  }
+  return view(c, x, out, st, 0);
+}
+
+F64Value slice(const ReferenceArgs& c, const F64Value& x) {
+  const auto &starts = c.attrs().get_ints("starts"), &ends = c.attrs().get_ints("ends");
+  Extents steps = c.attrs().has("steps") ? c.attrs().get_ints("steps") : Extents(x.rank(), 1);
+  if (starts.size() != x.rank() || ends.size() != x.rank() || steps.size() != x.rank())
+    c.fail("slice needs starts/ends/steps of rank " + std::to_string(x.rank()));
+  auto cs = ir::contiguous_strides(x.ext);
+  Extents out(x.rank()), st(x.rank());
+  std::int64_t base = 0;
+  for (std::size_t d = 0; d < x.rank(); ++d) {
+    if (steps[d] < 1) c.fail("slice step must be >= 1");
+    // Python clamping, an identity on the builder's normalized values.
+    std::int64_t n = x.ext[d];
+    auto clampi = [n](std::int64_t i) { return std::clamp(i < 0 ? i + n : i, std::int64_t(0), n); };
+    std::int64_t s = clampi(starts[d]), e = clampi(ends[d]);
+    out[d] = e > s ? (e - s + steps[d] - 1) / steps[d] : 0;
+    st[d] = cs[d] * steps[d];
+    base += s * cs[d];
+  }
+  return view(c, x, out, st, base);
+}
+
+F64Value flip(const ReferenceArgs& c, const F64Value& x) {
+  auto flipped = axis_set(c, x.rank());
+  Extents st = ir::contiguous_strides(x.ext);
+  std::int64_t base = 0;
+  for (std::size_t d = 0; d < x.rank(); ++d)
+    if (flipped[d] && x.ext[d] > 0) {
+      base += (x.ext[d] - 1) * st[d];
+      st[d] = -st[d];
+    }
+  return view(c, x, x.ext, st, base);
+}
+
+F64Value concat(const ReferenceArgs& c) {
+  const F64Value& x0 = c.x(0);
+  auto axis = std::size_t(c.axis(c.attrs().get_int("axis"), x0.rank()));
+  Extents out = x0.ext;
+  out[axis] = 0;
+  for (auto* p : c.in) {
+    Extents e = p->ext;
+    if (e.size() != out.size()) c.fail("concat inputs differ in rank");
+    out[axis] += e[axis];
+    for (std::size_t d = 0; d < e.size(); ++d)
+      if (d != axis && e[d] != out[d])
+        c.fail("concat inputs " + extents_str(p->ext) + " and " + extents_str(x0.ext) + " differ");
+  }
+  F64Value r(c.n.dtype, out);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= out[d];
+  for (std::size_t d = axis + 1; d < out.size(); ++d) inner *= out[d];
+  std::int64_t row = out[axis] * inner, at = 0;
+  for (auto* p : c.in) {
+    std::int64_t chunk = p->ext[axis] * inner;
+    for (std::int64_t o = 0; o < outer; ++o) std::copy_n(p->v.begin() + o * chunk, chunk, r.v.begin() + o * row + at);
+    at += chunk;
+  }
+  return r;
+}
+
+F64Value pad(const ReferenceArgs& c, const F64Value& x) {
+  const auto& pads = c.attrs().get_ints("pads");
+  std::size_t rank = x.rank();
+  if (pads.size() != 2 * rank) c.fail("pads needs " + std::to_string(2 * rank) + " entries");
+  Extents out(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    out[d] = x.ext[d] + pads[d] + pads[rank + d];
+    if (out[d] < 0) c.fail("pads crop more than axis " + std::to_string(d) + " holds");
+  }
+  F64Value r(c.n.dtype, out);
+  double value = c.attrs().float_or("value", 0.0);
+  auto cs = ir::contiguous_strides(x.ext);
+  for_each_index(out, [&](const Extents& idx, std::int64_t flat) {
+    std::int64_t src = 0;
+    for (std::size_t d = 0; d < rank; ++d) {
+      std::int64_t i = idx[d] - pads[d];
+      if (i < 0 || i >= x.ext[d]) {
+        r.v[flat] = value;
+        return;
+      }
+      src += i * cs[d];
+    }
+    r.v[flat] = x.v[src];
+  });
+  return r;
+}
+
+// Offset into `x` of index `idx` with the `axis` coordinate replaced by
+// `at`; the other coordinates come from an index tensor and may exceed x.
+std::int64_t offset_with(const ReferenceArgs& c, const F64Value& x, const Extents& cs, const Extents& idx,
+                         std::size_t axis, std::int64_t at) {
+  std::int64_t off = 0;
+  for (std::size_t d = 0; d < idx.size(); ++d) {
+    std::int64_t i = d == axis ? at : idx[d];
+    if (i >= x.ext[d]) c.fail("index shape exceeds " + extents_str(x.ext) + " on axis " + std::to_string(d));
+    off += i * cs[d];
+  }
+  return off;
+}
+
+F64Value gather(const ReferenceArgs& c, const F64Value& x, const F64Value& idx) {
+  if (idx.rank() != x.rank()) c.fail("gather index must have the rank of the input");
+  auto axis = std::size_t(c.axis(c.attrs().get_int("axis"), x.rank()));
+  auto cs = ir::contiguous_strides(x.ext);
+  F64Value r(c.n.dtype, idx.ext);
+  for_each_index(idx.ext, [&](const Extents& i, std::int64_t flat) {
+    r.v[flat] = x.v[offset_with(c, x, cs, i, axis, c.index(idx.v[flat], x.ext[axis]))];
+  });
+  return r;
+}
+
+F64Value scatter_add(const ReferenceArgs& c, const F64Value& x, const F64Value& idx, const F64Value& upd) {
+  if (idx.rank() != x.rank() || upd.rank() != x.rank())
+    c.fail("scatter_add index and updates must have the input's rank");
+  auto axis = std::size_t(c.axis(c.attrs().get_int("axis"), x.rank()));
+  auto cs = ir::contiguous_strides(x.ext), us = ir::contiguous_strides(upd.ext);
+  F64Value r(c.n.dtype, x.ext);
+  r.v = x.v;
+  for_each_index(idx.ext, [&](const Extents& i, std::int64_t flat) {
+    std::int64_t u = 0;
+    for (std::size_t d = 0; d < i.size(); ++d) {
+      if (i[d] >= upd.ext[d]) c.fail("index shape exceeds updates " + extents_str(upd.ext));
+      u += i[d] * us[d];
+    }
+    r.v[offset_with(c, x, cs, i, axis, c.index(idx.v[flat], x.ext[axis]))] += upd.v[u];
+  });
+  return r;
+}
+
+F64Value index_select(const ReferenceArgs& c, const F64Value& x, const F64Value& idx) {
+  auto axis = std::size_t(c.axis(c.attrs().get_int("axis"), x.rank()));
+  Extents out(x.ext.begin(), x.ext.begin() + std::ptrdiff_t(axis));
+  out.insert(out.end(), idx.ext.begin(), idx.ext.end());
+  out.insert(out.end(), x.ext.begin() + std::ptrdiff_t(axis) + 1, x.ext.end());
+  std::int64_t outer = 1, inner = 1, n = x.ext[axis], k = numel(idx.ext);
+  for (std::size_t d = 0; d < axis; ++d) outer *= x.ext[d];
+  for (std::size_t d = axis + 1; d < x.rank(); ++d) inner *= x.ext[d];
+  F64Value r(c.n.dtype, out);
+  for (std::int64_t j = 0; j < k; ++j) {
+    std::int64_t at = c.index(idx.v[std::size_t(j)], n);
+    for (std::int64_t o = 0; o < outer; ++o)
+      std::copy_n(x.v.begin() + (o * n + at) * inner, inner, r.v.begin() + (o * k + j) * inner);
+  }
+  return r;
+}
+
+F64Value squeeze(const ReferenceArgs& c, const F64Value& x) {
+  auto gone = axis_set(c, x.rank());
+  Extents out;
+  for (std::size_t d = 0; d < x.rank(); ++d) {
+    if (gone[d] && x.ext[d] != 1)
+      c.fail("cannot squeeze axis " + std::to_string(d) + " of extent " + std::to_string(x.ext[d]));
+    if (!gone[d]) out.push_back(x.ext[d]);
+  }
+  return relabel(c, x, out);
+}
+
+F64Value unsqueeze(const ReferenceArgs& c, const F64Value& x) {
+  std::size_t rank = x.rank() + c.attrs().get_ints("axes").size();
+  auto added = axis_set(c, rank);
+  if (std::count(added.begin(), added.end(), true) != std::ptrdiff_t(rank - x.rank())) c.fail("unsqueeze axes repeat");
+  Extents out;
+  for (std::size_t d = 0, src = 0; d < rank; ++d) out.push_back(added[d] ? 1 : x.ext[src++]);
+  return relabel(c, x, out);
+}
+
+F64Value expand(const ReferenceArgs& c, const F64Value& x) {
+  F64Value r = c.result(c.declared());
+  auto map = ir::broadcast_map(c, x.ext, r.ext);
+  for (std::size_t i = 0; i < r.v.size(); ++i) r.v[i] = x.v[map[i]];
+  return r;
+}
+
+}  // namespace ref
+
+}  // namespace
+}  // namespace rlx::ops
 
 RLX_OP_FAMILY(movement) {
   using namespace rlx::ops;
   using rlx::ir::define_op;
   const std::vector<AttrSpec> axis{{"axis", T::Int, true}}, axes{{"axes", T::Ints, true}};
-  define_op({.kind = OpKind::Reshape, .doc = "the declared shape, same element count", .operands = {"x"}});
+  define_op({.kind = OpKind::Reshape,
+             .doc = "the declared shape, same element count",
+             .operands = {"x"},
+             .infer = reshape,
+             .reference = [](const ReferenceArgs& c) { return ref::relabel(c, c.x(0), c.declared()); },
+             .flops_per_element = 0});
   define_op({.kind = OpKind::Permute,
              .doc = "axes reordered by `perm`",
              .operands = {"x"},
-             .attrs = {{"perm", T::Ints, true}}});
-  define_op({.kind = OpKind::Expand, .doc = "broadcast to the declared shape", .operands = {"x"}});
+             .attrs = {{"perm", T::Ints, true}},
+             .infer = permute,
+             .reference = [](const ReferenceArgs& c) { return ref::permute(c, c.x(0)); },
+             .flops_per_element = 0});
+  define_op({.kind = OpKind::Expand,
+             .doc = "broadcast to the declared shape",
+             .operands = {"x"},
+             .infer = expand,
+             .reference = [](const ReferenceArgs& c) { return ref::expand(c, c.x(0)); },
+             .flops_per_element = 0});
   define_op({.kind = OpKind::Slice,
              .doc = "x[starts:ends:steps] per axis (full rank, steps >= 1, clamped like Python)",
              .operands = {"x"},
-             .attrs = {{"starts", T::Ints, true}, {"ends", T::Ints, true}, {"steps", T::Ints, true}}});
-  define_op({.kind = OpKind::Concat, .doc = "joined along `axis`", .operands = {"xs..."}, .attrs = axis});
+             .attrs = {{"starts", T::Ints, true}, {"ends", T::Ints, true}, {"steps", T::Ints, true}},
+             .infer = slice,
+             .reference = [](const ReferenceArgs& c) { return ref::slice(c, c.x(0)); },
+             .flops_per_element = 0});
+  define_op({.kind = OpKind::Concat,
+             .doc = "joined along `axis`",
+             .operands = {"xs..."},
+             .attrs = axis,
+             .infer = concat,
+             .reference = ref::concat,
+             .flops_per_element = 0});
   define_op({.kind = OpKind::Pad,
              .doc = "padded by pads=[before..., after...] with `value`",
              .operands = {"x"},
-             .attrs = {{"pads", T::Ints, true}, {"value", T::Float, true}}});
+             .attrs = {{"pads", T::Ints, true}, {"value", T::Float, true}},
+             .infer = pad,
+             .reference = [](const ReferenceArgs& c) { return ref::pad(c, c.x(0)); },
+             .flops_per_element = 0});
   define_op({.kind = OpKind::Gather,
              .doc = "torch.gather: idx has x's rank, the result idx's shape",
              .operands = {"x", "idx"},
-             .attrs = axis});
+             .attrs = axis,
+             .infer = gather,
+             .reference = [](const ReferenceArgs& c) { return ref::gather(c, c.x(0), c.x(1)); },
+             .flops_per_element = 0});
   define_op({.kind = OpKind::IndexSelect,
              .doc = "numpy.take: x[:axis] + idx.shape + x[axis+1:]",
              .operands = {"x", "idx"},
-             .attrs = axis});
-  define_op(
-      {.kind = OpKind::ScatterAdd, .doc = "torch.scatter_add", .operands = {"x", "idx", "updates"}, .attrs = axis});
-  define_op({.kind = OpKind::Squeeze, .doc = "drops the size-1 `axes`", .operands = {"x"}, .attrs = axes});
-  define_op({.kind = OpKind::Unsqueeze, .doc = "inserts size-1 `axes`", .operands = {"x"}, .attrs = axes});
-  define_op({.kind = OpKind::Flip, .doc = "reversed along `axes`", .operands = {"x"}, .attrs = axes});
+             .attrs = axis,
+             .infer = index_select,
+             .reference = [](const ReferenceArgs& c) { return ref::index_select(c, c.x(0), c.x(1)); },
+             .flops_per_element = 0});
+  define_op({.kind = OpKind::ScatterAdd,
+             .doc = "torch.scatter_add",
+             .operands = {"x", "idx", "updates"},
+             .attrs = axis,
+             .infer = scatter_add,
+             .reference = [](const ReferenceArgs& c) { return ref::scatter_add(c, c.x(0), c.x(1), c.x(2)); }});
+  define_op({.kind = OpKind::Squeeze,
+             .doc = "drops the size-1 `axes`",
+             .operands = {"x"},
+             .attrs = axes,
+             .infer = squeeze,
+             .reference = [](const ReferenceArgs& c) { return ref::squeeze(c, c.x(0)); },
+             .flops_per_element = 0});
+  define_op({.kind = OpKind::Unsqueeze,
+             .doc = "inserts size-1 `axes`",
+             .operands = {"x"},
+             .attrs = axes,
+             .infer = unsqueeze,
+             .reference = [](const ReferenceArgs& c) { return ref::unsqueeze(c, c.x(0)); },
+             .flops_per_element = 0});
+  define_op({.kind = OpKind::Flip,
+             .doc = "reversed along `axes`",
+             .operands = {"x"},
+             .attrs = axes,
+             .infer = flip,
+             .reference = [](const ReferenceArgs& c) { return ref::flip(c, c.x(0)); },
+             .flops_per_element = 0});
 }

@@ -9,6 +9,7 @@
 
 #include "ops/family.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/limits.hpp"
 
 namespace rlx::ops {
 namespace {
@@ -125,18 +126,6 @@ NodeId norm_backward(const Ctx& c, bool rms) {
   return g.mul(r, inner);
 }
 
-// Visits every multi-index of `extents` in row-major order.
-template <class F>
-void for_each_index(const Ints& extents, F&& f) {
-  Ints idx(extents.size(), 0);
-  for (;;) {
-    f(idx);
-    std::size_t d = extents.size();
-    while (d > 0 && ++idx[d - 1] == extents[d - 1]) idx[--d] = 0;
-    if (d == 0) return;
-  }
-}
-
 // conv over `sp` spatial dims: channels go last so that each kernel offset is
 // one plain 2-d matmul [N*o.., Cg] x [Cg, Og] of a strided slice of the padded
 // input; offsets accumulate, groups concat along channels.
@@ -173,7 +162,7 @@ NodeId conv(const Ctx& c, std::size_t sp) {
   for (i64 gi = 0; gi < groups; ++gi) {
     NodeId xg = groups == 1 ? x : g.slice(x, {ch_axis}, {gi * group_ch}, {(gi + 1) * group_ch});
     std::optional<NodeId> acc;
-    for_each_index(kernel, [&](const Ints& k) {
+    for_each_index(kernel, [&](const Ints& k, std::int64_t) {
       Ints starts(sp), ends(sp), w_starts = k, w_ends = k;
       for (std::size_t d = 0; d < sp; ++d) {
         starts[d] = k[d] * dilation[d];
@@ -218,7 +207,7 @@ NodeId pool2d(const Ctx& c, bool is_max) {
     x = g.pad(x, pads, is_max ? -std::numeric_limits<double>::infinity() : 0.0);
   }
   std::optional<NodeId> acc;
-  for_each_index(kernel, [&](const Ints& k) {
+  for_each_index(kernel, [&](const Ints& k, std::int64_t) {
     NodeId s = g.slice(x, axes, k, {k[0] + (out[0] - 1) * stride[0] + 1, k[1] + (out[1] - 1) * stride[1] + 1}, stride);
     acc = !acc ? s : is_max ? g.binary(OpKind::Max, *acc, s) : g.add(*acc, s);
   });
@@ -304,14 +293,15 @@ NodeId group_norm_decompose(const DecomposeArgs& a) {
   return y;
 }
 
-F64Value group_norm_reference(std::span<const F64Value* const> in, const ir::Node& node) {
+F64Value group_norm_reference(const ReferenceArgs& args) {
+  const std::span<const F64Value* const> in = args.in;
   const F64Value& x = *in[0];
-  const i64 n = x.ext[0], c = x.ext[1], groups = node.attrs.get_int("num_groups");
-  const double eps = node.attrs.get_float("eps");
+  const i64 n = x.ext[0], c = x.ext[1], groups = args.attrs().get_int("num_groups");
+  const double eps = args.attrs().get_float("eps");
   i64 spatial = 1;
   for (std::size_t d = 2; d < x.ext.size(); ++d) spatial *= x.ext[d];
   const i64 block = c / groups * spatial;  // one group of one sample is contiguous
-  F64Value y{x.ext, std::vector<double>(x.v.size())};
+  F64Value y = args.result(x.ext);
   for (i64 b = 0; b < n * groups; ++b) {
     const double* src = x.v.data() + b * block;
     double mean = 0, var = 0;
@@ -330,6 +320,480 @@ F64Value group_norm_reference(std::span<const F64Value* const> in, const ir::Nod
   return y;
 }
 
+// ---- shape rules --------------------------------------------------------------
+
+const Shape& shape0(const InferArgs& a) { return a.inputs[0].shape; }
+void require_float(const InferArgs& a) { a.require(ir::is_float(a.inputs[0].dtype), "needs a float input"); }
+// The input's type after checking `axis` against its rank.
+TypeInfo same_with_axis(const InferArgs& a) {
+  require_float(a);
+  ir::normalize_axis(a.attrs.get_int("axis"), shape0(a).rank());
+  return a.inputs[0];
+}
+// The trailing dims [axis..) of the input that layer_norm normalizes over.
+Shape trailing(const Shape& s, std::size_t axis) {
+  return Shape(std::vector<Dim>(s.dims().begin() + static_cast<std::ptrdiff_t>(axis), s.dims().end()));
+}
+
+TypeInfo matmul_infer(const InferArgs& a) {
+  const Shape &x = a.inputs[0].shape, &y = a.inputs[1].shape;
+  a.require(a.inputs[0].dtype == a.inputs[1].dtype, "operand dtypes differ");
+  a.require(a.inputs[0].dtype != DType::Bool, "does not take bool");
+  a.require(x.rank() >= 2 && y.rank() >= 2, "operands need rank >= 2");
+  a.require(x[x.rank() - 1] == y[y.rank() - 2],
+            "contraction dims differ (" + x[x.rank() - 1].str() + " vs " + y[y.rank() - 2].str() + ")");
+  Shape bx(std::vector<Dim>(x.dims().begin(), x.dims().end() - 2));
+  Shape by(std::vector<Dim>(y.dims().begin(), y.dims().end() - 2));
+  auto dims = ir::broadcast_shapes(bx, by).dims();
+  dims.push_back(x[x.rank() - 2]);
+  dims.push_back(y[y.rank() - 1]);
+  return {a.inputs[0].dtype, Shape(std::move(dims))};
+}
+
+// 2 K FLOPs per result element (a multiply and an add per term of the dot product).
+double matmul_flops(std::span<const TypeInfo> in, const TypeInfo& out) {
+  const Shape& x = in[0].shape;
+  const double k = x.rank() && x[x.rank() - 1].is_static() ? double(x[x.rank() - 1].size) : 1.0;
+  return 2 * ir::estimated_numel(out.shape) * k;
+}
+
+TypeInfo linear_infer(const InferArgs& a) {
+  const Shape &x = shape0(a), &w = a.inputs[1].shape;
+  const DType t = a.inputs[0].dtype;
+  a.require(ir::is_float(t) && a.inputs[1].dtype == t, "needs float x and w of the same dtype");
+  a.require(x.rank() >= 1 && w.rank() == 2, "needs x [..., in] and w [in, out]");
+  a.require(x[x.rank() - 1] == w[0], "x's last dim " + x[x.rank() - 1].str() + " differs from w's first " + w[0].str());
+  if (a.inputs.size() == 3)
+    a.require(a.inputs[2].shape == Shape(std::vector<Dim>{w[1]}) && a.inputs[2].dtype == t, "bias must be [out]");
+  auto out = x.dims();
+  out.back() = w[1];
+  return {t, Shape(std::move(out))};
+}
+
+TypeInfo layer_norm_infer(const InferArgs& a) {
+  require_float(a);
+  const auto axis = static_cast<std::size_t>(ir::normalize_axis(a.attrs.get_int("axis"), shape0(a).rank()));
+  const Shape norm = trailing(shape0(a), axis);
+  for (std::size_t i = 1; i < a.inputs.size(); ++i)
+    a.require(a.inputs[i].shape == norm && a.inputs[i].dtype == a.inputs[0].dtype, "gamma/beta must be " + norm.str());
+  return a.inputs[0];
+}
+
+TypeInfo rms_norm_infer(const InferArgs& a) {
+  const Shape& s = shape0(a);
+  a.require(ir::is_float(a.inputs[0].dtype) && s.rank() >= 1, "needs a float input of rank >= 1");
+  if (a.inputs.size() == 2)
+    a.require(a.inputs[1].shape == Shape(std::vector<Dim>{s[s.rank() - 1]}) && a.inputs[1].dtype == a.inputs[0].dtype,
+              "gamma must be [last dim]");
+  return a.inputs[0];
+}
+
+// Backward ops: (forward value, output cotangent[, gamma]) -> input cotangent.
+void require_same_second(const InferArgs& a, const char* names) {
+  require_float(a);
+  a.require(a.inputs[1].dtype == a.inputs[0].dtype && a.inputs[1].shape == shape0(a),
+            std::string(names) + " must have the same dtype and shape");
+}
+
+TypeInfo softmax_backward_infer(const InferArgs& a) {
+  require_same_second(a, "y and dy");
+  return same_with_axis(a);
+}
+
+TypeInfo norm_backward_infer(const InferArgs& a, bool rms) {
+  require_same_second(a, "x and dy");
+  const Shape& s = shape0(a);
+  std::size_t axis = s.rank() ? s.rank() - 1 : 0;
+  if (rms)
+    a.require(s.rank() >= 1, "needs rank >= 1");
+  else
+    axis = static_cast<std::size_t>(ir::normalize_axis(a.attrs.get_int("axis"), s.rank()));
+  const Shape norm = trailing(s, axis);
+  if (a.inputs.size() == 3)
+    a.require(a.inputs[2].shape == norm && a.inputs[2].dtype == a.inputs[0].dtype, "gamma must be " + norm.str());
+  return a.inputs[0];
+}
+
+// Convolutions and pools over `spatial` trailing dims of a static [N, C, ...] input.
+TypeInfo window_infer(const InferArgs& a, std::size_t spatial, bool pool) {
+  const Shape& s = shape0(a);
+  const DType t = a.inputs[0].dtype;
+  require_float(a);
+  a.require(s.rank() == spatial + 2 && s.is_static(),
+            "input must be static N,C" + std::string(spatial == 1 ? ",L" : ",H,W"));
+  auto ints = [&](std::string_view k) {
+    auto v = a.attrs.get_ints(k);
+    if (v.size() == 1 && spatial == 2) v.push_back(v[0]);
+    a.require(v.size() == spatial, std::string(k) + " needs " + std::to_string(spatial) + " entries");
+    return v;
+  };
+  const Ints stride = ints("stride"), padding = ints("padding");
+  Ints dilation(spatial, 1), kernel;
+  i64 out_c = s[1].size;
+  if (pool) {
+    kernel = ints("kernel");
+  } else {
+    dilation = ints("dilation");
+    const Shape& w = a.inputs[1].shape;
+    const i64 groups = a.attrs.get_int("groups");
+    a.require(a.inputs[1].dtype == t && w.rank() == s.rank() && w.is_static(), "weight must be [O, C/groups, k...]");
+    a.require(groups >= 1 && s[1].size % groups == 0 && w[0].size % groups == 0, "groups must divide C and O");
+    a.require(w[1].size * groups == s[1].size, "weight has " + w[1].str() + " input channels per group, input has " +
+                                                   s[1].str() + " channels and groups=" + std::to_string(groups));
+    out_c = w[0].size;
+    for (std::size_t i = 0; i < spatial; ++i) kernel.push_back(w[2 + i].size);
+    if (a.inputs.size() == 3)
+      a.require(a.inputs[2].shape == Shape{out_c} && a.inputs[2].dtype == t, "bias must be [O]");
+  }
+  std::vector<Dim> out{s[0], Dim(out_c)};
+  for (std::size_t i = 0; i < spatial; ++i) {
+    a.require(stride[i] >= 1 && dilation[i] >= 1 && padding[i] >= 0 && kernel[i] >= 1,
+              "stride/dilation/kernel must be >= 1");
+    using ir::limits::checked_add, ir::limits::checked_mul;
+    auto eff = checked_add(checked_mul(dilation[i], kernel[i] - 1, "the dilated kernel"), 1, "the dilated kernel");
+    auto e = checked_add(s[2 + i].size, checked_mul(2, padding[i], "the padding"), "the padded input") - eff;
+    a.require(e >= 0, "kernel is larger than the padded input");
+    out.emplace_back(e / stride[i] + 1);
+  }
+  return {t, Shape(std::move(out))};
+}
+
+TypeInfo embedding_infer(const InferArgs& a) {
+  a.require(shape0(a).rank() == 2, "table must be [vocab, dim]");
+  a.require(ir::is_integer(a.inputs[1].dtype), "ids must be integers");
+  auto out = a.inputs[1].shape.dims();
+  out.push_back(shape0(a)[1]);
+  return {a.inputs[0].dtype, Shape(std::move(out))};
+}
+
+TypeInfo attention_infer(const InferArgs& a) {
+  const Shape &q = shape0(a), &k = a.inputs[1].shape, &v = a.inputs[2].shape;
+  const DType t = a.inputs[0].dtype;
+  a.require(ir::is_float(t) && a.inputs[1].dtype == t && a.inputs[2].dtype == t, "q, k, v must share a float dtype");
+  a.require(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, "q, k, v must be [B, H, S, D]");
+  a.require(q[0] == k[0] && q[1] == k[1] && k[0] == v[0] && k[1] == v[1], "batch/head dims differ");
+  a.require(q[3] == k[3], "q and k head dims differ");
+  a.require(k[2] == v[2], "k and v sequence lengths differ");
+  if (a.inputs.size() == 4) {
+    const TypeInfo& m = a.inputs[3];
+    a.require(m.dtype == DType::Bool || m.dtype == t, "mask must be bool or q's dtype");
+    Shape scores(std::vector<Dim>{q[0], q[1], q[2], k[2]});
+    a.require(ir::broadcast_shapes(m.shape, scores) == scores, "mask does not broadcast to " + scores.str());
+  }
+  return {t, Shape(std::vector<Dim>{q[0], q[1], q[2], v[3]})};
+}
+
+// ---- float64 references, computed directly (never through the
+// decompositions above) so that they check them.
+namespace ref {
+
+const F64Value* optional(const ReferenceArgs& c, std::size_t i) { return i < c.in.size() ? c.in[i] : nullptr; }
+// layer_norm's first normalized axis (a scalar is a row of one), and rms_norm's.
+std::size_t norm_axis(const ReferenceArgs& c) {
+  const std::size_t rank = c.x(0).rank();
+  return rank ? std::size_t(c.axis(c.attrs().get_int("axis"), rank)) : 0;
+}
+std::size_t last_axis(const ReferenceArgs& c) {
+  if (c.x(0).rank() < 1) c.fail("needs rank >= 1");
+  return c.x(0).rank() - 1;
+}
+
+F64Value matmul(const ReferenceArgs& c, const F64Value& a, const F64Value& b) {
+  if (a.rank() < 2 || b.rank() < 2 || a.ext[a.rank() - 1] != b.ext[b.rank() - 2])
+    c.fail("matmul needs [..,M,K] x [..,K,N], got " + extents_str(a.ext) + " x " + extents_str(b.ext));
+  std::int64_t M = a.ext[a.rank() - 2], K = a.ext[a.rank() - 1], N = b.ext[b.rank() - 1];
+  Extents ab(a.ext.begin(), a.ext.end() - 2), bb(b.ext.begin(), b.ext.end() - 2);
+  Extents batch = broadcast_extents(c, ab, bb);
+  auto ma = broadcast_map(c, ab, batch), mb = broadcast_map(c, bb, batch);
+  Extents out = batch;
+  out.insert(out.end(), {M, N});
+  F64Value r(c.n.dtype, out);
+  for (std::size_t i = 0; i < ma.size(); ++i) {
+    const double *pa = a.v.data() + ma[i] * M * K, *pb = b.v.data() + mb[i] * K * N;
+    double* pr = r.v.data() + std::int64_t(i) * M * N;
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t n = 0; n < N; ++n) {
+        double acc = 0;
+        for (std::int64_t k = 0; k < K; ++k) acc += pa[m * K + k] * pb[k * N + n];
+        pr[m * N + n] = acc;
+      }
+  }
+  return r;
+}
+
+struct Split {
+  std::int64_t outer = 1, n = 1, inner = 1;
+};
+// [outer, n, inner] around `axis`.
+Split split_at(const Extents& e, std::size_t axis) {
+  Split s;
+  for (std::size_t d = 0; d < e.size(); ++d) (d < axis ? s.outer : d == axis ? s.n : s.inner) *= e[d];
+  return s;
+}
+
+F64Value softmax(const ReferenceArgs& c, const F64Value& x, bool log) {
+  // A scalar is a row of one.
+  auto axis = x.rank() ? std::size_t(c.axis(c.attrs().int_or("axis", -1), x.rank())) : 0;
+  const Split s = split_at(x.ext, axis);
+  F64Value r(c.n.dtype, x.ext);
+  for (std::int64_t o = 0; o < s.outer; ++o)
+    for (std::int64_t i = 0; i < s.inner; ++i) {
+      const double* p = x.v.data() + o * s.n * s.inner + i;
+      double* q = r.v.data() + o * s.n * s.inner + i;
+      double m = -INFINITY, sum = 0;
+      for (std::int64_t k = 0; k < s.n; ++k) m = std::fmax(m, p[k * s.inner]);
+      for (std::int64_t k = 0; k < s.n; ++k) sum += std::exp(p[k * s.inner] - m);
+      for (std::int64_t k = 0; k < s.n; ++k)
+        q[k * s.inner] = log ? p[k * s.inner] - m - std::log(sum) : std::exp(p[k * s.inner] - m) / sum;
+    }
+  return r;
+}
+
+// Normalizes rows of `m` trailing elements; gamma/beta broadcast over a row.
+F64Value normalize(const ReferenceArgs& c, const F64Value& x, std::size_t axis, bool rms, const F64Value* gamma,
+                   const F64Value* beta) {
+  Extents row(x.ext.begin() + std::ptrdiff_t(axis), x.ext.end());
+  std::int64_t m = numel(row), rows = numel(Extents(x.ext.begin(), x.ext.begin() + std::ptrdiff_t(axis)));
+  std::vector<std::int64_t> mg, mb;
+  if (gamma) mg = broadcast_map(c, gamma->ext, row);
+  if (beta) mb = broadcast_map(c, beta->ext, row);
+  double eps = c.attrs().get_float("eps");
+  F64Value r(c.n.dtype, x.ext);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const double* p = x.v.data() + i * m;
+    double mean = 0, var = 0;
+    if (!rms) {
+      for (std::int64_t j = 0; j < m; ++j) mean += p[j];
+      mean /= double(m);
+    }
+    for (std::int64_t j = 0; j < m; ++j) var += (p[j] - mean) * (p[j] - mean);
+    double inv = 1 / std::sqrt(var / double(m) + eps);
+    for (std::int64_t j = 0; j < m; ++j) {
+      double y = (p[j] - mean) * inv;
+      if (gamma) y *= gamma->v[mg[j]];
+      if (beta) y += beta->v[mb[j]];
+      r.v[std::size_t(i * m + j)] = y;
+    }
+  }
+  return r;
+}
+
+// The backward of softmax (log: of log_softmax) from its result y and the
+// cotangent dy: y (dy - sum(dy y)), or dy - exp(y) sum(dy).
+F64Value softmax_backward(const ReferenceArgs& c, const F64Value& y, const F64Value& dy, bool log) {
+  auto axis = y.rank() ? std::size_t(c.axis(c.attrs().get_int("axis"), y.rank())) : 0;
+  const Split s = split_at(y.ext, axis);
+  F64Value r(c.n.dtype, y.ext);
+  for (std::int64_t o = 0; o < s.outer; ++o)
+    for (std::int64_t i = 0; i < s.inner; ++i) {
+      auto at = [&](std::int64_t k) { return std::size_t(o * s.n * s.inner + i + k * s.inner); };
+      double sum = 0;
+      for (std::int64_t k = 0; k < s.n; ++k) sum += log ? dy.v[at(k)] : dy.v[at(k)] * y.v[at(k)];
+      for (std::int64_t k = 0; k < s.n; ++k)
+        r.v[at(k)] = log ? dy.v[at(k)] - std::exp(y.v[at(k)]) * sum : y.v[at(k)] * (dy.v[at(k)] - sum);
+    }
+  return r;
+}
+
+// The backward of layer_norm (rms: of rms_norm) with respect to x, per row of
+// m elements with xhat = (x - mean) r and g = dy gamma:
+// r (g - mean(g) - xhat mean(g xhat)), without the mean terms for rms.
+F64Value normalize_backward(const ReferenceArgs& c, const F64Value& x, const F64Value& dy, std::size_t axis, bool rms,
+                            const F64Value* gamma) {
+  Extents row(x.ext.begin() + std::ptrdiff_t(axis), x.ext.end());
+  std::int64_t m = numel(row), rows = numel(Extents(x.ext.begin(), x.ext.begin() + std::ptrdiff_t(axis)));
+  std::vector<std::int64_t> mg;
+  if (gamma) mg = broadcast_map(c, gamma->ext, row);
+  double eps = c.attrs().get_float("eps");
+  F64Value r(c.n.dtype, x.ext);
+  std::vector<double> xhat(static_cast<std::size_t>(m)), g(static_cast<std::size_t>(m));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const double *p = x.v.data() + i * m, *d = dy.v.data() + i * m;
+    double mean = 0, var = 0, mean_g = 0, mean_gx = 0;
+    if (!rms) {
+      for (std::int64_t j = 0; j < m; ++j) mean += p[j];
+      mean /= double(m);
+    }
+    for (std::int64_t j = 0; j < m; ++j) var += (p[j] - mean) * (p[j] - mean);
+    double inv = 1 / std::sqrt(var / double(m) + eps);
+    for (std::size_t j = 0; j < std::size_t(m); ++j) {
+      xhat[j] = (p[j] - mean) * inv;
+      g[j] = gamma ? d[j] * gamma->v[std::size_t(mg[j])] : d[j];
+      mean_g += g[j];
+      mean_gx += g[j] * xhat[j];
+    }
+    mean_g = rms ? 0 : mean_g / double(m);
+    mean_gx /= double(m);
+    for (std::size_t j = 0; j < std::size_t(m); ++j)
+      r.v[std::size_t(i * m) + j] = inv * (g[j] - mean_g - xhat[j] * mean_gx);
+  }
+  return r;
+}
+
+F64Value linear(const ReferenceArgs& c, const F64Value& x, const F64Value& w, const F64Value* b) {
+  if (w.rank() != 2 || x.rank() < 1 || x.ext.back() != w.ext[0])
+    c.fail("linear needs x[..., in] and w[in, out], got " + extents_str(x.ext) + " and " + extents_str(w.ext));
+  std::int64_t in = w.ext[0], out = w.ext[1];
+  Extents oe = x.ext;
+  oe.back() = out;
+  std::int64_t rows = numel(Extents(x.ext.begin(), x.ext.end() - 1));
+  F64Value r(c.n.dtype, oe);
+  std::vector<std::int64_t> mb;
+  if (b) mb = broadcast_map(c, b->ext, oe);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < out; ++j) {
+      double acc = 0;
+      for (std::int64_t k = 0; k < in; ++k) acc += x.v[i * in + k] * w.v[k * out + j];
+      std::size_t at = std::size_t(i * out + j);
+      r.v[at] = b ? acc + b->v[mb[at]] : acc;
+    }
+  return r;
+}
+
+// conv1d/conv2d over x[N, C, spatial...] and w[O, C/groups, kernel...].
+F64Value conv(const ReferenceArgs& c, const F64Value& x, const F64Value& w, const F64Value* b, std::size_t nsp) {
+  if (x.rank() != nsp + 2 || w.rank() != nsp + 2)
+    c.fail("conv needs input and weight of rank " + std::to_string(nsp + 2) + ", got " + extents_str(x.ext) + " and " +
+           extents_str(w.ext));
+  std::int64_t N = x.ext[0], C = x.ext[1], O = w.ext[0], Cg = w.ext[1], G = c.attrs().int_or("groups", 1);
+  if (G < 1 || C % G || O % G || Cg != C / G)
+    c.fail("conv channels: input " + extents_str(x.ext) + ", weight " + extents_str(w.ext) + ", groups " +
+           std::to_string(G));
+  Extents stride = c.ints_n("stride", Extents(nsp, 1)), pad = c.ints_n("padding", Extents(nsp, 0)),
+          dil = c.ints_n("dilation", Extents(nsp, 1));
+  Extents in_sp(x.ext.begin() + 2, x.ext.end()), k_sp(w.ext.begin() + 2, w.ext.end()), out_ext{N, O};
+  for (std::size_t d = 0; d < nsp; ++d) {
+    std::int64_t span = in_sp[d] + 2 * pad[d] - dil[d] * (k_sp[d] - 1) - 1;
+    if (span < 0 || stride[d] < 1) c.fail("conv window does not fit the padded input " + extents_str(x.ext));
+    out_ext.push_back(span / stride[d] + 1);
+  }
+  Extents out_sp(out_ext.begin() + 2, out_ext.end());
+  auto xs = ir::contiguous_strides(x.ext), ws = ir::contiguous_strides(w.ext);
+  F64Value r(c.n.dtype, out_ext);
+  std::int64_t per_group = O / G, n_out = numel(out_sp);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < O; ++o)
+      for_each_index(out_sp, [&](const Extents& op, std::int64_t flat) {
+        double acc = b ? b->v[std::size_t(o)] : 0.0;
+        for (std::int64_t ci = 0; ci < Cg; ++ci) {
+          std::int64_t ch = (o / per_group) * Cg + ci;
+          for_each_index(k_sp, [&](const Extents& kp, std::int64_t) {
+            std::int64_t xo = n * xs[0] + ch * xs[1], wo = o * ws[0] + ci * ws[1];
+            for (std::size_t d = 0; d < nsp; ++d) {
+              std::int64_t pos = op[d] * stride[d] - pad[d] + kp[d] * dil[d];
+              if (pos < 0 || pos >= in_sp[d]) return;
+              xo += pos * xs[d + 2];
+              wo += kp[d] * ws[d + 2];
+            }
+            acc += x.v[std::size_t(xo)] * w.v[std::size_t(wo)];
+          });
+        }
+        r.v[std::size_t((n * O + o) * n_out + flat)] = acc;
+      });
+  return r;
+}
+
+// Pools the last two dims. Max ignores padding; avg counts it as zeros.
+F64Value pool(const ReferenceArgs& c, const F64Value& x, bool is_max) {
+  if (x.rank() < 2) c.fail("pooling needs rank >= 2, got " + extents_str(x.ext));
+  Extents kernel = c.ints_n("kernel", Extents(2, 1)), stride = c.ints_n("stride", kernel),
+          pad = c.ints_n("padding", Extents(2, 0));
+  std::int64_t H = x.ext[x.rank() - 2], W = x.ext[x.rank() - 1];
+  std::int64_t spans[2] = {H + 2 * pad[0] - kernel[0], W + 2 * pad[1] - kernel[1]};
+  if (spans[0] < 0 || spans[1] < 0 || stride[0] < 1 || stride[1] < 1 || kernel[0] < 1 || kernel[1] < 1)
+    c.fail("pool window does not fit the padded input " + extents_str(x.ext));
+  std::int64_t OH = spans[0] / stride[0] + 1, OW = spans[1] / stride[1] + 1;
+  Extents out = x.ext;
+  out[x.rank() - 2] = OH;
+  out[x.rank() - 1] = OW;
+  F64Value r(c.n.dtype, out);
+  std::int64_t planes = numel(Extents(x.ext.begin(), x.ext.end() - 2));
+  for (std::int64_t p = 0; p < planes; ++p)
+    for (std::int64_t oh = 0; oh < OH; ++oh)
+      for (std::int64_t ow = 0; ow < OW; ++ow) {
+        double acc = is_max ? -INFINITY : 0.0;
+        for (std::int64_t kh = 0; kh < kernel[0]; ++kh)
+          for (std::int64_t kw = 0; kw < kernel[1]; ++kw) {
+            std::int64_t h = oh * stride[0] - pad[0] + kh, w = ow * stride[1] - pad[1] + kw;
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            double v = x.v[std::size_t((p * H + h) * W + w)];
+            if (!is_max)
+              acc += v;
+            else if (!std::isnan(acc) && (std::isnan(v) || v > acc))
+              acc = v;  // NaN propagates
+          }
+        r.v[std::size_t((p * OH + oh) * OW + ow)] = is_max ? acc : acc / double(kernel[0] * kernel[1]);
+      }
+  return r;
+}
+
+F64Value embedding(const ReferenceArgs& c, const F64Value& table, const F64Value& ids) {
+  if (table.rank() < 1) c.fail("embedding table must have rank >= 1");
+  Extents out = ids.ext;
+  out.insert(out.end(), table.ext.begin() + 1, table.ext.end());
+  std::int64_t row = numel(Extents(table.ext.begin() + 1, table.ext.end()));
+  F64Value r(c.n.dtype, out);
+  for (std::size_t i = 0; i < ids.v.size(); ++i)
+    std::copy_n(table.v.begin() + c.index(ids.v[i], table.ext[0]) * row, row, r.v.begin() + std::int64_t(i) * row);
+  return r;
+}
+
+// softmax(q k^T * scale + mask) v over q[..., Sq, D], k[..., Sk, D], v[..., Sk, Dv].
+// causal hides key j from query i when j > i (top-left aligned, as torch).
+F64Value attention(const ReferenceArgs& c, const F64Value& q, const F64Value& k, const F64Value& v,
+                   const F64Value* mask) {
+  if (q.rank() < 2 || k.rank() != q.rank() || v.rank() != q.rank())
+    c.fail("attention needs q, k, v of equal rank >= 2");
+  std::size_t r2 = q.rank() - 2;
+  std::int64_t Sq = q.ext[r2], D = q.ext[r2 + 1], Sk = k.ext[r2], Dv = v.ext[r2 + 1];
+  if (k.ext[r2 + 1] != D || v.ext[r2] != Sk)
+    c.fail("attention shapes q " + extents_str(q.ext) + ", k " + extents_str(k.ext) + ", v " + extents_str(v.ext) +
+           " disagree");
+  auto batch_of = [&](const F64Value& t) { return Extents(t.ext.begin(), t.ext.begin() + std::ptrdiff_t(r2)); };
+  Extents batch = broadcast_extents(c, broadcast_extents(c, batch_of(q), batch_of(k)), batch_of(v));
+  auto mq = broadcast_map(c, batch_of(q), batch), mk = broadcast_map(c, batch_of(k), batch),
+       mv = broadcast_map(c, batch_of(v), batch);
+  Extents scores_ext = batch;
+  scores_ext.insert(scores_ext.end(), {Sq, Sk});
+  std::vector<std::int64_t> mm;
+  if (mask) mm = broadcast_map(c, mask->ext, scores_ext);
+  bool bool_mask = mask && mask->dtype == ir::DType::Bool, causal = c.attrs().bool_or("causal", false);
+  double scale = c.attrs().float_or("scale", 0.0);
+  if (scale == 0) scale = 1 / std::sqrt(double(D));
+  Extents out_ext = batch;
+  out_ext.insert(out_ext.end(), {Sq, Dv});
+  F64Value r(c.n.dtype, out_ext);
+  std::vector<double> s(static_cast<std::size_t>(Sk));
+  for (std::size_t b = 0; b < mq.size(); ++b)
+    for (std::int64_t i = 0; i < Sq; ++i) {
+      const double* qi = q.v.data() + (mq[b] * Sq + i) * D;
+      double m = -INFINITY, sum = 0;
+      for (std::int64_t j = 0; j < Sk; ++j) {
+        const double* kj = k.v.data() + (mk[b] * Sk + j) * D;
+        double dot = 0;
+        for (std::int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d];
+        double sc = dot * scale;
+        if (mask) {
+          double mval = mask->v[mm[(std::int64_t(b) * Sq + i) * Sk + j]];
+          sc = bool_mask ? (mval != 0 ? sc : -INFINITY) : sc + mval;
+        }
+        if (causal && j > i) sc = -INFINITY;
+        s[j] = sc;
+        m = std::fmax(m, sc);
+      }
+      // A fully masked row is 0/0 = NaN, as torch's math attention gives.
+      for (auto& e : s) sum += (e = std::exp(e - m));
+      double* o = r.v.data() + (std::int64_t(b) * Sq + i) * Dv;
+      for (std::int64_t j = 0; j < Sk; ++j) {
+        const double* vj = v.v.data() + (mv[b] * Sk + j) * Dv;
+        for (std::int64_t d = 0; d < Dv; ++d) o[d] += s[j] / sum * vj[d];
+      }
+    }
+  return r;
+}
+
+}  // namespace ref
+
 }  // namespace
 }  // namespace rlx::ops
 
@@ -346,31 +810,47 @@ RLX_OP_FAMILY(nn) {
   define_op({.kind = OpKind::MatMul,
              .doc = "[..,M,K] x [..,K,N], batch dims broadcast",
              .operands = {"a", "b"},
-             .flops_per_element = 0});  // counted from K by the cost model
+             .infer = matmul_infer,
+             .reference = [](const ReferenceArgs& c) { return ref::matmul(c, c.x(0), c.x(1)); },
+             .flops = matmul_flops});
   define_op({.kind = OpKind::Linear,
              .doc = "x w + b, w as [in, out]",
              .operands = {"x", "w", "b?"},
-             .decompose = via(linear)});
+             .infer = linear_infer,
+             .decompose = via(linear),
+             .reference = [](const ReferenceArgs& c) { return ref::linear(c, c.x(0), c.x(1), ref::optional(c, 2)); }});
   define_op({.kind = OpKind::Softmax,
              .doc = "softmax along `axis`",
              .operands = {"x"},
              .attrs = axis,
-             .decompose = via([](const Ctx& c) { return softmax(c.g, c.in[0], c.n.attrs.get_int("axis")); })});
+             .infer = same_with_axis,
+             .decompose = via([](const Ctx& c) { return softmax(c.g, c.in[0], c.n.attrs.get_int("axis")); }),
+             .reference = [](const ReferenceArgs& c) { return ref::softmax(c, c.x(0), false); }});
   define_op({.kind = OpKind::LogSoftmax,
              .doc = "log-softmax along `axis`",
              .operands = {"x"},
              .attrs = axis,
-             .decompose = via([](const Ctx& c) { return log_softmax(c.g, c.in[0], c.n.attrs.get_int("axis")); })});
+             .infer = same_with_axis,
+             .decompose = via([](const Ctx& c) { return log_softmax(c.g, c.in[0], c.n.attrs.get_int("axis")); }),
+             .reference = [](const ReferenceArgs& c) { return ref::softmax(c, c.x(0), true); }});
   define_op({.kind = OpKind::LayerNorm,
              .doc = "normalized over dims [axis..), then * gamma + beta",
              .operands = {"x", "gamma?", "beta?"},
              .attrs = layer_norm_attrs,
-             .decompose = via(layer_norm)});
+             .infer = layer_norm_infer,
+             .decompose = via(layer_norm),
+             .reference = [](const ReferenceArgs& c) {
+               return ref::normalize(c, c.x(0), ref::norm_axis(c), false, ref::optional(c, 1), ref::optional(c, 2));
+             }});
   define_op({.kind = OpKind::RmsNorm,
              .doc = "x / rms(x) over the last dim, then * gamma",
              .operands = {"x", "gamma?"},
              .attrs = rms_norm_attrs,
-             .decompose = via(rms_norm)});
+             .infer = rms_norm_infer,
+             .decompose = via(rms_norm),
+             .reference = [](const ReferenceArgs& c) {
+               return ref::normalize(c, c.x(0), ref::last_axis(c), true, ref::optional(c, 1), nullptr);
+             }});
   define_op({.kind = OpKind::GroupNorm,
              .doc = "per sample, normalized over each of num_groups channel groups, then * gamma + beta per channel",
              .operands = {"x", "gamma?", "beta?"},
@@ -383,50 +863,78 @@ RLX_OP_FAMILY(nn) {
              .doc = "x [N,C,L], w [O,C/g,k]",
              .operands = {"x", "w", "b?"},
              .attrs = conv_attrs,
-             .decompose = via([](const Ctx& c) { return conv(c, 1); })});
+             .infer = [](const InferArgs& a) { return window_infer(a, 1, false); },
+             .decompose = via([](const Ctx& c) { return conv(c, 1); }),
+             .reference = [](const ReferenceArgs& c) { return ref::conv(c, c.x(0), c.x(1), ref::optional(c, 2), 1); }});
   define_op({.kind = OpKind::Conv2d,
              .doc = "x [N,C,H,W], w [O,C/g,kh,kw]",
              .operands = {"x", "w", "b?"},
              .attrs = conv_attrs,
-             .decompose = via([](const Ctx& c) { return conv(c, 2); })});
+             .infer = [](const InferArgs& a) { return window_infer(a, 2, false); },
+             .decompose = via([](const Ctx& c) { return conv(c, 2); }),
+             .reference = [](const ReferenceArgs& c) { return ref::conv(c, c.x(0), c.x(1), ref::optional(c, 2), 2); }});
   define_op({.kind = OpKind::MaxPool2d,
              .doc = "max over windows of the last two dims",
              .operands = {"x"},
              .attrs = pool_attrs,
-             .decompose = via([](const Ctx& c) { return pool2d(c, true); })});
+             .infer = [](const InferArgs& a) { return window_infer(a, 2, true); },
+             .decompose = via([](const Ctx& c) { return pool2d(c, true); }),
+             .reference = [](const ReferenceArgs& c) { return ref::pool(c, c.x(0), true); }});
   define_op({.kind = OpKind::AvgPool2d,
              .doc = "mean over windows of the last two dims (padding counts)",
              .operands = {"x"},
              .attrs = pool_attrs,
-             .decompose = via([](const Ctx& c) { return pool2d(c, false); })});
+             .infer = [](const InferArgs& a) { return window_infer(a, 2, true); },
+             .decompose = via([](const Ctx& c) { return pool2d(c, false); }),
+             .reference = [](const ReferenceArgs& c) { return ref::pool(c, c.x(0), false); }});
   define_op({.kind = OpKind::Embedding,
              .doc = "rows of `table` picked by `ids`",
              .operands = {"table", "ids"},
-             .decompose = via([](const Ctx& c) { return c.g.index_select(c.in[0], c.in[1], 0); })});
+             .infer = embedding_infer,
+             .decompose = via([](const Ctx& c) { return c.g.index_select(c.in[0], c.in[1], 0); }),
+             .reference = [](const ReferenceArgs& c) { return ref::embedding(c, c.x(0), c.x(1)); }});
   define_op({.kind = OpKind::Attention,
              .doc = "softmax(q k^T scale [+ mask]) v; a bool mask keeps True",
              .operands = {"q", "k", "v", "mask?"},
              .attrs = {{"causal", T::Bool, true}, {"scale", T::Float, true}},
-             .decompose = via(attention)});
+             .infer = attention_infer,
+             .decompose = via(attention),
+             .reference = [](const ReferenceArgs& c) {
+               return ref::attention(c, c.x(0), c.x(1), c.x(2), ref::optional(c, 3));
+             }});
   define_op({.kind = OpKind::SoftmaxBackward,
              .doc = "softmax's input cotangent from (y, dy)",
              .operands = {"y", "dy"},
              .attrs = axis,
-             .decompose = via([](const Ctx& c) { return softmax_backward(c, false); })});
+             .infer = softmax_backward_infer,
+             .decompose = via([](const Ctx& c) { return softmax_backward(c, false); }),
+             .reference = [](const ReferenceArgs& c) { return ref::softmax_backward(c, c.x(0), c.x(1), false); }});
   define_op({.kind = OpKind::LogSoftmaxBackward,
              .doc = "log_softmax's input cotangent from (y, dy)",
              .operands = {"y", "dy"},
              .attrs = axis,
-             .decompose = via([](const Ctx& c) { return softmax_backward(c, true); })});
+             .infer = softmax_backward_infer,
+             .decompose = via([](const Ctx& c) { return softmax_backward(c, true); }),
+             .reference = [](const ReferenceArgs& c) { return ref::softmax_backward(c, c.x(0), c.x(1), true); }});
   define_op({.kind = OpKind::LayerNormBackward,
              .doc = "layer_norm's input cotangent from (x, dy, gamma?)",
              .operands = {"x", "dy", "gamma?"},
              .attrs = layer_norm_attrs,
-             .decompose = via([](const Ctx& c) { return norm_backward(c, false); })});
+             .infer = [](const InferArgs& a) { return norm_backward_infer(a, false); },
+             .decompose = via([](const Ctx& c) { return norm_backward(c, false); }),
+             .reference =
+                 [](const ReferenceArgs& c) {
+                   return ref::normalize_backward(c, c.x(0), c.x(1), ref::norm_axis(c), false, ref::optional(c, 2));
+                 }});
   define_op({.kind = OpKind::RmsNormBackward,
              .doc = "rms_norm's input cotangent from (x, dy, gamma?)",
              .operands = {"x", "dy", "gamma?"},
              .attrs = rms_norm_attrs,
-             .decompose = via([](const Ctx& c) { return norm_backward(c, true); })});
+             .infer = [](const InferArgs& a) { return norm_backward_infer(a, true); },
+             .decompose = via([](const Ctx& c) { return norm_backward(c, true); }),
+             .reference =
+                 [](const ReferenceArgs& c) {
+                   return ref::normalize_backward(c, c.x(0), c.x(1), ref::last_axis(c), true, ref::optional(c, 2));
+                 }});
   // `rlx new-op --builtin NAME --kind composite` adds a composite's entry above this line.
 }

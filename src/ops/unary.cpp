@@ -35,6 +35,15 @@ ir::TypeInfo clamp_infer(const ir::InferArgs& a) {
   return a.inputs[0];
 }
 
+// numpy's clip: a NaN bound makes every element NaN, a NaN element stays NaN.
+F64Value clamp_reference(const ReferenceArgs& c) {
+  const double lo = c.attrs().get_float("min"), hi = c.attrs().get_float("max");
+  F64Value r = c.x(0);
+  const bool nan_bound = std::isnan(lo) || std::isnan(hi);
+  for (auto& v : r.v) v = nan_bound ? NAN : std::isnan(v) ? v : std::fmin(std::fmax(v, lo), hi);
+  return r;
+}
+
 }  // namespace
 
 ir::TypeInfo numeric_unary(const ir::InferArgs& a) {
@@ -52,30 +61,37 @@ ir::TypeInfo float_unary(const ir::InferArgs& a) {
 
 RLX_OP_FAMILY(unary) {
   using namespace rlx::ops;
-  // Float operands only, or (numeric) integers too.
-  auto plain = [](OpKind k, std::string_view doc) {
-    rlx::ir::define_op({.kind = k, .doc = doc, .operands = {"x"}, .infer = float_unary});
+  // Float operands only, or (numeric) integers too; each with its float64 scalar function.
+  auto plain = [](OpKind k, std::string_view doc, double (*f)(double)) {
+    rlx::ir::define_op(
+        {.kind = k, .doc = doc, .operands = {"x"}, .infer = float_unary, .reference = unary_reference(f)});
   };
-  auto numeric = [](OpKind k, std::string_view doc) {
-    rlx::ir::define_op({.kind = k, .doc = doc, .operands = {"x"}, .infer = numeric_unary});
+  auto numeric = [](OpKind k, std::string_view doc, double (*f)(double)) {
+    rlx::ir::define_op(
+        {.kind = k, .doc = doc, .operands = {"x"}, .infer = numeric_unary, .reference = unary_reference(f)});
   };
-  numeric(OpKind::Neg, "-x");
-  numeric(OpKind::Abs, "absolute value");
-  plain(OpKind::Exp, "e^x");
-  plain(OpKind::Log, "natural logarithm");
-  plain(OpKind::Sqrt, "square root");
-  plain(OpKind::Rsqrt, "1 / sqrt(x)");
-  plain(OpKind::Reciprocal, "1 / x");
-  plain(OpKind::Tanh, "hyperbolic tangent");
-  numeric(OpKind::Relu, "max(x, 0), NaN kept");
-  plain(OpKind::Erf, "error function");
-  plain(OpKind::Sin, "sine");
-  plain(OpKind::Cos, "cosine");
-  numeric(OpKind::Floor, "round down");
-  numeric(OpKind::Ceil, "round up");
-  numeric(OpKind::Round, "round half to even");
-  numeric(OpKind::Sign, "-1, 0 or 1; NaN kept");
-  rlx::ir::define_op({.kind = OpKind::Not, .doc = "logical not (bool)", .operands = {"x"}, .infer = bool_unary});
+  numeric(OpKind::Neg, "-x", [](double x) { return -x; });
+  numeric(OpKind::Abs, "absolute value", [](double x) { return std::fabs(x); });
+  plain(OpKind::Exp, "e^x", [](double x) { return std::exp(x); });
+  plain(OpKind::Log, "natural logarithm", [](double x) { return std::log(x); });
+  plain(OpKind::Sqrt, "square root", [](double x) { return std::sqrt(x); });
+  plain(OpKind::Rsqrt, "1 / sqrt(x)", [](double x) { return 1 / std::sqrt(x); });
+  plain(OpKind::Reciprocal, "1 / x", [](double x) { return 1 / x; });
+  plain(OpKind::Tanh, "hyperbolic tangent", [](double x) { return std::tanh(x); });
+  numeric(OpKind::Relu, "max(x, 0), NaN kept", [](double x) { return x < 0 ? 0.0 : x; });
+  plain(OpKind::Erf, "error function", [](double x) { return std::erf(x); });
+  plain(OpKind::Sin, "sine", [](double x) { return std::sin(x); });
+  plain(OpKind::Cos, "cosine", [](double x) { return std::cos(x); });
+  numeric(OpKind::Floor, "round down", [](double x) { return std::floor(x); });
+  numeric(OpKind::Ceil, "round up", [](double x) { return std::ceil(x); });
+  // nearbyint in the default rounding mode: half to even.
+  numeric(OpKind::Round, "round half to even", [](double x) { return std::nearbyint(x); });
+  numeric(OpKind::Sign, "-1, 0 or 1; NaN kept", [](double x) { return std::isnan(x) ? x : double((x > 0) - (x < 0)); });
+  rlx::ir::define_op({.kind = OpKind::Not,
+                      .doc = "logical not (bool)",
+                      .operands = {"x"},
+                      .infer = bool_unary,
+                      .reference = unary_reference([](double x) { return x == 0 ? 1.0 : 0.0; })});
   auto formula = [](OpKind k, std::string_view doc, auto f) {
     rlx::ir::define_op({.kind = k,
                         .doc = doc,
@@ -96,10 +112,13 @@ RLX_OP_FAMILY(unary) {
                       .doc = "convert to dtype `to` (bool: x != 0)",
                       .operands = {"x"},
                       .attrs = {{"to", T::DType, true}},
-                      .infer = cast_infer});
+                      .infer = cast_infer,
+                      // The interpreter's rounding of every result to its node's dtype is the cast.
+                      .reference = [](const ReferenceArgs& c) { return c.x(0); }});
   rlx::ir::define_op({.kind = OpKind::Clamp,
                       .doc = "numpy's clip: min(max(x, min), max); a NaN bound gives NaN",
                       .operands = {"x"},
                       .attrs = {{"min", T::Float, true}, {"max", T::Float, true}},
-                      .infer = clamp_infer});
+                      .infer = clamp_infer,
+                      .reference = clamp_reference});
 }

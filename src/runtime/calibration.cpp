@@ -212,32 +212,24 @@ std::filesystem::path calibration_path_for(Device device, const std::filesystem:
 
 GraphCost graph_cost(const ir::Graph& graph, const std::vector<std::pair<std::string, std::int64_t>>& bind) {
   const ir::Graph g = compile::passes::decompose(bind.empty() ? graph : ir::bind_symbols(graph, bind), {});
-  auto numel = [](const ir::Node& n) {
-    double e = 1;
-    for (const auto& d : n.shape.dims()) e *= d.is_static() ? double(d.size) : 1.0;
-    return e;
-  };
-  auto bytes = [&](const ir::Node& n) { return numel(n) * double(ir::dtype_size(n.dtype)); };
+  auto bytes = [](const ir::Node& n) { return ir::estimated_numel(n.shape) * double(ir::dtype_size(n.dtype)); };
   GraphCost c;
+  std::vector<ir::TypeInfo> in;
   for (const auto& n : g.nodes()) {
     const auto cls = ir::op_info(n.op).cls;
     if (cls == ir::OpClass::Leaf || n.op == ir::OpKind::Reshape)
       continue;  // leaves are read by their users; reshape is a view
     ++c.ops;
-    double in_bytes = 0;
-    for (auto i : n.inputs) in_bytes += bytes(g.node(i));
-    c.bytes += in_bytes + bytes(n);
-    if (cls == ir::OpClass::MatMul) {
-      const auto& a = g.node(n.inputs[0]).shape;
-      const double k = a.rank() && a[a.rank() - 1].is_static() ? double(a[a.rank() - 1].size) : 1.0;
-      c.matmul_flops += 2 * numel(n) * k;
-    } else if (cls == ir::OpClass::Reduce) {
-      c.flops += numel(g.node(n.inputs[0]));
-    } else if (cls != ir::OpClass::Movement) {
-      c.flops += numel(n) * ir::op_def(n.op).flops_per_element;
+    in.clear();
+    for (auto i : n.inputs) {
+      in.push_back({g.node(i).dtype, g.node(i).shape});
+      c.bytes += bytes(g.node(i));
     }
+    c.bytes += bytes(n);
+    const double flops = ir::op_flops(n.op, in, {n.dtype, n.shape});
+    c.flops += flops;
+    if (cls == ir::OpClass::MatMul) c.matmul_flops += flops;
   }
-  c.flops += c.matmul_flops;
   return c;
 }
 

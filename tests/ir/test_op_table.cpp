@@ -32,6 +32,13 @@ TEST(OpTable, EveryOpHasItsEntry) {
       EXPECT_FALSE(d.formula) << ir::op_name(k);
     }
     for (const auto& a : d.attrs) EXPECT_FALSE(a.required && a.default_value) << ir::op_name(k) << "." << a.key;
+    // infer_type and the reference interpreter are lookups: every op brings its shape rule, and its float64
+    // reference (a rule, or the formula) unless the interpreter runs its bodies (custom, control flow) or the
+    // caller feeds it (input, param).
+    EXPECT_TRUE(d.infer) << ir::op_name(k) << " has no shape rule";
+    const bool fed_or_bodies = k == OpKind::Input || k == OpKind::Param || k == OpKind::Custom ||
+                               ir::op_info(k).cls == ir::OpClass::ControlFlow;
+    EXPECT_EQ(bool(d.reference) || bool(d.formula), !fed_or_bodies) << ir::op_name(k);
   }
 }
 

@@ -54,7 +54,4 @@ std::vector<NodeId> while_loop(Graph& g, GraphRef cond, GraphRef body, std::vect
 // A GraphRef from a graph value (verified).
 GraphRef body_ref(Graph body);
 
-// Inference of one control-flow result (called by infer_type).
-TypeInfo infer_control_flow(const Graph& g, OpKind op, std::span<const NodeId> inputs, const Attrs& attrs);
-
 }  // namespace rlx::ir

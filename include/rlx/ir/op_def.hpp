@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rlx/ir/f64_value.hpp"
 #include "rlx/ir/graph.hpp"
 
 namespace rlx::ir {
@@ -67,10 +68,16 @@ Expr log1p(Expr t);
 
 // ---- the table ----------------------------------------------------------------
 
-// What an infer rule sees: the inputs' types and the node's attributes.
+// What an infer rule sees: the inputs' types, the node's attributes, and the
+// type the node declares (leaves, reshape and expand read it; null if none).
 struct InferArgs {
   std::span<const TypeInfo> inputs;
   const Attrs& attrs;
+  const TypeInfo* declared = nullptr;
+  const TypeInfo& need_declared() const {
+    require(declared != nullptr, "needs a declared dtype and shape");
+    return *declared;
+  }
   // Throws rlx::Error; the caller prefixes the op and the input types.
   [[noreturn]] void fail(const std::string& why) const;
   void require(bool ok, const std::string& why) const {
@@ -91,12 +98,6 @@ struct DecomposeArgs {
   NodeId scalar(double v) const { return g.scalar(v, node.dtype); }
 };
 
-// A float64 value for a reference rule: row-major extents and elements.
-struct F64Value {
-  std::vector<std::int64_t> ext;
-  std::vector<double> v;
-};
-
 struct OpDef {
   OpKind kind = OpKind::Input;
   // One line of semantics, for docs/op-coverage.md and error messages.
@@ -106,7 +107,8 @@ struct OpDef {
   // Attribute keys, types and defaults: a default lives here and nowhere else,
   // and Graph fills it into every node that omits the key.
   std::vector<AttrSpec> attrs;
-  // Shape and dtype; empty: the rule of the op's class in src/ir/infer.cpp.
+  // Shape and dtype. Every op has one; infer_type checks the operand count
+  // and the required attributes before it runs.
   std::function<TypeInfo(const InferArgs&)> infer;
   // An elementwise op's scalar formula over its operands (in their compute
   // dtype: f32 for f16 and bf16). It is also the op's decomposition, its float64
@@ -114,11 +116,16 @@ struct OpDef {
   std::function<Expr(std::span<const Expr>)> formula;
   // A composite's decomposition into primitives; empty for primitives.
   std::function<NodeId(const DecomposeArgs&)> decompose;
-  // The float64 reference, independent of the decomposition; empty: the
-  // formula, else the interpreter's case for the op (src/reference/).
-  std::function<F64Value(std::span<const F64Value* const> in, const Node& node)> reference;
-  // FLOPs per element of the result, for the cost model (src/runtime/calibration.cpp).
+  // The float64 reference, independent of the decomposition (rounding to the
+  // node's dtype is the interpreter's, once). Empty: the formula evaluated in
+  // float64; custom and control-flow ops, whose bodies the interpreter runs
+  // itself (src/reference/), and run-time inputs have none.
+  std::function<F64Value(const ReferenceArgs&)> reference;
+  // The cost model's FLOPs (src/runtime/calibration.cpp, which counts the
+  // primitives of the decomposed graph): `flops` of the operand and result
+  // types, else flops_per_element per result element.
   double flops_per_element = 1;
+  std::function<double(std::span<const TypeInfo> in, const TypeInfo& out)> flops;
 
   bool has_decomposition() const { return bool(formula) || bool(decompose); }
 };
@@ -128,6 +135,10 @@ struct OpDef {
 const OpDef& op_def(OpKind k);
 // Registers a definition (from src/ops/); throws rlx::Error for a second one.
 void define_op(OpDef def);
+// The element count with symbolic dims taken as 1, for cost estimates.
+double estimated_numel(const Shape& s);
+// FLOPs of one node of op `k` with these operand and result types (OpDef::flops).
+double op_flops(OpKind k, std::span<const TypeInfo> in, const TypeInfo& out);
 // Fills the defaults of op `k`'s schema into `attrs` for keys it lacks.
 void fill_default_attrs(OpKind k, Attrs& attrs);
 // The decomposition of node `n` (formula or composite rule) into `g`, whose
