@@ -9,7 +9,7 @@
 // the llama.cpp cases skip and say why; a missing gguf package is a failure.
 // Also: quantize -> dequantize error bounds per type, NaN/inf inputs, and the size/type errors.
 #include <gtest/gtest.h>
-#include <unistd.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <array>
