@@ -293,7 +293,7 @@ std::string type_name(GgmlType t) {
   return "type " + std::to_string(static_cast<std::uint32_t>(t));
 }
 
-std::size_t block_bytes(GgmlType t) { return t == GgmlType::Q8_1 ? kQ8_1BlockBytes : ggml_type_info(t).block_bytes; }
+std::size_t block_bytes(GgmlType t) { return ggml_type_info(t).block_bytes; }
 
 // The codec of t, or an rlx::Error "<what> IQ2_XXS is not supported".
 Codec supported(GgmlType t, const char* what) {

@@ -213,7 +213,7 @@ std::string hex32(float f) {
 }
 
 std::size_t block_bytes(GgmlType t) {
-  return t == GgmlType::Q8_1 ? rlx::gguf::kQ8_1BlockBytes : rlx::gguf::ggml_type_info(t).block_bytes;
+  return rlx::gguf::ggml_type_info(t).block_bytes;
 }
 
 const std::vector<GgmlType> kAll = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,

@@ -85,7 +85,7 @@ struct BlockQ8_K {
   std::int16_t bsums[kQKK / 16];  // sum of each 16 quants
 };
 
-// One static_assert per block against ggml's sizes in types.hpp (Q8_1 is 36 bytes in ggml, see below).
+// One static_assert per block against ggml's sizes in types.hpp.
 #define RLX_QUANT_BLOCK_SIZE(T, B) \
   static_assert(sizeof(B) == ggml_type_info(GgmlType::T).block_bytes, #B " does not match ggml's block size")
 RLX_QUANT_BLOCK_SIZE(Q4_0, BlockQ4_0);
@@ -99,12 +99,8 @@ RLX_QUANT_BLOCK_SIZE(Q4_K, BlockQ4_K);
 RLX_QUANT_BLOCK_SIZE(Q5_K, BlockQ5_K);
 RLX_QUANT_BLOCK_SIZE(Q6_K, BlockQ6_K);
 RLX_QUANT_BLOCK_SIZE(Q8_K, BlockQ8_K);
+RLX_QUANT_BLOCK_SIZE(Q8_1, BlockQ8_1);  // ggml's 36 bytes (types.hpp says why not gguf-py's 40)
 #undef RLX_QUANT_BLOCK_SIZE
-// ggml's block_q8_1 is two halves and 32 quants, 36 bytes (ggml_type_size(GGML_TYPE_Q8_1) == 36).
-// gguf-py's GGML_QUANT_SIZES still lists 40 (from when d and s were floats), and types.hpp follows
-// gguf-py; Q8_1 is an activation format that files do not hold, so these functions use ggml's 36.
-static_assert(sizeof(BlockQ8_1) == 36);
-inline constexpr std::size_t kQ8_1BlockBytes = sizeof(BlockQ8_1);
 
 // Whether dequantize/quantize take the type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
 // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_K (both ways). The IQ*, TQ* and MXFP4 types and the integer

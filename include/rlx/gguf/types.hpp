@@ -1,8 +1,10 @@
 #pragma once
 // ggml's tensor types as GGUF stores them: the type id of a tensor-info entry,
 // and each type's block (how many elements share one block, and the block's
-// bytes). The ids and sizes are ggml's (ggml.h, and gguf-py's
-// GGML_QUANT_SIZES); tests/gguf checks them against the `gguf` package.
+// bytes). The ids and sizes are ggml's (ggml.h and ggml-common.h's block
+// structs). tests/gguf checks them against the `gguf` package's
+// GGML_QUANT_SIZES, but for Q8_1, whose 40 bytes there predate ggml's f16
+// scales: ggml's block_q8_1 is 36.
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -17,7 +19,7 @@ namespace rlx::gguf {
   X(Q5_0, 6, 32, 22)      \
   X(Q5_1, 7, 32, 24)      \
   X(Q8_0, 8, 32, 34)      \
-  X(Q8_1, 9, 32, 40)      \
+  X(Q8_1, 9, 32, 36)      \
   X(Q2_K, 10, 256, 84)    \
   X(Q3_K, 11, 256, 110)   \
   X(Q4_K, 12, 256, 144)   \
@@ -44,7 +46,7 @@ namespace rlx::gguf {
   X(MXFP4, 39, 32, 17)
 
 enum class GgmlType : std::uint32_t {
-#define RLX_GGML_ENUM(name, id, block, bytes) name = id,
+#define RLX_GGML_ENUM(name, id, block, bytes) name = id,  // NOLINT(bugprone-macro-parentheses): an enumerator name
   RLX_GGML_TYPES(RLX_GGML_ENUM)
 #undef RLX_GGML_ENUM
 };
