@@ -69,8 +69,6 @@ bool is_selector(const Graph& g, const Node& n, std::size_t input) {
 
 }  // namespace
 
-void Site::fail(const std::string& why) const { throw Error(ir::describe_node(src, n) + ": " + why); }
-
 Analysis analyze(const Graph& g, std::vector<Flow> flow, const std::set<NodeId>& stop) {
   Analysis a{std::move(flow), std::vector<NodeId>(g.size(), 0)};
   for (const Node& n : g.nodes()) {
@@ -159,31 +157,6 @@ void forward(Graph& g, const Graph& src, std::span<const NodeId> map, const Anal
     t[n.id] = jvp_rule(s, ts);
     if (t[n.id]) check_rule(g, *t[n.id], src, n, n, "JVP");
   }
-}
-
-NodeId zeros(Graph& g, DType t, const ir::Shape& s) {
-  NodeId z = g.scalar(0.0, t);
-  return s.rank() ? g.expand(z, s) : z;
-}
-
-NodeId unbroadcast(Graph& g, NodeId v, const ir::Shape& to) {
-  ir::Shape from = g.node(v).shape;
-  if (from == to) return v;
-  std::size_t lead = from.rank() - to.rank();
-  std::vector<std::int64_t> axes;
-  for (std::size_t d = 0; d < from.rank(); ++d) {
-    bool stretched =
-        d >= lead && to[d - lead].is_static() && to[d - lead].size == 1 && !(from[d].is_static() && from[d].size == 1);
-    if (d < lead || stretched) axes.push_back(std::int64_t(d));
-  }
-  if (!axes.empty()) v = g.sum(v, axes);
-  return g.node(v).shape == to ? v : g.reshape(v, to);
-}
-
-NodeId fit(Graph& g, NodeId v, const ir::Shape& to) { return g.node(v).shape == to ? v : g.expand(v, to); }
-
-NodeId same_op(const Site& s, std::vector<NodeId> inputs) {
-  return s.g.add_declared(s.n.op, std::move(inputs), s.n.attrs, s.n.dtype, s.n.shape);
 }
 
 namespace {

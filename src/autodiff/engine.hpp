@@ -1,6 +1,6 @@
 #pragma once
-// Internals shared by the sweeps (engine.cpp) and the per-op rules
-// (rules.cpp).
+// Internals shared by the sweeps (engine.cpp), the dispatch to each op's
+// rules in the op table (rules.cpp) and the control-flow rules.
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "rlx/autodiff/autodiff.hpp"
+#include "rlx/ir/derivative.hpp"
 #include "rlx/ir/graph.hpp"
 
 namespace rlx::autodiff::detail {
 
 using ir::NodeId;
 // A (co)tangent; nullopt stands for zero and is never materialized.
-using Maybe = std::optional<NodeId>;
+using Maybe = ir::Tangent;
 
 // How a node depends on the differentiated leaves.
 enum class Flow : std::uint8_t {
@@ -50,19 +51,8 @@ void checkpointed_reverse(ir::Graph& g, const ir::Graph& src, const Analysis& a,
 // Nodes that `roots` depend on through non-selector operands.
 std::vector<bool> needed_for(const ir::Graph& g, std::span<const NodeId> roots);
 
-// One differentiation site: node `n` of `src`, whose operands and result
-// already exist in `g` as `x` and `y`. Shapes are read from `src`, whose
-// storage does not move while `g` grows.
-struct Site {
-  ir::Graph& g;
-  const ir::Graph& src;
-  const ir::Node& n;
-  std::vector<NodeId> x;
-  NodeId y;
-
-  const ir::Node& in(std::size_t i) const { return src.node(n.inputs[i]); }
-  [[noreturn]] void fail(const std::string& why) const;
-};
+// One differentiation site (the op table's derivative rules take it).
+using Site = ir::DerivativeArgs;
 
 // Cotangents of n's operands given its result's cotangent; operands not in
 // `want` may get nullopt.
@@ -70,14 +60,11 @@ std::vector<Maybe> vjp_rule(const Site& s, NodeId ct, const std::vector<bool>& w
 // The tangent of n's result given its operands' tangents.
 Maybe jvp_rule(const Site& s, std::span<const Maybe> t);
 
-// ---- helpers for the rules ----
-NodeId zeros(ir::Graph& g, ir::DType t, const ir::Shape& s);
-// Sums v over the dims that broadcasting added to reach v's shape from `to`.
-NodeId unbroadcast(ir::Graph& g, NodeId v, const ir::Shape& to);
-// Broadcasts v up to `to` (tangents of broadcast operands).
-NodeId fit(ir::Graph& g, NodeId v, const ir::Shape& to);
-// The node's op applied to other operands, with its attributes and result type.
-NodeId same_op(const Site& s, std::vector<NodeId> inputs);
+// The rules' helpers (rlx/ir/derivative.hpp).
+using ir::fit;
+using ir::same_op;
+using ir::unbroadcast;
+using ir::zeros;
 
 // The composite rule of last resort: the node's decomposition into
 // primitives (rlx::compile::passes::decompose) is inlined into g and

@@ -100,12 +100,43 @@ F64Value where_reference(const ReferenceArgs& c) {
   return r;
 }
 
+// ---- partials: v * d y / d operand k, in the broadcast shape ----
+
+using Partial = std::function<NodeId(const DerivativeArgs&, std::size_t, NodeId)>;
+
+// A binary op's partial written over Expr, as f(k, a, b, y, v).
+template <class F>
+Partial binary_partial(F f) {
+  return [f](const DerivativeArgs& s, std::size_t k, NodeId v) {
+    return f(k, Expr(s.g, s.x[0]), Expr(s.g, s.x[1]), Expr(s.g, s.y), Expr(s.g, v)).id();
+  };
+}
+
+Expr zero_like(Expr v) { return v.constant(0); }
+
+// The masks are torch's: b = 0 gives 0 rather than 0 * inf, and so does a = 0
+// with b >= 0 rather than 0 * log(0).
+Expr pow_partial(std::size_t k, Expr a, Expr b, Expr y, Expr v) {
+  if (k == 0) return where(apply(OpKind::Eq, b, b.constant(0)), zero_like(v), v * (b * apply(OpKind::Pow, a, b - 1.0)));
+  return where(apply(OpKind::And, apply(OpKind::Eq, a, a.constant(0)), b >= 0.0), zero_like(v), v * (y * log(a)));
+}
+
+// A tie splits the derivative evenly, as in torch and JAX.
+Partial extreme_partial(bool is_max) {
+  return binary_partial([is_max](std::size_t k, Expr a, Expr b, Expr, Expr v) {
+    Expr mine = k == 0 ? a : b, other = k == 0 ? b : a;
+    Expr tie = where(apply(OpKind::Eq, mine, other), v * 0.5, zero_like(v));
+    return where(is_max ? mine > other : mine < other, v, tie);
+  });
+}
+
 }  // namespace
 }  // namespace rlx::ops
 
 RLX_OP_FAMILY(binary) {
   using namespace rlx::ops;
-  auto plain = [](OpKind k, std::string_view doc, Scalar2 f, Scalar2 integer = nullptr) {
+  // Comparisons and logical ops have no partial: their bool results carry no derivative.
+  auto plain = [](OpKind k, std::string_view doc, Scalar2 f, Scalar2 integer = nullptr, Partial d = {}) {
     const bool cmp = rlx::ir::is_comparison(k), logic = k == OpKind::And || k == OpKind::Or;
     rlx::ir::define_op({.kind = k,
                         .doc = doc,
@@ -113,21 +144,37 @@ RLX_OP_FAMILY(binary) {
                         .infer = cmp     ? comparison
                                  : logic ? logical
                                          : arithmetic,
-                        .reference = binary_reference(f, integer)});
+                        .reference = binary_reference(f, integer),
+                        .partial = std::move(d)});
   };
-  plain(OpKind::Add, "a + b", [](double a, double b) { return a + b; });
-  plain(OpKind::Sub, "a - b", [](double a, double b) { return a - b; });
-  plain(OpKind::Mul, "a * b", [](double a, double b) { return a * b; });
   plain(
-      OpKind::Div, "a / b; integers truncate, x / 0 = 0", [](double a, double b) { return a / b; }, int_div);
+      OpKind::Add, "a + b", [](double a, double b) { return a + b; }, nullptr,
+      binary_partial([](std::size_t, Expr, Expr, Expr, Expr v) { return v; }));
+  plain(
+      OpKind::Sub, "a - b", [](double a, double b) { return a - b; }, nullptr,
+      binary_partial([](std::size_t k, Expr, Expr, Expr, Expr v) { return k == 0 ? v : -v; }));
+  plain(
+      OpKind::Mul, "a * b", [](double a, double b) { return a * b; }, nullptr,
+      binary_partial([](std::size_t k, Expr a, Expr b, Expr, Expr v) { return v * (k == 0 ? b : a); }));
+  plain(
+      OpKind::Div, "a / b; integers truncate, x / 0 = 0", [](double a, double b) { return a / b; }, int_div,
+      binary_partial([](std::size_t k, Expr, Expr b, Expr y, Expr v) { return k == 0 ? v / b : -((v * y) / b); }));
   plain(
       OpKind::Pow, "a^b", [](double a, double b) { return std::pow(a, b); },
-      [](double a, double b) { return double(ipow(std::int64_t(a), std::int64_t(b))); });
-  plain(OpKind::Max, "the larger; NaN if either is",
-        [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::fmax(a, b); });
-  plain(OpKind::Min, "the smaller; NaN if either is",
-        [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::fmin(a, b); });
-  plain(OpKind::Mod, "remainder with the divisor's sign, like numpy", float_mod, int_mod);
+      [](double a, double b) { return double(ipow(std::int64_t(a), std::int64_t(b))); }, binary_partial(pow_partial));
+  plain(
+      OpKind::Max, "the larger; NaN if either is",
+      [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::fmax(a, b); }, nullptr,
+      extreme_partial(true));
+  plain(
+      OpKind::Min, "the smaller; NaN if either is",
+      [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::fmin(a, b); }, nullptr,
+      extreme_partial(false));
+  // a - b floor(a / b)
+  plain(OpKind::Mod, "remainder with the divisor's sign, like numpy", float_mod, int_mod,
+        binary_partial([](std::size_t k, Expr a, Expr b, Expr, Expr v) {
+          return k == 0 ? v : -(v * apply(OpKind::Floor, a / b));
+        }));
   plain(OpKind::Eq, "a == b (bool)", [](double a, double b) { return double(a == b); });
   plain(OpKind::Ne, "a != b (bool)", [](double a, double b) { return double(a != b); });
   plain(OpKind::Lt, "a < b (bool)", [](double a, double b) { return double(a < b); });
@@ -140,5 +187,10 @@ RLX_OP_FAMILY(binary) {
                       .doc = "cond ? a : b",
                       .operands = {"cond", "a", "b"},
                       .infer = where_infer,
-                      .reference = where_reference});
+                      .reference = where_reference,
+                      // The condition is a selector: autodiff asks only for the branches.
+                      .partial = [](const DerivativeArgs& s, std::size_t k, NodeId v) {
+                        Expr cond(s.g, s.x[0]), dv(s.g, v);
+                        return (k == 1 ? where(cond, dv, dv.constant(0)) : where(cond, dv.constant(0), dv)).id();
+                      }});
 }

@@ -1,8 +1,11 @@
 #pragma once
 // What every family file under src/ops/ uses to fill the op table
 // (rlx/ir/op_def.hpp).
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <string>
+#include <vector>
 
 #include "rlx/ir/op_def.hpp"
 
@@ -22,6 +25,15 @@ using ir::OpDef;
 using ir::OpKind;
 using ir::ReferenceArgs;
 using ir::strided_map;
+// The derivative rules' site and helpers (rlx/ir/derivative.hpp).
+using ir::DerivativeArgs;
+using ir::fit;
+using ir::NodeId;
+using ir::same_op;
+using ir::sum_terms;
+using ir::Tangent;
+using ir::unbroadcast;
+using ir::zeros;
 using T = ir::AttrType;
 using i64 = std::int64_t;
 
@@ -38,6 +50,33 @@ std::function<F64Value(const ReferenceArgs&)> unary_reference(F f) {
     F64Value r = c.result(x.ext);
     for (std::size_t i = 0; i < r.v.size(); ++i) r.v[i] = f(x.v[i]);
     return r;
+  };
+}
+
+// Helpers of the derivative rules: axes normalized and sorted; an extent a
+// rule needs static (naming what for); the inverse of a permutation.
+inline std::vector<i64> normalized_axes(const std::vector<i64>& axes, std::size_t rank) {
+  std::vector<i64> out;
+  for (auto a : axes) out.push_back(ir::normalize_axis(a, rank));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+inline i64 static_extent(const DerivativeArgs& s, const ir::Dim& d, const char* what) {
+  if (!d.is_static()) s.fail(std::string("its derivative needs a static ") + what + ", got " + d.str());
+  return d.size;
+}
+inline std::vector<i64> inverse_permutation(const std::vector<i64>& perm) {
+  std::vector<i64> inv(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) inv[std::size_t(perm[i])] = i64(i);
+  return inv;
+}
+
+// A unary op's partial written over Expr, as f(x, y, v) = v * dy/dx with x
+// the operand and y the result.
+template <class F>
+std::function<NodeId(const DerivativeArgs&, std::size_t, NodeId)> unary_partial(F f) {
+  return [f](const DerivativeArgs& s, std::size_t, NodeId v) {
+    return f(Expr(s.g, s.x[0]), Expr(s.g, s.y), Expr(s.g, v)).id();
   };
 }
 

@@ -404,6 +404,134 @@ F64Value expand(const ReferenceArgs& c, const F64Value& x) {
 
 }  // namespace ref
 
+// ---- derivatives: every movement op is linear in its data operand ----
+namespace grad {
+
+using ir::Graph;
+using Vjp = std::function<std::vector<Tangent>(const DerivativeArgs&, NodeId, const std::vector<bool>&)>;
+using Jvp = std::function<Tangent(const DerivativeArgs&, std::span<const Tangent>)>;
+
+const Shape& shape(const DerivativeArgs& s, std::size_t k) { return s.in(k).shape; }
+i64 axis(const DerivativeArgs& s) { return ir::normalize_axis(s.n.attrs.get_int("axis"), shape(s, 0).rank()); }
+
+// A VJP for an op with one differentiable operand (the first).
+template <class F>
+Vjp first(F f) {
+  return [f](const DerivativeArgs& s, NodeId ct, const std::vector<bool>& want) {
+    std::vector<Tangent> d(s.n.inputs.size());
+    if (want[0]) d[0] = f(s, ct);
+    return d;
+  };
+}
+// The JVP of an op linear in its first operand, the others kept: the op itself.
+Tangent same(const DerivativeArgs& s, std::span<const Tangent> t) {
+  if (!t[0]) return std::nullopt;
+  std::vector<NodeId> ins{*t[0]};
+  ins.insert(ins.end(), s.x.begin() + 1, s.x.end());
+  return same_op(s, std::move(ins));
+}
+
+// The transpose of slice: zeros between strided elements, zeros around.
+NodeId slice_vjp(const DerivativeArgs& s, NodeId ct) {
+  Graph& g = s.g;
+  const Shape &xs = shape(s, 0), &ys = s.n.shape;
+  const auto &starts = s.n.attrs.get_ints("starts"), &steps = s.n.attrs.get_ints("steps");
+  const std::size_t rank = xs.rank();
+  for (std::size_t d = 0; d < rank; ++d)
+    if (ys[d].is_static() && ys[d].size == 0) return zeros(g, s.n.dtype, xs);
+  std::vector<i64> pads(2 * rank, 0);
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (!xs[d].is_static()) continue;  // a symbolic dim is always taken whole
+    i64 m = ys[d].size, span = m;
+    if (steps[d] > 1 && m > 1) {
+      // [.., m, ..] -> [.., m, step, ..] padded with zeros -> [.., m*step, ..], cut after the last element.
+      std::vector<i64> p(2 * (rank + 1), 0);
+      p[rank + 1 + d + 1] = steps[d] - 1;
+      NodeId v = g.pad(g.unsqueeze(ct, {i64(d) + 1}), p);
+      Shape flat = g.node(ct).shape;
+      flat[d] = ir::Dim(m * steps[d]);
+      span = (m - 1) * steps[d] + 1;
+      ct = g.narrow(g.reshape(v, flat), i64(d), 0, span);
+    }
+    pads[d] = starts[d];
+    pads[rank + d] = xs[d].size - starts[d] - span;
+  }
+  return std::all_of(pads.begin(), pads.end(), [](i64 p) { return p == 0; }) ? ct : g.pad(ct, pads);
+}
+
+// The transpose of pad: crop what was added; where pad cropped, zeros.
+NodeId pad_vjp(const DerivativeArgs& s, NodeId ct) {
+  Graph& g = s.g;
+  std::vector<i64> pads = s.n.attrs.get_ints("pads");
+  const Shape& xs = shape(s, 0);
+  if (std::any_of(pads.begin(), pads.end(), [](i64 p) { return p < 0; })) {
+    for (auto& p : pads) p = -p;
+    return g.pad(ct, pads);
+  }
+  std::vector<i64> axes, starts, ends;
+  for (std::size_t d = 0; d < xs.rank(); ++d) {
+    if (pads[d] == 0 && pads[xs.rank() + d] == 0) continue;
+    axes.push_back(i64(d));
+    starts.push_back(pads[d]);
+    ends.push_back(pads[d] + xs[d].size);
+  }
+  return g.slice(ct, axes, starts, ends);
+}
+
+// The padding is a constant: its tangent is zero.
+Tangent pad_jvp(const DerivativeArgs& s, std::span<const Tangent> t) {
+  if (!t[0]) return std::nullopt;
+  ir::Attrs a = s.n.attrs;
+  a.set("value", 0.0);
+  return s.g.add_declared(OpKind::Pad, {*t[0]}, std::move(a), s.n.dtype, s.n.shape);
+}
+
+// The transpose of index_select along its axis: every selected slice is added
+// back at its index (scatter_add over the flattened index).
+NodeId index_select_vjp(const DerivativeArgs& s, NodeId ct) {
+  Graph& g = s.g;
+  const Shape& xs = shape(s, 0);
+  const i64 ax = axis(s);
+  i64 count = 1;
+  for (const auto& d : shape(s, 1).dims()) count *= static_extent(s, d, "index shape");
+  Shape flat = xs, column(std::vector<ir::Dim>(xs.rank(), ir::Dim(1)));
+  flat[std::size_t(ax)] = column[std::size_t(ax)] = ir::Dim(count);
+  NodeId where_to = g.expand(g.reshape(s.x[1], column), flat);
+  return g.scatter_add(zeros(g, s.n.dtype, xs), where_to, g.reshape(ct, flat), ax);
+}
+
+std::vector<Tangent> concat_vjp(const DerivativeArgs& s, NodeId ct, const std::vector<bool>& want) {
+  std::vector<Tangent> d(s.n.inputs.size());
+  const i64 ax = axis(s);
+  i64 at = 0;
+  for (std::size_t k = 0; k < s.n.inputs.size(); ++k) {
+    const i64 size = static_extent(s, shape(s, k)[std::size_t(ax)], "concat dim");
+    if (want[k]) d[k] = s.g.slice(ct, {ax}, {at}, {at + size});
+    at += size;
+  }
+  return d;
+}
+
+Tangent concat_jvp(const DerivativeArgs& s, std::span<const Tangent> t) {
+  std::vector<NodeId> parts;
+  for (std::size_t k = 0; k < t.size(); ++k) parts.push_back(t[k] ? *t[k] : zeros(s.g, s.in(k).dtype, shape(s, k)));
+  return same_op(s, std::move(parts));
+}
+
+std::vector<Tangent> scatter_add_vjp(const DerivativeArgs& s, NodeId ct, const std::vector<bool>& want) {
+  std::vector<Tangent> d(3);
+  if (want[0]) d[0] = ct;
+  if (want[2]) d[2] = s.g.gather(ct, s.x[1], axis(s));
+  return d;
+}
+
+Tangent scatter_add_jvp(const DerivativeArgs& s, std::span<const Tangent> t) {
+  if (!t[2]) return t[0];
+  return same_op(s, {t[0] ? *t[0] : zeros(s.g, s.n.dtype, shape(s, 0)), s.x[1], *t[2]});
+}
+
+}  // namespace grad
+
 }  // namespace
 }  // namespace rlx::ops
 
@@ -416,6 +544,8 @@ RLX_OP_FAMILY(movement) {
              .operands = {"x"},
              .infer = reshape,
              .reference = [](const ReferenceArgs& c) { return ref::relabel(c, c.x(0), c.declared()); },
+             .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) { return s.g.reshape(ct, grad::shape(s, 0)); }),
+             .jvp = grad::same,
              .flops_per_element = 0});
   define_op({.kind = OpKind::Permute,
              .doc = "axes reordered by `perm`",
@@ -423,19 +553,28 @@ RLX_OP_FAMILY(movement) {
              .attrs = {{"perm", T::Ints, true}},
              .infer = permute,
              .reference = [](const ReferenceArgs& c) { return ref::permute(c, c.x(0)); },
+             .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) {
+               return s.g.permute(ct, inverse_permutation(s.n.attrs.get_ints("perm")));
+             }),
+             .jvp = grad::same,
              .flops_per_element = 0});
-  define_op({.kind = OpKind::Expand,
-             .doc = "broadcast to the declared shape",
-             .operands = {"x"},
-             .infer = expand,
-             .reference = [](const ReferenceArgs& c) { return ref::expand(c, c.x(0)); },
-             .flops_per_element = 0});
+  define_op(
+      {.kind = OpKind::Expand,
+       .doc = "broadcast to the declared shape",
+       .operands = {"x"},
+       .infer = expand,
+       .reference = [](const ReferenceArgs& c) { return ref::expand(c, c.x(0)); },
+       .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) { return unbroadcast(s.g, ct, grad::shape(s, 0)); }),
+       .jvp = grad::same,
+       .flops_per_element = 0});
   define_op({.kind = OpKind::Slice,
              .doc = "x[starts:ends:steps] per axis (full rank, steps >= 1, clamped like Python)",
              .operands = {"x"},
              .attrs = {{"starts", T::Ints, true}, {"ends", T::Ints, true}, {"steps", T::Ints, true}},
              .infer = slice,
              .reference = [](const ReferenceArgs& c) { return ref::slice(c, c.x(0)); },
+             .vjp = grad::first(grad::slice_vjp),
+             .jvp = grad::same,
              .flops_per_element = 0});
   define_op({.kind = OpKind::Concat,
              .doc = "joined along `axis`",
@@ -443,6 +582,8 @@ RLX_OP_FAMILY(movement) {
              .attrs = axis,
              .infer = concat,
              .reference = ref::concat,
+             .vjp = grad::concat_vjp,
+             .jvp = grad::concat_jvp,
              .flops_per_element = 0});
   define_op({.kind = OpKind::Pad,
              .doc = "padded by pads=[before..., after...] with `value`",
@@ -450,6 +591,8 @@ RLX_OP_FAMILY(movement) {
              .attrs = {{"pads", T::Ints, true}, {"value", T::Float, true}},
              .infer = pad,
              .reference = [](const ReferenceArgs& c) { return ref::pad(c, c.x(0)); },
+             .vjp = grad::first(grad::pad_vjp),
+             .jvp = grad::pad_jvp,
              .flops_per_element = 0});
   define_op({.kind = OpKind::Gather,
              .doc = "torch.gather: idx has x's rank, the result idx's shape",
@@ -457,6 +600,10 @@ RLX_OP_FAMILY(movement) {
              .attrs = axis,
              .infer = gather,
              .reference = [](const ReferenceArgs& c) { return ref::gather(c, c.x(0), c.x(1)); },
+             .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) {
+               return s.g.scatter_add(zeros(s.g, s.n.dtype, grad::shape(s, 0)), s.x[1], ct, grad::axis(s));
+             }),
+             .jvp = grad::same,
              .flops_per_element = 0});
   define_op({.kind = OpKind::IndexSelect,
              .doc = "numpy.take: x[:axis] + idx.shape + x[axis+1:]",
@@ -464,19 +611,27 @@ RLX_OP_FAMILY(movement) {
              .attrs = axis,
              .infer = index_select,
              .reference = [](const ReferenceArgs& c) { return ref::index_select(c, c.x(0), c.x(1)); },
+             .vjp = grad::first(grad::index_select_vjp),
+             .jvp = grad::same,
              .flops_per_element = 0});
   define_op({.kind = OpKind::ScatterAdd,
              .doc = "torch.scatter_add",
              .operands = {"x", "idx", "updates"},
              .attrs = axis,
              .infer = scatter_add,
-             .reference = [](const ReferenceArgs& c) { return ref::scatter_add(c, c.x(0), c.x(1), c.x(2)); }});
+             .reference = [](const ReferenceArgs& c) { return ref::scatter_add(c, c.x(0), c.x(1), c.x(2)); },
+             .vjp = grad::scatter_add_vjp,
+             .jvp = grad::scatter_add_jvp});
   define_op({.kind = OpKind::Squeeze,
              .doc = "drops the size-1 `axes`",
              .operands = {"x"},
              .attrs = axes,
              .infer = squeeze,
              .reference = [](const ReferenceArgs& c) { return ref::squeeze(c, c.x(0)); },
+             .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) {
+               return s.g.unsqueeze(ct, normalized_axes(s.n.attrs.get_ints("axes"), grad::shape(s, 0).rank()));
+             }),
+             .jvp = grad::same,
              .flops_per_element = 0});
   define_op({.kind = OpKind::Unsqueeze,
              .doc = "inserts size-1 `axes`",
@@ -484,12 +639,19 @@ RLX_OP_FAMILY(movement) {
              .attrs = axes,
              .infer = unsqueeze,
              .reference = [](const ReferenceArgs& c) { return ref::unsqueeze(c, c.x(0)); },
+             .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) {
+               return s.g.squeeze(ct, normalized_axes(s.n.attrs.get_ints("axes"), s.n.shape.rank()));
+             }),
+             .jvp = grad::same,
              .flops_per_element = 0});
-  define_op({.kind = OpKind::Flip,
-             .doc = "reversed along `axes`",
-             .operands = {"x"},
-             .attrs = axes,
-             .infer = flip,
-             .reference = [](const ReferenceArgs& c) { return ref::flip(c, c.x(0)); },
-             .flops_per_element = 0});
+  define_op(
+      {.kind = OpKind::Flip,
+       .doc = "reversed along `axes`",
+       .operands = {"x"},
+       .attrs = axes,
+       .infer = flip,
+       .reference = [](const ReferenceArgs& c) { return ref::flip(c, c.x(0)); },
+       .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) { return s.g.flip(ct, s.n.attrs.get_ints("axes")); }),
+       .jvp = grad::same,
+       .flops_per_element = 0});
 }

@@ -794,6 +794,127 @@ F64Value attention(const ReferenceArgs& c, const F64Value& q, const F64Value& k,
 
 }  // namespace ref
 
+// ---- derivatives (the ops without a rule here are differentiated through
+// their decompositions) ----
+namespace grad {
+
+using Vjp = std::function<std::vector<Tangent>(const DerivativeArgs&, NodeId, const std::vector<bool>&)>;
+
+const Shape& shape(const DerivativeArgs& s, std::size_t k) { return s.in(k).shape; }
+
+std::vector<Tangent> matmul_vjp(const DerivativeArgs& s, NodeId ct, const std::vector<bool>& want) {
+  Graph& g = s.g;
+  std::vector<Tangent> d(2);
+  if (want[0]) d[0] = unbroadcast(g, g.matmul(ct, g.transpose(s.x[1])), shape(s, 0));
+  if (want[1]) d[1] = unbroadcast(g, g.matmul(g.transpose(s.x[0]), ct), shape(s, 1));
+  return d;
+}
+
+// Bilinear ops (matmul, linear, conv): the sum of the op with one operand's
+// tangent in place at a time, plus `extra` for a bias's.
+Tangent bilinear_jvp(const DerivativeArgs& s, std::span<const Tangent> t, Tangent extra = std::nullopt) {
+  std::vector<NodeId> terms;
+  if (t[0]) terms.push_back(s.g.add(s.n.op, {*t[0], s.x[1]}, s.n.attrs));
+  if (t[1]) terms.push_back(s.g.add(s.n.op, {s.x[0], *t[1]}, s.n.attrs));
+  if (extra) terms.push_back(*extra);
+  return sum_terms(s.g, terms, s.n.shape);
+}
+
+// Rows of x and of the output cotangent as matrices, so that dW is one matmul.
+NodeId linear_dw(const DerivativeArgs& s, NodeId ct) {
+  Graph& g = s.g;
+  auto rows = [&](NodeId v, const Shape& sh) {
+    const std::size_t r = sh.rank();
+    if (r == 1) return g.reshape(v, Shape(std::vector<Dim>{Dim(1), sh[0]}));
+    if (r == 2 || !sh.is_static()) return v;  // symbolic batch dims: batched matmul, summed below
+    i64 n = 1;
+    for (std::size_t d = 0; d + 1 < r; ++d) n *= sh[d].size;
+    return g.reshape(v, Ints{n, sh[r - 1].size});
+  };
+  NodeId m = g.matmul(g.transpose(rows(s.x[0], shape(s, 0))), rows(ct, s.n.shape));
+  Ints batch(g.node(m).shape.rank() - 2);
+  std::iota(batch.begin(), batch.end(), 0);
+  return batch.empty() ? m : g.sum(m, batch);
+}
+
+std::vector<Tangent> linear_vjp(const DerivativeArgs& s, NodeId ct, const std::vector<bool>& want) {
+  Graph& g = s.g;
+  std::vector<Tangent> d(s.n.inputs.size());
+  if (want[0]) d[0] = g.linear(ct, g.transpose(s.x[1]));
+  if (want[1]) d[1] = linear_dw(s, ct);
+  if (s.n.inputs.size() == 3 && want[2]) {
+    Ints lead(s.n.shape.rank() - 1);
+    std::iota(lead.begin(), lead.end(), 0);
+    d[2] = lead.empty() ? ct : g.sum(ct, lead);
+  }
+  return d;
+}
+
+Tangent linear_jvp(const DerivativeArgs& s, std::span<const Tangent> t) {
+  return bilinear_jvp(s, t, t.size() == 3 ? t[2] : std::nullopt);
+}
+
+// A bias of [O] as [O, 1, ..] so that it broadcasts over N, C, spatial.
+Tangent conv_jvp(const DerivativeArgs& s, std::span<const Tangent> t) {
+  Tangent bias;
+  if (t.size() == 3 && t[2]) {
+    std::vector<Dim> dims(s.n.shape.rank() - 1, Dim(1));
+    dims[0] = shape(s, 2)[0];
+    bias = s.g.reshape(*t[2], Shape(std::move(dims)));
+  }
+  return bilinear_jvp(s, t, bias);
+}
+
+// y * (v - sum(v * y)), as the fused backward op: the softmax Jacobian is
+// symmetric, so both modes use it.
+NodeId softmax_map(const DerivativeArgs& s, NodeId v) {
+  return s.g.add(OpKind::SoftmaxBackward, {s.y, v}, {{"axis", s.n.attrs.get_int("axis")}});
+}
+
+std::vector<Tangent> log_softmax_vjp(const DerivativeArgs& s, NodeId ct, const std::vector<bool>&) {
+  return {s.g.add(OpKind::LogSoftmaxBackward, {s.y, ct}, {{"axis", s.n.attrs.get_int("axis")}})};
+}
+
+// v - softmax(x) sum(v)
+Tangent log_softmax_jvp(const DerivativeArgs& s, std::span<const Tangent> t) {
+  if (!t[0]) return std::nullopt;
+  const i64 ax = ir::normalize_axis(s.n.attrs.get_int("axis"), s.n.shape.rank());
+  return s.g.sub(*t[0], s.g.sum(s.g.mul(s.g.exp(s.y), *t[0]), {ax}, true));
+}
+
+// layer_norm and rms_norm: dx by their fused backward op; d gamma and d beta
+// sum the cotangent (times the normalized x, the op without its affine part)
+// over the leading dims.
+std::vector<Tangent> norm_vjp(const DerivativeArgs& s, NodeId ct, const std::vector<bool>& want) {
+  Graph& g = s.g;
+  const Node& n = s.n;
+  const bool rms = n.op == OpKind::RmsNorm;
+  const std::size_t rank = n.shape.rank();
+  const std::size_t axis = rms ? rank - 1 : std::size_t(ir::normalize_axis(n.attrs.get_int("axis"), rank));
+  Ints lead(axis);
+  std::iota(lead.begin(), lead.end(), 0);
+  auto over_rows = [&](NodeId v) { return lead.empty() ? v : g.sum(v, lead); };
+  std::vector<Tangent> d(n.inputs.size());
+  if (want[0]) {
+    std::vector<NodeId> ins{s.x[0], ct};
+    if (n.inputs.size() > 1) ins.push_back(s.x[1]);
+    d[0] = g.add(rms ? OpKind::RmsNormBackward : OpKind::LayerNormBackward, std::move(ins), n.attrs);
+  }
+  if (n.inputs.size() > 1 && want[1]) {
+    NodeId xhat = g.add(n.op, {s.x[0]}, n.attrs);
+    d[1] = over_rows(g.mul(ct, xhat));
+  }
+  if (n.inputs.size() > 2 && want[2]) d[2] = over_rows(ct);
+  return d;
+}
+
+Tangent same(const DerivativeArgs& s, std::span<const Tangent> t) {
+  if (!t[0]) return std::nullopt;
+  return same_op(s, {*t[0]});
+}
+
+}  // namespace grad
+
 }  // namespace
 }  // namespace rlx::ops
 
@@ -812,45 +933,62 @@ RLX_OP_FAMILY(nn) {
              .operands = {"a", "b"},
              .infer = matmul_infer,
              .reference = [](const ReferenceArgs& c) { return ref::matmul(c, c.x(0), c.x(1)); },
+             .vjp = grad::matmul_vjp,
+             .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) { return grad::bilinear_jvp(s, t); },
              .flops = matmul_flops});
   define_op({.kind = OpKind::Linear,
              .doc = "x w + b, w as [in, out]",
              .operands = {"x", "w", "b?"},
              .infer = linear_infer,
              .decompose = via(linear),
-             .reference = [](const ReferenceArgs& c) { return ref::linear(c, c.x(0), c.x(1), ref::optional(c, 2)); }});
+             .reference = [](const ReferenceArgs& c) { return ref::linear(c, c.x(0), c.x(1), ref::optional(c, 2)); },
+             .vjp = grad::linear_vjp,
+             .jvp = grad::linear_jvp});
   define_op({.kind = OpKind::Softmax,
              .doc = "softmax along `axis`",
              .operands = {"x"},
              .attrs = axis,
              .infer = same_with_axis,
              .decompose = via([](const Ctx& c) { return softmax(c.g, c.in[0], c.n.attrs.get_int("axis")); }),
-             .reference = [](const ReferenceArgs& c) { return ref::softmax(c, c.x(0), false); }});
+             .reference = [](const ReferenceArgs& c) { return ref::softmax(c, c.x(0), false); },
+             .vjp = [](const DerivativeArgs& s, NodeId ct, const std::vector<bool>&) -> std::vector<Tangent> {
+               return {grad::softmax_map(s, ct)};
+             },
+             .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) -> Tangent {
+               if (!t[0]) return std::nullopt;
+               return grad::softmax_map(s, *t[0]);
+             }});
   define_op({.kind = OpKind::LogSoftmax,
              .doc = "log-softmax along `axis`",
              .operands = {"x"},
              .attrs = axis,
              .infer = same_with_axis,
              .decompose = via([](const Ctx& c) { return log_softmax(c.g, c.in[0], c.n.attrs.get_int("axis")); }),
-             .reference = [](const ReferenceArgs& c) { return ref::softmax(c, c.x(0), true); }});
+             .reference = [](const ReferenceArgs& c) { return ref::softmax(c, c.x(0), true); },
+             .vjp = grad::log_softmax_vjp,
+             .jvp = grad::log_softmax_jvp});
   define_op({.kind = OpKind::LayerNorm,
              .doc = "normalized over dims [axis..), then * gamma + beta",
              .operands = {"x", "gamma?", "beta?"},
              .attrs = layer_norm_attrs,
              .infer = layer_norm_infer,
              .decompose = via(layer_norm),
-             .reference = [](const ReferenceArgs& c) {
-               return ref::normalize(c, c.x(0), ref::norm_axis(c), false, ref::optional(c, 1), ref::optional(c, 2));
-             }});
+             .reference =
+                 [](const ReferenceArgs& c) {
+                   return ref::normalize(c, c.x(0), ref::norm_axis(c), false, ref::optional(c, 1), ref::optional(c, 2));
+                 },
+             .vjp = grad::norm_vjp});
   define_op({.kind = OpKind::RmsNorm,
              .doc = "x / rms(x) over the last dim, then * gamma",
              .operands = {"x", "gamma?"},
              .attrs = rms_norm_attrs,
              .infer = rms_norm_infer,
              .decompose = via(rms_norm),
-             .reference = [](const ReferenceArgs& c) {
-               return ref::normalize(c, c.x(0), ref::last_axis(c), true, ref::optional(c, 1), nullptr);
-             }});
+             .reference =
+                 [](const ReferenceArgs& c) {
+                   return ref::normalize(c, c.x(0), ref::last_axis(c), true, ref::optional(c, 1), nullptr);
+                 },
+             .vjp = grad::norm_vjp});
   define_op({.kind = OpKind::GroupNorm,
              .doc = "per sample, normalized over each of num_groups channel groups, then * gamma + beta per channel",
              .operands = {"x", "gamma?", "beta?"},
@@ -865,14 +1003,16 @@ RLX_OP_FAMILY(nn) {
              .attrs = conv_attrs,
              .infer = [](const InferArgs& a) { return window_infer(a, 1, false); },
              .decompose = via([](const Ctx& c) { return conv(c, 1); }),
-             .reference = [](const ReferenceArgs& c) { return ref::conv(c, c.x(0), c.x(1), ref::optional(c, 2), 1); }});
+             .reference = [](const ReferenceArgs& c) { return ref::conv(c, c.x(0), c.x(1), ref::optional(c, 2), 1); },
+             .jvp = grad::conv_jvp});
   define_op({.kind = OpKind::Conv2d,
              .doc = "x [N,C,H,W], w [O,C/g,kh,kw]",
              .operands = {"x", "w", "b?"},
              .attrs = conv_attrs,
              .infer = [](const InferArgs& a) { return window_infer(a, 2, false); },
              .decompose = via([](const Ctx& c) { return conv(c, 2); }),
-             .reference = [](const ReferenceArgs& c) { return ref::conv(c, c.x(0), c.x(1), ref::optional(c, 2), 2); }});
+             .reference = [](const ReferenceArgs& c) { return ref::conv(c, c.x(0), c.x(1), ref::optional(c, 2), 2); },
+             .jvp = grad::conv_jvp});
   define_op({.kind = OpKind::MaxPool2d,
              .doc = "max over windows of the last two dims",
              .operands = {"x"},
@@ -886,7 +1026,8 @@ RLX_OP_FAMILY(nn) {
              .attrs = pool_attrs,
              .infer = [](const InferArgs& a) { return window_infer(a, 2, true); },
              .decompose = via([](const Ctx& c) { return pool2d(c, false); }),
-             .reference = [](const ReferenceArgs& c) { return ref::pool(c, c.x(0), false); }});
+             .reference = [](const ReferenceArgs& c) { return ref::pool(c, c.x(0), false); },
+             .jvp = grad::same});
   define_op({.kind = OpKind::Embedding,
              .doc = "rows of `table` picked by `ids`",
              .operands = {"table", "ids"},

@@ -144,6 +144,110 @@ F64Value arg_reduce(const ReferenceArgs& c) {
 
 }  // namespace ref
 
+// ---- derivatives ----
+namespace grad {
+
+using ir::Dim;
+using ir::Graph;
+
+struct Reduction {
+  std::vector<i64> axes;
+  bool keep;
+  Shape kept;  // the operand's shape with reduced dims 1
+};
+
+Reduction reduction(const DerivativeArgs& s) {
+  const Shape& xs = s.in(0).shape;
+  Reduction r{normalized_axes(s.n.attrs.get_ints("axes"), xs.rank()), s.n.attrs.get_bool("keepdims"), xs};
+  for (auto a : r.axes) r.kept[std::size_t(a)] = Dim(1);
+  return r;
+}
+
+// A value of the result's shape, with the reduced dims back as 1 so that it
+// broadcasts against the operand.
+NodeId kept(const DerivativeArgs& s, const Reduction& r, NodeId v) { return r.keep ? v : s.g.reshape(v, r.kept); }
+
+// d y / d x for max and min: the extreme elements share the derivative.
+NodeId extreme_partials(const DerivativeArgs& s, const Reduction& r) {
+  Graph& g = s.g;
+  NodeId mask = g.binary(OpKind::Eq, s.x[0], kept(s, r, s.y));
+  NodeId count = g.sum(g.where(mask, s.constant(1), s.constant(0)), r.axes, true);
+  return g.where(mask, g.div(s.constant(1), count), s.constant(0));
+}
+
+// d y / d x for prod: the product of the other elements of the group,
+// without dividing (zeros stay exact, to every order). The reduced dims are
+// moved last and flattened; then an exclusive prefix product times an
+// exclusive suffix product, each a scan of log2(n) shifted products.
+NodeId prod_partials(const DerivativeArgs& s, const Reduction& r) {
+  Graph& g = s.g;
+  const Shape& xs = s.in(0).shape;
+  const std::size_t rank = xs.rank();
+  std::vector<i64> perm;
+  for (std::size_t d = 0; d < rank; ++d)
+    if (!std::binary_search(r.axes.begin(), r.axes.end(), i64(d))) perm.push_back(i64(d));
+  perm.insert(perm.end(), r.axes.begin(), r.axes.end());
+  std::vector<Dim> dims;
+  i64 n = 1;
+  for (std::size_t d = 0; d < rank; ++d) {
+    const Dim& e = xs[std::size_t(perm[d])];
+    if (d + r.axes.size() < rank)
+      dims.push_back(e);
+    else
+      n *= static_extent(s, e, "reduced dim");
+  }
+  dims.emplace_back(n);
+  NodeId moved = g.permute(s.x[0], perm);
+  Shape moved_shape = g.node(moved).shape, rows(std::move(dims));
+  const std::size_t last = rows.rank() - 1;
+  auto shift = [&](NodeId v, i64 k) {  // v[i - k] along the last axis, ones shifted in
+    std::vector<i64> pads(2 * rows.rank(), 0);
+    pads[last] = k;
+    return g.pad(g.narrow(v, i64(last), 0, n - k), pads, 1.0);
+  };
+  auto exclusive_scan = [&](NodeId v) {
+    for (i64 k = 1; k < n; k *= 2) v = g.mul(v, shift(v, k));
+    return shift(v, 1);
+  };
+  NodeId flat = g.reshape(moved, rows);
+  NodeId before = exclusive_scan(flat), after = g.flip(exclusive_scan(g.flip(flat, {i64(last)})), {i64(last)});
+  return g.permute(g.reshape(g.mul(before, after), moved_shape), inverse_permutation(perm));
+}
+
+std::vector<Tangent> vjp(const DerivativeArgs& s, NodeId ct, const std::vector<bool>&) {
+  Graph& g = s.g;
+  const Reduction r = reduction(s);
+  const Shape& xs = s.in(0).shape;
+  NodeId c = kept(s, r, ct);
+  switch (s.n.op) {
+    case OpKind::ReduceSum: return {fit(g, c, xs)};
+    case OpKind::ReduceMean: {
+      i64 count = 1;
+      for (auto a : r.axes) count *= static_extent(s, xs[std::size_t(a)], "reduced dim");
+      return {fit(g, g.div(c, s.constant(double(count))), xs)};
+    }
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin: return {g.mul(extreme_partials(s, r), c)};
+    case OpKind::ReduceProd: return {g.mul(prod_partials(s, r), c)};
+    default: s.fail("no derivative rule for this op");
+  }
+}
+
+Tangent jvp(const DerivativeArgs& s, std::span<const Tangent> t) {
+  if (!t[0]) return std::nullopt;
+  const Reduction r = reduction(s);
+  switch (s.n.op) {
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMean: return same_op(s, {*t[0]});
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin: return s.g.sum(s.g.mul(extreme_partials(s, r), *t[0]), r.axes, r.keep);
+    case OpKind::ReduceProd: return s.g.sum(s.g.mul(prod_partials(s, r), *t[0]), r.axes, r.keep);
+    default: s.fail("no derivative rule for this op");
+  }
+}
+
+}  // namespace grad
+
 }  // namespace
 }  // namespace rlx::ops
 
@@ -156,8 +260,11 @@ RLX_OP_FAMILY(reduce) {
                         .attrs = {{"axes", T::Ints, true}, {"keepdims", T::Bool, true}},
                         .infer = infer,
                         .reference = ref::reduce,
+                        .vjp = grad::vjp,
+                        .jvp = grad::jvp,
                         .flops = input_elements});
   };
+  // argmax and argmin have no derivative rules: autodiff refuses a derivative through an index.
   reduce(OpKind::ReduceSum, "sum over `axes`", reduce_axes);
   reduce(OpKind::ReduceMean, "mean over `axes`", reduce_mean);
   reduce(OpKind::ReduceMax, "maximum over `axes`", reduce_axes);

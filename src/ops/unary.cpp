@@ -44,6 +44,13 @@ F64Value clamp_reference(const ReferenceArgs& c) {
   return r;
 }
 
+// Inside [min, max] (inclusive, like torch) the derivative is 1, else 0.
+NodeId clamp_partial(const DerivativeArgs& s, std::size_t, NodeId v) {
+  Expr x(s.g, s.x[0]), dv(s.g, v);
+  Expr inside = apply(OpKind::And, x >= s.n.attrs.get_float("min"), x <= s.n.attrs.get_float("max"));
+  return where(inside, dv, dv.constant(0)).id();
+}
+
 }  // namespace
 
 ir::TypeInfo numeric_unary(const ir::InferArgs& a) {
@@ -62,26 +69,59 @@ ir::TypeInfo float_unary(const ir::InferArgs& a) {
 RLX_OP_FAMILY(unary) {
   using namespace rlx::ops;
   // Float operands only, or (numeric) integers too; each with its float64 scalar function.
-  auto plain = [](OpKind k, std::string_view doc, double (*f)(double)) {
-    rlx::ir::define_op(
-        {.kind = k, .doc = doc, .operands = {"x"}, .infer = float_unary, .reference = unary_reference(f)});
+  // floor, ceil, round and sign have no partial: autodiff takes their derivative as zero.
+  using Partial = std::function<NodeId(const DerivativeArgs&, std::size_t, NodeId)>;
+  auto plain = [](OpKind k, std::string_view doc, double (*f)(double), Partial d = {}) {
+    rlx::ir::define_op({.kind = k,
+                        .doc = doc,
+                        .operands = {"x"},
+                        .infer = float_unary,
+                        .reference = unary_reference(f),
+                        .partial = std::move(d)});
   };
-  auto numeric = [](OpKind k, std::string_view doc, double (*f)(double)) {
-    rlx::ir::define_op(
-        {.kind = k, .doc = doc, .operands = {"x"}, .infer = numeric_unary, .reference = unary_reference(f)});
+  auto numeric = [](OpKind k, std::string_view doc, double (*f)(double), Partial d = {}) {
+    rlx::ir::define_op({.kind = k,
+                        .doc = doc,
+                        .operands = {"x"},
+                        .infer = numeric_unary,
+                        .reference = unary_reference(f),
+                        .partial = std::move(d)});
   };
-  numeric(OpKind::Neg, "-x", [](double x) { return -x; });
-  numeric(OpKind::Abs, "absolute value", [](double x) { return std::fabs(x); });
-  plain(OpKind::Exp, "e^x", [](double x) { return std::exp(x); });
-  plain(OpKind::Log, "natural logarithm", [](double x) { return std::log(x); });
-  plain(OpKind::Sqrt, "square root", [](double x) { return std::sqrt(x); });
-  plain(OpKind::Rsqrt, "1 / sqrt(x)", [](double x) { return 1 / std::sqrt(x); });
-  plain(OpKind::Reciprocal, "1 / x", [](double x) { return 1 / x; });
-  plain(OpKind::Tanh, "hyperbolic tangent", [](double x) { return std::tanh(x); });
-  numeric(OpKind::Relu, "max(x, 0), NaN kept", [](double x) { return x < 0 ? 0.0 : x; });
-  plain(OpKind::Erf, "error function", [](double x) { return std::erf(x); });
-  plain(OpKind::Sin, "sine", [](double x) { return std::sin(x); });
-  plain(OpKind::Cos, "cosine", [](double x) { return std::cos(x); });
+  numeric(
+      OpKind::Neg, "-x", [](double x) { return -x; }, unary_partial([](Expr, Expr, Expr v) { return -v; }));
+  numeric(
+      OpKind::Abs, "absolute value", [](double x) { return std::fabs(x); },
+      unary_partial([](Expr x, Expr, Expr v) { return v * apply(OpKind::Sign, x); }));  // 0 at 0, like torch
+  plain(
+      OpKind::Exp, "e^x", [](double x) { return std::exp(x); },
+      unary_partial([](Expr, Expr y, Expr v) { return v * y; }));
+  plain(
+      OpKind::Log, "natural logarithm", [](double x) { return std::log(x); },
+      unary_partial([](Expr x, Expr, Expr v) { return v / x; }));
+  plain(
+      OpKind::Sqrt, "square root", [](double x) { return std::sqrt(x); },
+      unary_partial([](Expr, Expr y, Expr v) { return v * 0.5 / y; }));
+  plain(
+      OpKind::Rsqrt, "1 / sqrt(x)", [](double x) { return 1 / std::sqrt(x); },
+      unary_partial([](Expr, Expr y, Expr v) { return v * (-0.5 * (y * (y * y))); }));
+  plain(
+      OpKind::Reciprocal, "1 / x", [](double x) { return 1 / x; },
+      unary_partial([](Expr, Expr y, Expr v) { return -(v * (y * y)); }));
+  plain(
+      OpKind::Tanh, "hyperbolic tangent", [](double x) { return std::tanh(x); },
+      unary_partial([](Expr, Expr y, Expr v) { return v * (1.0 - y * y); }));
+  numeric(
+      OpKind::Relu, "max(x, 0), NaN kept", [](double x) { return x < 0 ? 0.0 : x; },
+      unary_partial([](Expr x, Expr, Expr v) { return where(x > 0.0, v, v.constant(0)); }));
+  plain(
+      OpKind::Erf, "error function", [](double x) { return std::erf(x); },
+      unary_partial([](Expr x, Expr, Expr v) { return v * (2 * std::numbers::inv_sqrtpi * exp(-(x * x))); }));
+  plain(
+      OpKind::Sin, "sine", [](double x) { return std::sin(x); },
+      unary_partial([](Expr x, Expr, Expr v) { return v * apply(OpKind::Cos, x); }));
+  plain(
+      OpKind::Cos, "cosine", [](double x) { return std::cos(x); },
+      unary_partial([](Expr x, Expr, Expr v) { return -(v * apply(OpKind::Sin, x)); }));
   numeric(OpKind::Floor, "round down", [](double x) { return std::floor(x); });
   numeric(OpKind::Ceil, "round up", [](double x) { return std::ceil(x); });
   // nearbyint in the default rounding mode: half to even.
@@ -92,20 +132,44 @@ RLX_OP_FAMILY(unary) {
                       .operands = {"x"},
                       .infer = bool_unary,
                       .reference = unary_reference([](double x) { return x == 0 ? 1.0 : 0.0; })});
-  auto formula = [](OpKind k, std::string_view doc, auto f) {
+  // A hand derivative, where given, is a shorter graph than the formula's own.
+  auto formula = [](OpKind k, std::string_view doc, auto f, Partial d = {}) {
     rlx::ir::define_op({.kind = k,
                         .doc = doc,
                         .operands = {"x"},
                         .infer = float_unary,
                         .formula = unary_formula(f),
+                        .partial = std::move(d),
                         .flops_per_element = 8});
   };
-  formula(OpKind::Sigmoid, "1 / (1 + e^-x)", [](Expr x) { return sigmoid(x); });
-  formula(OpKind::Gelu, "x Phi(x), the erf form", [](Expr x) { return 0.5 * x * (1.0 + erf(x * (1 / sqrt2))); });
-  formula(OpKind::GeluTanh, "gelu's tanh approximation",
-          [](Expr x) { return 0.5 * x * (1.0 + tanh(std::sqrt(2 / pi) * (x + 0.044715 * x * x * x))); });
-  formula(OpKind::Silu, "x sigmoid(x)", [](Expr x) { return x * sigmoid(x); });
-  formula(OpKind::Softplus, "log(1 + e^x)", [](Expr x) { return softplus(x); });
+  formula(
+      OpKind::Sigmoid, "1 / (1 + e^-x)", [](Expr x) { return sigmoid(x); },
+      unary_partial([](Expr, Expr y, Expr v) { return v * (y * (1.0 - y)); }));
+  formula(
+      OpKind::Gelu, "x Phi(x), the erf form", [](Expr x) { return 0.5 * x * (1.0 + erf(x * (1 / sqrt2))); },
+      unary_partial([](Expr x, Expr, Expr v) {  // Phi(x) + x phi(x)
+        Expr cdf = 0.5 * (1.0 + erf(x * (1 / sqrt2)));
+        Expr pdf = 0.5 * sqrt2 * std::numbers::inv_sqrtpi * exp(-0.5 * (x * x));
+        return v * (cdf + x * pdf);
+      }));
+  formula(
+      OpKind::GeluTanh, "gelu's tanh approximation",
+      [](Expr x) { return 0.5 * x * (1.0 + tanh(std::sqrt(2 / pi) * (x + 0.044715 * x * x * x))); },
+      unary_partial([](Expr x, Expr, Expr v) {  // 0.5 (1 + th) + 0.5 x (1 - th^2) u'(x), th = tanh(u(x))
+        const double a = std::sqrt(2 / pi), b = 0.044715;
+        Expr x2 = x * x;
+        Expr th = tanh(a * (x + b * (x * x2)));
+        Expr du = a * (1.0 + 3 * b * x2);
+        return v * (0.5 * (1.0 + th) + (0.5 * x) * ((1.0 - th * th) * du));
+      }));
+  formula(
+      OpKind::Silu, "x sigmoid(x)", [](Expr x) { return x * sigmoid(x); }, unary_partial([](Expr x, Expr, Expr v) {
+        Expr sg = apply(OpKind::Sigmoid, x);
+        return v * (sg * (1.0 + x * (1.0 - sg)));
+      }));
+  formula(
+      OpKind::Softplus, "log(1 + e^x)", [](Expr x) { return softplus(x); },
+      unary_partial([](Expr x, Expr, Expr v) { return v * apply(OpKind::Sigmoid, x); }));
   formula(OpKind::Mish, "x tanh(softplus(x))", [](Expr x) { return x * tanh(apply(OpKind::Softplus, x)); });
   // `rlx new-op --builtin NAME` adds a unary op's formula above this line.
   rlx::ir::define_op({.kind = OpKind::Cast,
@@ -114,11 +178,19 @@ RLX_OP_FAMILY(unary) {
                       .attrs = {{"to", T::DType, true}},
                       .infer = cast_infer,
                       // The interpreter's rounding of every result to its node's dtype is the cast.
-                      .reference = [](const ReferenceArgs& c) { return c.x(0); }});
+                      .reference = [](const ReferenceArgs& c) { return c.x(0); },
+                      .vjp = [](const DerivativeArgs& s, NodeId ct, const std::vector<bool>&) -> std::vector<Tangent> {
+                        return {s.g.cast(ct, s.in(0).dtype)};
+                      },
+                      .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) -> Tangent {
+                        if (!t[0]) return std::nullopt;
+                        return s.g.cast(*t[0], s.n.dtype);
+                      }});
   rlx::ir::define_op({.kind = OpKind::Clamp,
                       .doc = "numpy's clip: min(max(x, min), max); a NaN bound gives NaN",
                       .operands = {"x"},
                       .attrs = {{"min", T::Float, true}, {"max", T::Float, true}},
                       .infer = clamp_infer,
-                      .reference = clamp_reference});
+                      .reference = clamp_reference,
+                      .partial = clamp_partial});
 }

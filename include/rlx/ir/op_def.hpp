@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rlx/ir/derivative.hpp"
 #include "rlx/ir/f64_value.hpp"
 #include "rlx/ir/graph.hpp"
 
@@ -121,6 +122,18 @@ struct OpDef {
   // float64; custom and control-flow ops, whose bodies the interpreter runs
   // itself (src/reference/), and run-time inputs have none.
   std::function<F64Value(const ReferenceArgs&)> reference;
+  // Derivatives (rlx::autodiff reads them; rlx/ir/derivative.hpp). An
+  // elementwise op gives `partial`: v times d y / d operand k, in the broadcast
+  // shape, from which both modes follow (reverse: unbroadcast to the operand;
+  // forward: the sum over the operands' tangents). Other ops give `vjp` (the
+  // operands' cotangents from the result's; operands not in `want` may get
+  // nullopt) and `jvp` (the result's tangent from the operands'). Empty: the
+  // op is differentiated through its formula or decomposition; a custom op
+  // through its extension's rules or lowering, a control-flow op through its
+  // bodies (src/autodiff/control_flow.cpp).
+  std::function<NodeId(const DerivativeArgs&, std::size_t k, NodeId v)> partial;
+  std::function<std::vector<Tangent>(const DerivativeArgs&, NodeId ct, const std::vector<bool>& want)> vjp;
+  std::function<Tangent(const DerivativeArgs&, std::span<const Tangent> t)> jvp;
   // The cost model's FLOPs (src/runtime/calibration.cpp, which counts the
   // primitives of the decomposed graph): `flops` of the operand and result
   // types, else flops_per_element per result element.
