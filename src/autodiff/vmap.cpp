@@ -36,44 +36,10 @@ using i64 = std::int64_t;
 using Ints = std::vector<i64>;
 
 // A value of the batched graph: batched values carry the batch axis first.
-struct Val {
-  NodeId id;
-  bool batched;
-};
+using Val = ir::BatchedValue;
+using ir::prepend;
 
-Shape prepend(Dim d, const Shape& s) {
-  std::vector<Dim> dims = s.dims();
-  dims.insert(dims.begin(), std::move(d));
-  return Shape(std::move(dims));
-}
-
-// `key`'s axes (normalized against `rank`) moved one place right, past the batch axis.
-Ints shifted(const Ints& axes, std::size_t rank) {
-  Ints out;
-  for (auto a : axes) out.push_back(ir::normalize_axis(a, rank) + 1);
-  return out;
-}
-
-Attrs with(const Node& n, const std::string& key, ir::AttrValue v) {
-  Attrs a = n.attrs;
-  a.set(key, std::move(v));
-  return a;
-}
-
-// Ops whose "axis" attribute picks a dim; on a rank-0 operand it means a row of one.
-bool has_axis_over_operand(OpKind op) {
-  switch (op) {
-    case OpKind::Softmax:
-    case OpKind::LogSoftmax:
-    case OpKind::ArgMax:
-    case OpKind::ArgMin:
-    case OpKind::SoftmaxBackward:
-    case OpKind::LogSoftmaxBackward:
-    case OpKind::LayerNorm:
-    case OpKind::LayerNormBackward: return true;
-    default: return false;
-  }
-}
+Attrs with(const Node& n, const std::string& key, ir::AttrValue v) { return ir::with_attr(n, key, std::move(v)); }
 
 class Batcher {
  public:
@@ -109,10 +75,7 @@ class Batcher {
   }
 
   // The value with the batch axis in front, broadcast if it is shared.
-  NodeId lift(const Val& v, const Shape& s) {
-    if (v.batched) return v.id;
-    return g_.expand(g_.reshape(v.id, prepend(Dim(1), s)), prepend(size_, s));
-  }
+  NodeId lift(const Val& v, const Shape& s) { return ir::lift(g_, v, s, size_); }
 
  private:
   Val copy(const Node& n, std::vector<NodeId> inputs) {
@@ -129,41 +92,6 @@ class Batcher {
       if (what.rfind("vmap", 0) == 0) throw;
       throw Error("vmap: " + ir::describe_node(src, n) + ": " + what);
     }
-  }
-
-  // A batched value whose source rank is `rank`, with 1-dims after the batch
-  // axis up to rank `to`, so that it broadcasts like the source did.
-  NodeId align(NodeId id, std::size_t rank, std::size_t to) {
-    if (rank >= to) return id;
-    std::vector<Dim> dims(to - rank, Dim(1));
-    const Shape& s = g_.node(id).shape;
-    dims.insert(dims.begin(), s.dims().begin(), s.dims().begin() + 1);
-    dims.insert(dims.end(), s.dims().begin() + 1, s.dims().end());
-    return g_.reshape(id, Shape(std::move(dims)));
-  }
-
-  i64 static_size(const char* why) const {
-    if (!size_.is_static()) throw Error("vmap: " + std::string(why) + " needs a static batch size, got " + size_.str());
-    return size_.size;
-  }
-
-  // [B, d0, d1, ...] <-> [B * d0, d1, ...]: ops whose rank is fixed (conv,
-  // pooling, attention) see the batch as more of their own batch dim.
-  NodeId merge(NodeId id) {
-    const Shape& s = g_.node(id).shape;
-    std::vector<Dim> dims(s.dims().begin() + 1, s.dims().end());
-    dims[0] = Dim(size_.size * dims[0].size);
-    return g_.reshape(id, Shape(std::move(dims)));
-  }
-  NodeId split(NodeId id) {
-    const Shape& s = g_.node(id).shape;
-    std::vector<Dim> dims = s.dims();
-    dims[0] = Dim(s[0].size / size_.size);
-    dims.insert(dims.begin(), size_);
-    return g_.reshape(id, Shape(std::move(dims)));
-  }
-  bool mergeable(const Graph& src, const Node& n) const {
-    return size_.is_static() && src.node(n.inputs[0]).shape[0].is_static();
   }
 
   // The node alone in a graph of its own, turned into other ops by `expand`
@@ -229,121 +157,20 @@ class Batcher {
     });
   }
 
+  // The op's batching rule from the op table, else the general routes.
   Val rule(const Graph& src, const Node& n, const std::vector<Val>& x) {
-    auto shape = [&](std::size_t k) -> const Shape& { return src.node(n.inputs[k]).shape; };
-    auto rank = [&](std::size_t k) { return shape(k).rank(); };
-    auto lifted = [&](std::size_t k) { return lift(x[k], shape(k)); };
-    auto axis1 = [&](std::size_t k) { return ir::normalize_axis(n.attrs.get_int("axis"), rank(k)) + 1; };
-    auto out = [](NodeId id) { return Val{id, true}; };
-    auto only_first_batched = [&] {
-      return std::none_of(x.begin() + 1, x.end(), [](const Val& v) { return v.batched; });
-    };
-    auto declared = [&](OpKind op, std::vector<NodeId> ins, Attrs a) {
-      return out(g_.add_declared(op, std::move(ins), std::move(a), n.dtype, prepend(size_, n.shape)));
-    };
-    const std::size_t R = n.shape.rank();
-    if (has_axis_over_operand(n.op) && rank(0) == 0) return scalar_as_row(n, x);
-
-    switch (ir::op_info(n.op).cls) {
-      case OpClass::Unary:
-      case OpClass::Binary:
-      case OpClass::Elementwise:
-      case OpClass::MatMul: {
-        // Shared operands broadcast as they did; batched ones get 1-dims up
-        // to the result's rank so that the batch axis lines up in front.
-        std::vector<NodeId> ins;
-        for (std::size_t k = 0; k < x.size(); ++k) ins.push_back(x[k].batched ? align(x[k].id, rank(k), R) : x[k].id);
-        return out(g_.add(n.op, std::move(ins), n.attrs));
-      }
-      case OpClass::Reduce:
-        if (n.op == OpKind::ArgMax || n.op == OpKind::ArgMin)
-          return out(g_.add(n.op, {x[0].id}, with(n, "axis", axis1(0))));
-        return out(g_.add(n.op, {x[0].id}, with(n, "axes", shifted(n.attrs.get_ints("axes"), rank(0)))));
-      case OpClass::Custom: return custom(src, n, x);
-      case OpClass::ControlFlow: return control_flow(src, n, x);
-      default: break;
-    }
-
-    switch (n.op) {
-      case OpKind::Reshape: return declared(OpKind::Reshape, {x[0].id}, n.attrs);
-      case OpKind::Expand: return declared(OpKind::Expand, {align(x[0].id, rank(0), R)}, n.attrs);
-      case OpKind::Permute: {
-        Ints perm{0};
-        for (auto p : shifted(n.attrs.get_ints("perm"), rank(0))) perm.push_back(p);
-        return out(g_.add(OpKind::Permute, {x[0].id}, with(n, "perm", perm)));
-      }
-      case OpKind::Slice: {
-        Ints starts = n.attrs.get_ints("starts"), ends = n.attrs.get_ints("ends"), steps = n.attrs.get_ints("steps");
-        starts.insert(starts.begin(), 0);
-        ends.insert(ends.begin(), size_.is_static() ? size_.size : std::numeric_limits<i64>::max());
-        steps.insert(steps.begin(), 1);
-        Attrs a = n.attrs;
-        a.set("starts", starts);
-        a.set("ends", ends);
-        a.set("steps", steps);
-        return out(g_.add(OpKind::Slice, {x[0].id}, std::move(a)));
-      }
-      case OpKind::Pad: {
-        Ints pads = n.attrs.get_ints("pads");
-        pads.insert(pads.begin() + i64(rank(0)), 0);
-        pads.insert(pads.begin(), 0);
-        return out(g_.add(OpKind::Pad, {x[0].id}, with(n, "pads", pads)));
-      }
-      case OpKind::Squeeze:
-      case OpKind::Flip:
-        return out(g_.add(n.op, {x[0].id}, with(n, "axes", shifted(n.attrs.get_ints("axes"), rank(0)))));
-      case OpKind::Unsqueeze:
-        return out(g_.add(n.op, {x[0].id}, with(n, "axes", shifted(n.attrs.get_ints("axes"), R))));
-      case OpKind::Concat:
-      case OpKind::Gather:
-      case OpKind::ScatterAdd:
-      case OpKind::SoftmaxBackward:
-      case OpKind::LogSoftmaxBackward: {
-        std::vector<NodeId> ins;
-        for (std::size_t k = 0; k < x.size(); ++k) ins.push_back(lifted(k));
-        return out(g_.add(n.op, std::move(ins), with(n, "axis", axis1(0))));
-      }
-      case OpKind::IndexSelect: return index_select(src, n, x);
-      case OpKind::Softmax:
-      case OpKind::LogSoftmax: return out(g_.add(n.op, {x[0].id}, with(n, "axis", axis1(0))));
-      case OpKind::Linear:
-      case OpKind::RmsNorm:
-        if (only_first_batched()) return out(g_.add(n.op, ids(x), n.attrs));
-        return decomposed(src, n, x);
-      case OpKind::LayerNorm:
-        if (only_first_batched()) return out(g_.add(n.op, ids(x), with(n, "axis", axis1(0))));
-        return decomposed(src, n, x);
-      case OpKind::LayerNormBackward:
-      case OpKind::RmsNormBackward: {
-        if (x.size() == 3 && x[2].batched) return decomposed(src, n, x);
-        std::vector<NodeId> ins{lifted(0), lifted(1)};
-        if (x.size() == 3) ins.push_back(x[2].id);
-        return out(g_.add(n.op, std::move(ins), n.op == OpKind::RmsNormBackward ? n.attrs : with(n, "axis", axis1(0))));
-      }
-      case OpKind::Embedding:
-        if (!x[0].batched) return out(g_.add(OpKind::Embedding, {x[0].id, x[1].id}, n.attrs));
-        return decomposed(src, n, x);
-      case OpKind::Conv1d:
-      case OpKind::Conv2d:
-        if (only_first_batched() && mergeable(src, n))
-          return out(split(g_.add(
-              n.op,
-              [&] {
-                auto ins = ids(x);
-                ins[0] = merge(ins[0]);
-                return ins;
-              }(),
-              n.attrs)));
-        return decomposed(src, n, x);
-      case OpKind::MaxPool2d:
-      case OpKind::AvgPool2d:
-        if (mergeable(src, n)) return out(split(g_.add(n.op, {merge(x[0].id)}, n.attrs)));
-        return decomposed(src, n, x);
-      case OpKind::Attention: return attention(src, n, x);
-      default: break;
-    }
-    // An op the table decomposes, without a rule here, is batched through its decomposition.
-    if (ir::op_def(n.op).has_decomposition()) return decomposed(src, n, x);
+    if (n.op == OpKind::Custom) return custom(src, n, x);
+    if (ir::is_control_flow(n.op)) return control_flow(src, n, x);
+    const ir::OpDef& def = ir::op_def(n.op);
+    if (def.vmap)
+      return def.vmap(ir::BatchArgs{.g = g_,
+                                    .src = src,
+                                    .n = n,
+                                    .x = x,
+                                    .size = size_,
+                                    .decomposed = [&] { return decomposed(src, n, x); },
+                                    .scalar_as_row = [&] { return scalar_as_row(n, x); }});
+    if (def.has_decomposition()) return decomposed(src, n, x);
     throw Error("vmap: " + ir::describe_node(src, n) + ": no batching rule for " + std::string(ir::op_name(n.op)));
   }
 
@@ -440,7 +267,7 @@ class Batcher {
       std::vector<Val> out;
       for (std::size_t k = 0; k < t.size(); ++k) {
         const Shape& s = then_body.node(then_body.outputs()[k].node).shape;
-        out.push_back({g_.where(align(x[0].id, 0, s.rank()), lift(t[k], s), lift(e[k], s)), true});
+        out.push_back({g_.where(ir::align(g_, x[0].id, 0, s.rank()), lift(t[k], s), lift(e[k], s)), true});
       }
       return out;
     }
@@ -487,7 +314,7 @@ class Batcher {
       auto next = b.inline_body(body, args);
       for (std::size_t k = 0; k < nc; ++k) {
         const Shape& s = src.node(n.inputs[k]).shape;
-        h.add_output(h.where(b.align(live, 0, s.rank()), b.lift(next[k], s), args[k].id));
+        h.add_output(h.where(ir::align(h, live, 0, s.rank()), b.lift(next[k], s), args[k].id));
       }
     });
     std::vector<NodeId> init, consts;
@@ -506,68 +333,8 @@ class Batcher {
   }
 
   // index_select{axis}(x, idx) = x[:axis] + idx.shape + x[axis+1:].
-  Val index_select(const Graph& src, const Node& n, const std::vector<Val>& x) {
-    const Shape &xs = src.node(n.inputs[0]).shape, &is = src.node(n.inputs[1]).shape;
-    const i64 axis = ir::normalize_axis(n.attrs.get_int("axis"), xs.rank());
-    auto perm_to_front = [&](std::size_t at, std::size_t rank) {  // moves dim `at` to 0
-      Ints p{i64(at)};
-      for (std::size_t d = 0; d < rank; ++d)
-        if (d != at) p.push_back(i64(d));
-      return p;
-    };
-    if (!x[1].batched) return {g_.add(OpKind::IndexSelect, {x[0].id, x[1].id}, with(n, "axis", axis + 1)), true};
-    if (!x[0].batched) {  // the batch axis of the indices lands at `axis`
-      NodeId r = g_.add(OpKind::IndexSelect, {x[0].id, x[1].id}, n.attrs);
-      return {g_.permute(r, perm_to_front(std::size_t(axis), n.shape.rank() + 1)), true};
-    }
-    // Both batched: example b's rows are rows [b n, (b + 1) n) of the table
-    // with the batch and the indexed dim merged.
-    const i64 B = static_size("index_select with batched table and indices");
-    if (!xs[std::size_t(axis)].is_static()) throw Error("vmap: index_select over a symbolic dim");
-    const i64 len = xs[std::size_t(axis)].size;
-    Ints perm{0, axis + 1};
-    for (i64 d = 0; d < i64(xs.rank()); ++d)
-      if (d != axis) perm.push_back(d + 1);
-    NodeId t = g_.permute(x[0].id, perm);
-    std::vector<Dim> flat{Dim(B * len)};
-    for (i64 d = 0; d < i64(xs.rank()); ++d)
-      if (d != axis) flat.push_back(xs[std::size_t(d)]);
-    t = g_.reshape(t, Shape(flat));
-    DType it = g_.node(x[1].id).dtype;
-    NodeId zero = g_.scalar(0, it), extent = g_.scalar(double(len), it);
-    NodeId idx = g_.where(g_.binary(OpKind::Lt, x[1].id, zero), g_.add(x[1].id, extent), x[1].id);
-    std::vector<Dim> col(is.rank() + 1, Dim(1));
-    col[0] = Dim(B);
-    NodeId offsets = g_.mul(g_.iota(Shape(col), 0, it), extent);
-    NodeId r = g_.add(OpKind::IndexSelect, {t, g_.add(idx, offsets)}, with(n, "axis", i64(0)));
-    // r: [B, idx..., x[:axis], x[axis+1:]] -> [B, x[:axis], idx..., x[axis+1:]]
-    const i64 ni = i64(is.rank());
-    Ints back{0};
-    for (i64 d = 0; d < axis; ++d) back.push_back(1 + ni + d);
-    for (i64 d = 0; d < ni; ++d) back.push_back(1 + d);
-    for (i64 d = axis + 1; d < i64(xs.rank()); ++d) back.push_back(ni + d);
-    return {g_.permute(r, back), true};
-  }
 
   // q, k, v [N, H, S, D]: the batch merges into N; the mask follows.
-  Val attention(const Graph& src, const Node& n, const std::vector<Val>& x) {
-    const Shape& qs = src.node(n.inputs[0]).shape;
-    if (!size_.is_static() || !qs[0].is_static()) return decomposed(src, n, x);
-    std::vector<NodeId> ins;
-    for (std::size_t k = 0; k < 3; ++k) ins.push_back(merge(lift(x[k], src.node(n.inputs[k]).shape)));
-    if (x.size() == 4) {
-      const Shape& ms = src.node(n.inputs[3]).shape;
-      bool per_sequence = ms.rank() == 4 && !(ms[0].is_static() && ms[0].size == 1);
-      if (!x[3].batched && !per_sequence) {
-        ins.push_back(x[3].id);  // broadcasts over the merged batch as it did over N
-      } else {
-        Shape scores(std::vector<Dim>{qs[0], qs[1], qs[2], src.node(n.inputs[1]).shape[2]});
-        NodeId m = x[3].batched ? align(x[3].id, ms.rank(), 4) : x[3].id;
-        ins.push_back(merge(g_.expand(m, prepend(size_, scores))));
-      }
-    }
-    return {split(g_.add(OpKind::Attention, std::move(ins), n.attrs)), true};
-  }
 
   Graph& g_;
   Dim size_;

@@ -15,6 +15,14 @@ ir::TypeInfo same_dtypes_broadcast(const ir::InferArgs& a, ir::DType* common) {
   return {x, ir::broadcast_shapes(a.inputs[0].shape, a.inputs[1].shape)};
 }
 
+BatchedValue batch_elementwise(const BatchArgs& a) {
+  const std::size_t rank = a.n.shape.rank();
+  std::vector<NodeId> ins;
+  for (std::size_t k = 0; k < a.x.size(); ++k)
+    ins.push_back(a.x[k].batched ? ir::align(a.g, a.x[k].id, a.rank(k), rank) : a.x[k].id);
+  return BatchArgs::out(a.g.add(a.n.op, std::move(ins), a.n.attrs));
+}
+
 namespace {
 
 ir::TypeInfo arithmetic(const ir::InferArgs& a) {
@@ -145,7 +153,8 @@ RLX_OP_FAMILY(binary) {
                                  : logic ? logical
                                          : arithmetic,
                         .reference = binary_reference(f, integer),
-                        .partial = std::move(d)});
+                        .partial = std::move(d),
+                        .vmap = batch_elementwise});
   };
   plain(
       OpKind::Add, "a + b", [](double a, double b) { return a + b; }, nullptr,
@@ -189,8 +198,10 @@ RLX_OP_FAMILY(binary) {
                       .infer = where_infer,
                       .reference = where_reference,
                       // The condition is a selector: autodiff asks only for the branches.
-                      .partial = [](const DerivativeArgs& s, std::size_t k, NodeId v) {
-                        Expr cond(s.g, s.x[0]), dv(s.g, v);
-                        return (k == 1 ? where(cond, dv, dv.constant(0)) : where(cond, dv.constant(0), dv)).id();
-                      }});
+                      .partial =
+                          [](const DerivativeArgs& s, std::size_t k, NodeId v) {
+                            Expr cond(s.g, s.x[0]), dv(s.g, v);
+                            return (k == 1 ? where(cond, dv, dv.constant(0)) : where(cond, dv.constant(0), dv)).id();
+                          },
+                      .vmap = batch_elementwise});
 }

@@ -34,6 +34,14 @@ using ir::sum_terms;
 using ir::Tangent;
 using ir::unbroadcast;
 using ir::zeros;
+// The batching rules' arguments (rlx/ir/batching.hpp).
+using ir::BatchArgs;
+using ir::BatchedValue;
+
+// The batching rule of every elementwise op and matmul: shared operands
+// broadcast as they did; batched ones get 1-dims up to the result's rank so
+// that the batch axis lines up in front.
+BatchedValue batch_elementwise(const BatchArgs& a);
 using T = ir::AttrType;
 using i64 = std::int64_t;
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ops/family.hpp"
+#include "rlx/error.hpp"
 #include "rlx/ir/limits.hpp"
 
 namespace rlx::ops {
@@ -532,6 +533,97 @@ Tangent scatter_add_jvp(const DerivativeArgs& s, std::span<const Tangent> t) {
 
 }  // namespace grad
 
+// ---- batching: the batch axis is one more leading axis ----
+namespace batch {
+
+using ir::shifted_axes;
+using ir::with_attr;
+
+BatchedValue shift_axes(const BatchArgs& a, std::size_t rank) {
+  return BatchArgs::out(
+      a.g.add(a.n.op, {a.x[0].id}, with_attr(a.n, "axes", shifted_axes(a.n.attrs.get_ints("axes"), rank))));
+}
+
+BatchedValue permute(const BatchArgs& a) {
+  std::vector<i64> perm{0};
+  for (auto p : shifted_axes(a.n.attrs.get_ints("perm"), a.rank(0))) perm.push_back(p);
+  return BatchArgs::out(a.g.add(OpKind::Permute, {a.x[0].id}, with_attr(a.n, "perm", perm)));
+}
+
+BatchedValue slice(const BatchArgs& a) {
+  auto starts = a.n.attrs.get_ints("starts"), ends = a.n.attrs.get_ints("ends"), steps = a.n.attrs.get_ints("steps");
+  starts.insert(starts.begin(), 0);
+  ends.insert(ends.begin(), a.size.is_static() ? a.size.size : std::numeric_limits<i64>::max());
+  steps.insert(steps.begin(), 1);
+  ir::Attrs attrs = a.n.attrs;
+  attrs.set("starts", starts);
+  attrs.set("ends", ends);
+  attrs.set("steps", steps);
+  return BatchArgs::out(a.g.add(OpKind::Slice, {a.x[0].id}, std::move(attrs)));
+}
+
+BatchedValue pad(const BatchArgs& a) {
+  auto pads = a.n.attrs.get_ints("pads");
+  pads.insert(pads.begin() + i64(a.rank(0)), 0);
+  pads.insert(pads.begin(), 0);
+  return BatchArgs::out(a.g.add(OpKind::Pad, {a.x[0].id}, with_attr(a.n, "pads", pads)));
+}
+
+// Every operand lifted, the axis past the batch axis.
+BatchedValue lifted_along_axis(const BatchArgs& a) {
+  std::vector<NodeId> ins;
+  for (std::size_t k = 0; k < a.x.size(); ++k) ins.push_back(a.lifted(k));
+  return BatchArgs::out(a.g.add(a.n.op, std::move(ins), with_attr(a.n, "axis", a.axis1(0))));
+}
+
+BatchedValue index_select(const BatchArgs& a) {
+  ir::Graph& g = a.g;
+  const Shape &xs = a.shape(0), &is = a.shape(1);
+  const i64 axis = ir::normalize_axis(a.n.attrs.get_int("axis"), xs.rank());
+  auto perm_to_front = [&](std::size_t at, std::size_t rank) {  // moves dim `at` to 0
+    std::vector<i64> p{i64(at)};
+    for (std::size_t d = 0; d < rank; ++d)
+      if (d != at) p.push_back(i64(d));
+    return p;
+  };
+  const auto& x = a.x;
+  if (!x[1].batched)
+    return BatchArgs::out(g.add(OpKind::IndexSelect, {x[0].id, x[1].id}, with_attr(a.n, "axis", axis + 1)));
+  if (!x[0].batched) {  // the batch axis of the indices lands at `axis`
+    NodeId r = g.add(OpKind::IndexSelect, {x[0].id, x[1].id}, a.n.attrs);
+    return BatchArgs::out(g.permute(r, perm_to_front(std::size_t(axis), a.n.shape.rank() + 1)));
+  }
+  // Both batched: example b's rows are rows [b n, (b + 1) n) of the table
+  // with the batch and the indexed dim merged.
+  const i64 B = a.static_size("index_select with batched table and indices");
+  if (!xs[std::size_t(axis)].is_static()) throw Error("vmap: index_select over a symbolic dim");
+  const i64 len = xs[std::size_t(axis)].size;
+  std::vector<i64> perm{0, axis + 1};
+  for (i64 d = 0; d < i64(xs.rank()); ++d)
+    if (d != axis) perm.push_back(d + 1);
+  NodeId t = g.permute(x[0].id, perm);
+  std::vector<Dim> flat{Dim(B * len)};
+  for (i64 d = 0; d < i64(xs.rank()); ++d)
+    if (d != axis) flat.push_back(xs[std::size_t(d)]);
+  t = g.reshape(t, Shape(flat));
+  const ir::DType it = g.node(x[1].id).dtype;
+  NodeId zero = g.scalar(0, it), extent = g.scalar(double(len), it);
+  NodeId idx = g.where(g.binary(OpKind::Lt, x[1].id, zero), g.add(x[1].id, extent), x[1].id);
+  std::vector<Dim> col(is.rank() + 1, Dim(1));
+  col[0] = Dim(B);
+  NodeId offsets = g.mul(g.iota(Shape(col), 0, it), extent);
+  NodeId r = g.add(OpKind::IndexSelect, {t, g.add(idx, offsets)}, with_attr(a.n, "axis", i64(0)));
+  // r: [B, idx..., x[:axis], x[axis+1:]] -> [B, x[:axis], idx..., x[axis+1:]]
+  const i64 ni = i64(is.rank());
+  std::vector<i64> back{0};
+  for (i64 d = 0; d < axis; ++d) back.push_back(1 + ni + d);
+  for (i64 d = 0; d < ni; ++d) back.push_back(1 + d);
+  for (i64 d = axis + 1; d < i64(xs.rank()); ++d) back.push_back(ni + d);
+  return BatchArgs::out(g.permute(r, back));
+}
+
+}  // namespace batch
+
 }  // namespace
 }  // namespace rlx::ops
 
@@ -546,6 +638,7 @@ RLX_OP_FAMILY(movement) {
              .reference = [](const ReferenceArgs& c) { return ref::relabel(c, c.x(0), c.declared()); },
              .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) { return s.g.reshape(ct, grad::shape(s, 0)); }),
              .jvp = grad::same,
+             .vmap = [](const BatchArgs& a) { return a.declared(OpKind::Reshape, {a.x[0].id}, a.n.attrs); },
              .flops_per_element = 0});
   define_op({.kind = OpKind::Permute,
              .doc = "axes reordered by `perm`",
@@ -557,6 +650,7 @@ RLX_OP_FAMILY(movement) {
                return s.g.permute(ct, inverse_permutation(s.n.attrs.get_ints("perm")));
              }),
              .jvp = grad::same,
+             .vmap = batch::permute,
              .flops_per_element = 0});
   define_op(
       {.kind = OpKind::Expand,
@@ -566,6 +660,11 @@ RLX_OP_FAMILY(movement) {
        .reference = [](const ReferenceArgs& c) { return ref::expand(c, c.x(0)); },
        .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) { return unbroadcast(s.g, ct, grad::shape(s, 0)); }),
        .jvp = grad::same,
+       .vmap =
+           [](const BatchArgs& a) {
+             return a.declared(OpKind::Expand, {rlx::ir::align(a.g, a.x[0].id, a.rank(0), a.n.shape.rank())},
+                               a.n.attrs);
+           },
        .flops_per_element = 0});
   define_op({.kind = OpKind::Slice,
              .doc = "x[starts:ends:steps] per axis (full rank, steps >= 1, clamped like Python)",
@@ -575,6 +674,7 @@ RLX_OP_FAMILY(movement) {
              .reference = [](const ReferenceArgs& c) { return ref::slice(c, c.x(0)); },
              .vjp = grad::first(grad::slice_vjp),
              .jvp = grad::same,
+             .vmap = batch::slice,
              .flops_per_element = 0});
   define_op({.kind = OpKind::Concat,
              .doc = "joined along `axis`",
@@ -584,6 +684,7 @@ RLX_OP_FAMILY(movement) {
              .reference = ref::concat,
              .vjp = grad::concat_vjp,
              .jvp = grad::concat_jvp,
+             .vmap = batch::lifted_along_axis,
              .flops_per_element = 0});
   define_op({.kind = OpKind::Pad,
              .doc = "padded by pads=[before..., after...] with `value`",
@@ -593,6 +694,7 @@ RLX_OP_FAMILY(movement) {
              .reference = [](const ReferenceArgs& c) { return ref::pad(c, c.x(0)); },
              .vjp = grad::first(grad::pad_vjp),
              .jvp = grad::pad_jvp,
+             .vmap = batch::pad,
              .flops_per_element = 0});
   define_op({.kind = OpKind::Gather,
              .doc = "torch.gather: idx has x's rank, the result idx's shape",
@@ -604,6 +706,7 @@ RLX_OP_FAMILY(movement) {
                return s.g.scatter_add(zeros(s.g, s.n.dtype, grad::shape(s, 0)), s.x[1], ct, grad::axis(s));
              }),
              .jvp = grad::same,
+             .vmap = batch::lifted_along_axis,
              .flops_per_element = 0});
   define_op({.kind = OpKind::IndexSelect,
              .doc = "numpy.take: x[:axis] + idx.shape + x[axis+1:]",
@@ -613,6 +716,7 @@ RLX_OP_FAMILY(movement) {
              .reference = [](const ReferenceArgs& c) { return ref::index_select(c, c.x(0), c.x(1)); },
              .vjp = grad::first(grad::index_select_vjp),
              .jvp = grad::same,
+             .vmap = batch::index_select,
              .flops_per_element = 0});
   define_op({.kind = OpKind::ScatterAdd,
              .doc = "torch.scatter_add",
@@ -621,7 +725,8 @@ RLX_OP_FAMILY(movement) {
              .infer = scatter_add,
              .reference = [](const ReferenceArgs& c) { return ref::scatter_add(c, c.x(0), c.x(1), c.x(2)); },
              .vjp = grad::scatter_add_vjp,
-             .jvp = grad::scatter_add_jvp});
+             .jvp = grad::scatter_add_jvp,
+             .vmap = batch::lifted_along_axis});
   define_op({.kind = OpKind::Squeeze,
              .doc = "drops the size-1 `axes`",
              .operands = {"x"},
@@ -632,6 +737,7 @@ RLX_OP_FAMILY(movement) {
                return s.g.unsqueeze(ct, normalized_axes(s.n.attrs.get_ints("axes"), grad::shape(s, 0).rank()));
              }),
              .jvp = grad::same,
+             .vmap = [](const BatchArgs& a) { return batch::shift_axes(a, a.rank(0)); },
              .flops_per_element = 0});
   define_op({.kind = OpKind::Unsqueeze,
              .doc = "inserts size-1 `axes`",
@@ -643,6 +749,7 @@ RLX_OP_FAMILY(movement) {
                return s.g.squeeze(ct, normalized_axes(s.n.attrs.get_ints("axes"), s.n.shape.rank()));
              }),
              .jvp = grad::same,
+             .vmap = [](const BatchArgs& a) { return batch::shift_axes(a, a.n.shape.rank()); },
              .flops_per_element = 0});
   define_op(
       {.kind = OpKind::Flip,
@@ -653,5 +760,6 @@ RLX_OP_FAMILY(movement) {
        .reference = [](const ReferenceArgs& c) { return ref::flip(c, c.x(0)); },
        .vjp = grad::first([](const DerivativeArgs& s, NodeId ct) { return s.g.flip(ct, s.n.attrs.get_ints("axes")); }),
        .jvp = grad::same,
+       .vmap = [](const BatchArgs& a) { return batch::shift_axes(a, a.rank(0)); },
        .flops_per_element = 0});
 }

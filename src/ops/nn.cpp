@@ -915,6 +915,82 @@ Tangent same(const DerivativeArgs& s, std::span<const Tangent> t) {
 
 }  // namespace grad
 
+// ---- batching (the ops without a rule here are batched through their
+// decompositions) ----
+namespace batch {
+
+using ir::with_attr;
+
+BatchedValue along_axis(const BatchArgs& a) {
+  if (a.rank(0) == 0) return a.scalar_as_row();
+  return BatchArgs::out(a.g.add(a.n.op, {a.x[0].id}, with_attr(a.n, "axis", a.axis1(0))));
+}
+
+// softmax's and log_softmax's backward ops: both operands lifted.
+BatchedValue softmax_backward(const BatchArgs& a) {
+  if (a.rank(0) == 0) return a.scalar_as_row();
+  return BatchArgs::out(a.g.add(a.n.op, {a.lifted(0), a.lifted(1)}, with_attr(a.n, "axis", a.axis1(0))));
+}
+
+// linear and rms_norm with only x batched keep their op; layer_norm shifts its axis.
+BatchedValue first_batched(const BatchArgs& a) {
+  if (!a.only_first_batched()) return a.decomposed();
+  return BatchArgs::out(a.g.add(a.n.op, a.ids(), a.n.attrs));
+}
+BatchedValue layer_norm(const BatchArgs& a) {
+  if (a.rank(0) == 0) return a.scalar_as_row();
+  if (!a.only_first_batched()) return a.decomposed();
+  return BatchArgs::out(a.g.add(a.n.op, a.ids(), with_attr(a.n, "axis", a.axis1(0))));
+}
+
+BatchedValue norm_backward(const BatchArgs& a) {
+  if (a.n.op == OpKind::LayerNormBackward && a.rank(0) == 0) return a.scalar_as_row();
+  if (a.x.size() == 3 && a.x[2].batched) return a.decomposed();
+  std::vector<NodeId> ins{a.lifted(0), a.lifted(1)};
+  if (a.x.size() == 3) ins.push_back(a.x[2].id);
+  return BatchArgs::out(a.g.add(a.n.op, std::move(ins),
+                                a.n.op == OpKind::RmsNormBackward ? a.n.attrs : with_attr(a.n, "axis", a.axis1(0))));
+}
+
+BatchedValue embedding(const BatchArgs& a) {
+  if (a.x[0].batched) return a.decomposed();
+  return BatchArgs::out(a.g.add(OpKind::Embedding, {a.x[0].id, a.x[1].id}, a.n.attrs));
+}
+
+// conv and pooling: the batch merged into N.
+BatchedValue conv(const BatchArgs& a) {
+  if (!a.only_first_batched() || !a.mergeable()) return a.decomposed();
+  auto ins = a.ids();
+  ins[0] = a.merge(ins[0]);
+  return BatchArgs::out(a.split(a.g.add(a.n.op, std::move(ins), a.n.attrs)));
+}
+BatchedValue pool(const BatchArgs& a) {
+  if (!a.mergeable()) return a.decomposed();
+  return BatchArgs::out(a.split(a.g.add(a.n.op, {a.merge(a.x[0].id)}, a.n.attrs)));
+}
+
+// The batch merged into B; a mask per sequence is expanded and merged too.
+BatchedValue attention(const BatchArgs& a) {
+  const Shape& qs = a.shape(0);
+  if (!a.size.is_static() || !qs[0].is_static()) return a.decomposed();
+  std::vector<NodeId> ins;
+  for (std::size_t k = 0; k < 3; ++k) ins.push_back(a.merge(a.lifted(k)));
+  if (a.x.size() == 4) {
+    const Shape& ms = a.shape(3);
+    const bool per_sequence = ms.rank() == 4 && !(ms[0].is_static() && ms[0].size == 1);
+    if (!a.x[3].batched && !per_sequence) {
+      ins.push_back(a.x[3].id);  // broadcasts over the merged batch as it did over N
+    } else {
+      Shape scores(std::vector<Dim>{qs[0], qs[1], qs[2], a.shape(1)[2]});
+      NodeId m = a.x[3].batched ? ir::align(a.g, a.x[3].id, ms.rank(), 4) : a.x[3].id;
+      ins.push_back(a.merge(a.g.expand(m, ir::prepend(a.size, scores))));
+    }
+  }
+  return BatchArgs::out(a.split(a.g.add(OpKind::Attention, std::move(ins), a.n.attrs)));
+}
+
+}  // namespace batch
+
 }  // namespace
 }  // namespace rlx::ops
 
@@ -935,6 +1011,7 @@ RLX_OP_FAMILY(nn) {
              .reference = [](const ReferenceArgs& c) { return ref::matmul(c, c.x(0), c.x(1)); },
              .vjp = grad::matmul_vjp,
              .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) { return grad::bilinear_jvp(s, t); },
+             .vmap = batch_elementwise,
              .flops = matmul_flops});
   define_op({.kind = OpKind::Linear,
              .doc = "x w + b, w as [in, out]",
@@ -943,7 +1020,8 @@ RLX_OP_FAMILY(nn) {
              .decompose = via(linear),
              .reference = [](const ReferenceArgs& c) { return ref::linear(c, c.x(0), c.x(1), ref::optional(c, 2)); },
              .vjp = grad::linear_vjp,
-             .jvp = grad::linear_jvp});
+             .jvp = grad::linear_jvp,
+             .vmap = batch::first_batched});
   define_op({.kind = OpKind::Softmax,
              .doc = "softmax along `axis`",
              .operands = {"x"},
@@ -957,7 +1035,8 @@ RLX_OP_FAMILY(nn) {
              .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) -> Tangent {
                if (!t[0]) return std::nullopt;
                return grad::softmax_map(s, *t[0]);
-             }});
+             },
+             .vmap = batch::along_axis});
   define_op({.kind = OpKind::LogSoftmax,
              .doc = "log-softmax along `axis`",
              .operands = {"x"},
@@ -966,7 +1045,8 @@ RLX_OP_FAMILY(nn) {
              .decompose = via([](const Ctx& c) { return log_softmax(c.g, c.in[0], c.n.attrs.get_int("axis")); }),
              .reference = [](const ReferenceArgs& c) { return ref::softmax(c, c.x(0), true); },
              .vjp = grad::log_softmax_vjp,
-             .jvp = grad::log_softmax_jvp});
+             .jvp = grad::log_softmax_jvp,
+             .vmap = batch::along_axis});
   define_op({.kind = OpKind::LayerNorm,
              .doc = "normalized over dims [axis..), then * gamma + beta",
              .operands = {"x", "gamma?", "beta?"},
@@ -977,7 +1057,8 @@ RLX_OP_FAMILY(nn) {
                  [](const ReferenceArgs& c) {
                    return ref::normalize(c, c.x(0), ref::norm_axis(c), false, ref::optional(c, 1), ref::optional(c, 2));
                  },
-             .vjp = grad::norm_vjp});
+             .vjp = grad::norm_vjp,
+             .vmap = batch::layer_norm});
   define_op({.kind = OpKind::RmsNorm,
              .doc = "x / rms(x) over the last dim, then * gamma",
              .operands = {"x", "gamma?"},
@@ -988,7 +1069,8 @@ RLX_OP_FAMILY(nn) {
                  [](const ReferenceArgs& c) {
                    return ref::normalize(c, c.x(0), ref::last_axis(c), true, ref::optional(c, 1), nullptr);
                  },
-             .vjp = grad::norm_vjp});
+             .vjp = grad::norm_vjp,
+             .vmap = batch::first_batched});
   define_op({.kind = OpKind::GroupNorm,
              .doc = "per sample, normalized over each of num_groups channel groups, then * gamma + beta per channel",
              .operands = {"x", "gamma?", "beta?"},
@@ -1004,7 +1086,8 @@ RLX_OP_FAMILY(nn) {
              .infer = [](const InferArgs& a) { return window_infer(a, 1, false); },
              .decompose = via([](const Ctx& c) { return conv(c, 1); }),
              .reference = [](const ReferenceArgs& c) { return ref::conv(c, c.x(0), c.x(1), ref::optional(c, 2), 1); },
-             .jvp = grad::conv_jvp});
+             .jvp = grad::conv_jvp,
+             .vmap = batch::conv});
   define_op({.kind = OpKind::Conv2d,
              .doc = "x [N,C,H,W], w [O,C/g,kh,kw]",
              .operands = {"x", "w", "b?"},
@@ -1012,14 +1095,16 @@ RLX_OP_FAMILY(nn) {
              .infer = [](const InferArgs& a) { return window_infer(a, 2, false); },
              .decompose = via([](const Ctx& c) { return conv(c, 2); }),
              .reference = [](const ReferenceArgs& c) { return ref::conv(c, c.x(0), c.x(1), ref::optional(c, 2), 2); },
-             .jvp = grad::conv_jvp});
+             .jvp = grad::conv_jvp,
+             .vmap = batch::conv});
   define_op({.kind = OpKind::MaxPool2d,
              .doc = "max over windows of the last two dims",
              .operands = {"x"},
              .attrs = pool_attrs,
              .infer = [](const InferArgs& a) { return window_infer(a, 2, true); },
              .decompose = via([](const Ctx& c) { return pool2d(c, true); }),
-             .reference = [](const ReferenceArgs& c) { return ref::pool(c, c.x(0), true); }});
+             .reference = [](const ReferenceArgs& c) { return ref::pool(c, c.x(0), true); },
+             .vmap = batch::pool});
   define_op({.kind = OpKind::AvgPool2d,
              .doc = "mean over windows of the last two dims (padding counts)",
              .operands = {"x"},
@@ -1027,36 +1112,40 @@ RLX_OP_FAMILY(nn) {
              .infer = [](const InferArgs& a) { return window_infer(a, 2, true); },
              .decompose = via([](const Ctx& c) { return pool2d(c, false); }),
              .reference = [](const ReferenceArgs& c) { return ref::pool(c, c.x(0), false); },
-             .jvp = grad::same});
+             .jvp = grad::same,
+             .vmap = batch::pool});
   define_op({.kind = OpKind::Embedding,
              .doc = "rows of `table` picked by `ids`",
              .operands = {"table", "ids"},
              .infer = embedding_infer,
              .decompose = via([](const Ctx& c) { return c.g.index_select(c.in[0], c.in[1], 0); }),
-             .reference = [](const ReferenceArgs& c) { return ref::embedding(c, c.x(0), c.x(1)); }});
+             .reference = [](const ReferenceArgs& c) { return ref::embedding(c, c.x(0), c.x(1)); },
+             .vmap = batch::embedding});
   define_op({.kind = OpKind::Attention,
              .doc = "softmax(q k^T scale [+ mask]) v; a bool mask keeps True",
              .operands = {"q", "k", "v", "mask?"},
              .attrs = {{"causal", T::Bool, true}, {"scale", T::Float, true}},
              .infer = attention_infer,
              .decompose = via(attention),
-             .reference = [](const ReferenceArgs& c) {
-               return ref::attention(c, c.x(0), c.x(1), c.x(2), ref::optional(c, 3));
-             }});
+             .reference =
+                 [](const ReferenceArgs& c) { return ref::attention(c, c.x(0), c.x(1), c.x(2), ref::optional(c, 3)); },
+             .vmap = batch::attention});
   define_op({.kind = OpKind::SoftmaxBackward,
              .doc = "softmax's input cotangent from (y, dy)",
              .operands = {"y", "dy"},
              .attrs = axis,
              .infer = softmax_backward_infer,
              .decompose = via([](const Ctx& c) { return softmax_backward(c, false); }),
-             .reference = [](const ReferenceArgs& c) { return ref::softmax_backward(c, c.x(0), c.x(1), false); }});
+             .reference = [](const ReferenceArgs& c) { return ref::softmax_backward(c, c.x(0), c.x(1), false); },
+             .vmap = batch::softmax_backward});
   define_op({.kind = OpKind::LogSoftmaxBackward,
              .doc = "log_softmax's input cotangent from (y, dy)",
              .operands = {"y", "dy"},
              .attrs = axis,
              .infer = softmax_backward_infer,
              .decompose = via([](const Ctx& c) { return softmax_backward(c, true); }),
-             .reference = [](const ReferenceArgs& c) { return ref::softmax_backward(c, c.x(0), c.x(1), true); }});
+             .reference = [](const ReferenceArgs& c) { return ref::softmax_backward(c, c.x(0), c.x(1), true); },
+             .vmap = batch::softmax_backward});
   define_op({.kind = OpKind::LayerNormBackward,
              .doc = "layer_norm's input cotangent from (x, dy, gamma?)",
              .operands = {"x", "dy", "gamma?"},
@@ -1066,7 +1155,8 @@ RLX_OP_FAMILY(nn) {
              .reference =
                  [](const ReferenceArgs& c) {
                    return ref::normalize_backward(c, c.x(0), c.x(1), ref::norm_axis(c), false, ref::optional(c, 2));
-                 }});
+                 },
+             .vmap = batch::norm_backward});
   define_op({.kind = OpKind::RmsNormBackward,
              .doc = "rms_norm's input cotangent from (x, dy, gamma?)",
              .operands = {"x", "dy", "gamma?"},
@@ -1076,6 +1166,7 @@ RLX_OP_FAMILY(nn) {
              .reference =
                  [](const ReferenceArgs& c) {
                    return ref::normalize_backward(c, c.x(0), c.x(1), ref::last_axis(c), true, ref::optional(c, 2));
-                 }});
+                 },
+             .vmap = batch::norm_backward});
   // `rlx new-op --builtin NAME --kind composite` adds a composite's entry above this line.
 }

@@ -248,6 +248,16 @@ Tangent jvp(const DerivativeArgs& s, std::span<const Tangent> t) {
 
 }  // namespace grad
 
+// Batched: the reduced axes move past the batch axis.
+BatchedValue batch_reduce(const BatchArgs& a) {
+  return BatchArgs::out(a.g.add(a.n.op, {a.x[0].id},
+                                ir::with_attr(a.n, "axes", ir::shifted_axes(a.n.attrs.get_ints("axes"), a.rank(0)))));
+}
+BatchedValue batch_arg_reduce(const BatchArgs& a) {
+  if (a.rank(0) == 0) return a.scalar_as_row();
+  return BatchArgs::out(a.g.add(a.n.op, {a.x[0].id}, ir::with_attr(a.n, "axis", a.axis1(0))));
+}
+
 }  // namespace
 }  // namespace rlx::ops
 
@@ -262,6 +272,7 @@ RLX_OP_FAMILY(reduce) {
                         .reference = ref::reduce,
                         .vjp = grad::vjp,
                         .jvp = grad::jvp,
+                        .vmap = batch_reduce,
                         .flops = input_elements});
   };
   // argmax and argmin have no derivative rules: autodiff refuses a derivative through an index.
@@ -277,6 +288,7 @@ RLX_OP_FAMILY(reduce) {
                         .attrs = {{"axis", T::Int, true}, {"keepdims", T::Bool, true}},
                         .infer = arg_reduce,
                         .reference = ref::arg_reduce,
+                        .vmap = batch_arg_reduce,
                         .flops = input_elements});
   };
   arg(OpKind::ArgMax, "index of the first maximum along `axis` (i64)");

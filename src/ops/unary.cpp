@@ -77,7 +77,8 @@ RLX_OP_FAMILY(unary) {
                         .operands = {"x"},
                         .infer = float_unary,
                         .reference = unary_reference(f),
-                        .partial = std::move(d)});
+                        .partial = std::move(d),
+                        .vmap = batch_elementwise});
   };
   auto numeric = [](OpKind k, std::string_view doc, double (*f)(double), Partial d = {}) {
     rlx::ir::define_op({.kind = k,
@@ -85,7 +86,8 @@ RLX_OP_FAMILY(unary) {
                         .operands = {"x"},
                         .infer = numeric_unary,
                         .reference = unary_reference(f),
-                        .partial = std::move(d)});
+                        .partial = std::move(d),
+                        .vmap = batch_elementwise});
   };
   numeric(
       OpKind::Neg, "-x", [](double x) { return -x; }, unary_partial([](Expr, Expr, Expr v) { return -v; }));
@@ -131,7 +133,8 @@ RLX_OP_FAMILY(unary) {
                       .doc = "logical not (bool)",
                       .operands = {"x"},
                       .infer = bool_unary,
-                      .reference = unary_reference([](double x) { return x == 0 ? 1.0 : 0.0; })});
+                      .reference = unary_reference([](double x) { return x == 0 ? 1.0 : 0.0; }),
+                      .vmap = batch_elementwise});
   // A hand derivative, where given, is a shorter graph than the formula's own.
   auto formula = [](OpKind k, std::string_view doc, auto f, Partial d = {}) {
     rlx::ir::define_op({.kind = k,
@@ -140,6 +143,7 @@ RLX_OP_FAMILY(unary) {
                         .infer = float_unary,
                         .formula = unary_formula(f),
                         .partial = std::move(d),
+                        .vmap = batch_elementwise,
                         .flops_per_element = 8});
   };
   formula(
@@ -185,12 +189,14 @@ RLX_OP_FAMILY(unary) {
                       .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) -> Tangent {
                         if (!t[0]) return std::nullopt;
                         return s.g.cast(*t[0], s.n.dtype);
-                      }});
+                      },
+                      .vmap = batch_elementwise});
   rlx::ir::define_op({.kind = OpKind::Clamp,
                       .doc = "numpy's clip: min(max(x, min), max); a NaN bound gives NaN",
                       .operands = {"x"},
                       .attrs = {{"min", T::Float, true}, {"max", T::Float, true}},
                       .infer = clamp_infer,
                       .reference = clamp_reference,
-                      .partial = clamp_partial});
+                      .partial = clamp_partial,
+                      .vmap = batch_elementwise});
 }

@@ -39,6 +39,19 @@ TEST(OpTable, EveryOpHasItsEntry) {
     const bool fed_or_bodies = k == OpKind::Input || k == OpKind::Param || k == OpKind::Custom ||
                                ir::op_info(k).cls == ir::OpClass::ControlFlow;
     EXPECT_EQ(bool(d.reference) || bool(d.formula), !fed_or_bodies) << ir::op_name(k);
+    if (fed_or_bodies || ir::op_info(k).cls == ir::OpClass::Leaf) continue;
+    // autodiff and vmap are lookups too: each op brings its rules or has a decomposition to go through, but for the
+    // ops whose results carry no derivative.
+    EXPECT_TRUE(d.vmap || d.has_decomposition()) << ir::op_name(k) << " has no batching rule";
+    const bool no_derivative = ir::is_comparison(k) || k == OpKind::And || k == OpKind::Or || k == OpKind::Not ||
+                               k == OpKind::ArgMax || k == OpKind::ArgMin || k == OpKind::Floor || k == OpKind::Ceil ||
+                               k == OpKind::Round || k == OpKind::Sign;
+    const bool reverse = d.partial || d.vjp || d.has_decomposition(),
+               forward = d.partial || d.jvp || d.has_decomposition();
+    EXPECT_EQ(reverse && forward, !no_derivative) << ir::op_name(k);
+    if (d.partial) {
+      EXPECT_TRUE(ir::is_elementwise(k)) << ir::op_name(k) << ": a partial is for elementwise ops";
+    }
   }
 }
 

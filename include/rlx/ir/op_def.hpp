@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rlx/ir/batching.hpp"
 #include "rlx/ir/derivative.hpp"
 #include "rlx/ir/f64_value.hpp"
 #include "rlx/ir/graph.hpp"
@@ -134,6 +135,11 @@ struct OpDef {
   std::function<NodeId(const DerivativeArgs&, std::size_t k, NodeId v)> partial;
   std::function<std::vector<Tangent>(const DerivativeArgs&, NodeId ct, const std::vector<bool>& want)> vjp;
   std::function<Tangent(const DerivativeArgs&, std::span<const Tangent> t)> jvp;
+  // The batching rule of vmap (rlx/ir/batching.hpp), for a node with a batched
+  // operand. Empty: batched through the formula or decomposition; a custom op
+  // through its extension's hook or lowering, a control-flow op through its
+  // bodies (src/autodiff/vmap.cpp).
+  std::function<BatchedValue(const BatchArgs&)> vmap;
   // The cost model's FLOPs (src/runtime/calibration.cpp, which counts the
   // primitives of the decomposed graph): `flops` of the operand and result
   // types, else flops_per_element per result element.
