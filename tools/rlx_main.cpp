@@ -1,5 +1,5 @@
 // The rlx command line: `rlx demo` (the main job of `make demo`), `rlx compile`
-// for IR files, and `rlx svg` to draw a graph.
+// for IR files, `rlx svg` to draw a graph, and `rlx inspect` for GGUF models.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +12,7 @@
 
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
+#include "rlx/gguf/inspect.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
@@ -115,6 +116,15 @@ int main(int argc, char** argv) try {
   devices->add_option("graph", graph_file, "Graph in RLX IR text");
   devices->add_flag("--json", json, "Print the backends manifest as JSON");
 
+  std::string model_file;
+  rlx::gguf::InspectOptions inspect_options;
+  bool no_tensors = false;
+  auto* inspect =
+      app.add_subcommand("inspect", "Print a GGUF model's version, metadata and tensor table (docs/gguf.md)");
+  inspect->add_option("model", model_file, "GGUF file")->required();
+  inspect->add_option("--items", inspect_options.max_items, "Array elements shown per key (default 8)");
+  inspect->add_flag("--no-tensors", no_tensors, "Leave out the tensor table (the totals stay)");
+
   std::string scaffold_name, scaffold_dir = ".";
   bool scaffold_stdout = false;
   auto* new_op = app.add_subcommand("new-op", "Write a C++ template for a custom op (OpExtension + lowering + main)");
@@ -201,6 +211,11 @@ int main(int argc, char** argv) try {
     }
     if (*ops) {
       fmt::print("{}", rlx::runtime::op_coverage_markdown());
+      return 0;
+    }
+    if (*inspect) {
+      inspect_options.tensors = !no_tensors;
+      fmt::print("{}", rlx::gguf::inspect_text(rlx::gguf::File::open(model_file), inspect_options));
       return 0;
     }
     if (*svg) {
