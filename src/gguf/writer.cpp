@@ -92,8 +92,7 @@ void Writer::check_tensor(const std::string& name, GgmlType type, const std::vec
   if (name.size() > kMaxTensorNameBytes)
     throw Error(fmt::format("gguf: tensor name '{}' is {} bytes; ggml allows at most {}", name, name.size(),
                             kMaxTensorNameBytes));
-  for (const auto& t : tensors_)
-    if (t.name == name) throw Error(fmt::format("gguf: duplicate tensor name '{}'", name));
+  if (names_.count(name)) throw Error(fmt::format("gguf: duplicate tensor name '{}'", name));
   if (dims.empty() || dims.size() > kMaxDims)
     throw Error(fmt::format("gguf: tensor '{}' has {} dims; GGUF takes 1 to {}", name, dims.size(), kMaxDims));
   std::string why;
@@ -107,12 +106,14 @@ void Writer::check_tensor(const std::string& name, GgmlType type, const std::vec
 void Writer::add_tensor(std::string name, GgmlType type, std::vector<std::int64_t> dims,
                         std::span<const std::byte> data) {
   check_tensor(name, type, dims, data.size());
+  names_.insert(name);
   tensors_.push_back({std::move(name), type, std::move(dims), data});
 }
 
 void Writer::add_tensor(std::string name, GgmlType type, std::vector<std::int64_t> dims,
                         std::vector<std::byte>&& data) {
   check_tensor(name, type, dims, data.size());
+  names_.insert(name);
   tensors_.push_back({std::move(name), type, std::move(dims), std::move(data)});
 }
 

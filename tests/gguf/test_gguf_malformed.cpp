@@ -98,7 +98,7 @@ Base make_base(const BaseOptions& o = {}) {
       f.u32(o.alignment_value);
   }
 
-  auto info = [&](Base::Info& in, const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type,
+  auto info = [&](Base::Info& in, const std::string& name, const std::vector<std::uint64_t>& dims, std::uint32_t type,
                   std::uint64_t offset) {
     in.name_at = f.size();
     f.str(name);
@@ -273,6 +273,7 @@ std::vector<Case> cases() {
   add("cut_in_tensor_name", [=] { return cut(b, b.t0.name_at + 9); }, {"tensor 0 name length 2", "past the end"});
   add("huge_tensor_name_length", [=] { return patched<std::uint64_t>(b, b.t0.name_at, k2p63); },
       {"tensor 0 name length 9223372036854775808"});
+  add("empty_tensor_name", [] { return make_base({.t0_name = ""}).f.bytes; }, {"tensor 0 has an empty name"});
   add("tensor_name_64_bytes", [] { return make_base({.t0_name = std::string(64, 'n')}).f.bytes; },
       {"tensor 0 name is 64 bytes", "at most 63"});
   add("duplicate_tensor_name", [] { return make_base({.t1_name = "t0"}).f.bytes; },

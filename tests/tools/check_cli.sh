@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The command line's own contract, beyond the generated docs (tests/docs):
 # `rlx compile` prints its dispatch report once, on stdout, also when
-# RLX_DISPATCH_REPORT asks the library to print it.
+# RLX_DISPATCH_REPORT asks the library to print it; `rlx inspect` prints a
+# GGUF file and refuses each malformed one with its message.
 #   check_cli.sh <rlx cli>
 set -euo pipefail
 rlx=$1
@@ -20,3 +21,22 @@ first=$(grep -m1 -i "dispatch" "$dir/out" || true)
 count=$(cat "$dir/out" "$dir/err" | grep -cxF "$first" || true)
 [ "$count" -eq 1 ] || { echo "the report's first line '$first' appears $count times:"; cat "$dir/out" "$dir/err"; exit 1; }
 echo "ok: one dispatch report"
+
+# `rlx inspect`: a valid GGUF file prints its tables; each malformed one (tests/malformed/gguf/expected.txt)
+# exits 2 with an rlx::Error naming the problem, never a crash.
+root=$(cd "$(dirname "$0")/../.." && pwd)
+"$rlx" inspect "$root/tests/fuzz/corpus/gguf/every_type.gguf" >"$dir/out"
+grep -q "^total: 7 tensors" "$dir/out" || { echo "rlx inspect printed:"; cat "$dir/out"; exit 1; }
+n=0
+while IFS=$'\t' read -r file words; do
+  case "$file" in '' | '#'*) continue ;; esac
+  rc=0
+  "$rlx" inspect "$root/tests/malformed/gguf/$file" >"$dir/out" 2>"$dir/err" || rc=$?
+  [ "$rc" = 2 ] || { echo "rlx inspect $file: exit $rc, expected 2:"; cat "$dir/out" "$dir/err"; exit 1; }
+  while IFS= read -r w; do
+    grep -qF -- "$w" "$dir/err" || { echo "rlx inspect $file: no '$w' in:"; cat "$dir/err"; exit 1; }
+  done < <(printf '%s\n' "$words" | sed 's/ | /\n/g')
+  n=$((n + 1))
+done <"$root/tests/malformed/gguf/expected.txt"
+[ "$n" -ge 30 ] || { echo "only $n malformed GGUF files"; exit 1; }
+echo "ok: rlx inspect refuses $n malformed GGUF files"

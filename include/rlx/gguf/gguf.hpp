@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -168,6 +169,7 @@ class Writer {
 
   Metadata metadata_;
   std::vector<Pending> tensors_;
+  std::unordered_set<std::string> names_;
 };
 
 }  // namespace rlx::gguf
