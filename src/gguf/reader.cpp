@@ -448,8 +448,13 @@ void File::parse() {
     tensors_.push_back(std::move(t));
   }
 
-  // The data section starts at the next multiple of the alignment. A file without tensors may end before it.
+  // The data section starts at the next multiple of the alignment. A file without tensors may end before it; one
+  // with tensors, even only empty ones, may not, so every tensor's file_offset is inside the file.
   data_offset_ = align_up(c.pos(), alignment_);
+  if (!tensors_.empty() && data_offset_ > c.size())
+    c.fail(c.pos(), fmt::format("the data section starts at byte {} (the tensor infos end at byte {}, padded to the "
+                                "alignment {}), past the end of the file ({} bytes)",
+                                data_offset_, c.pos(), alignment_, c.size()));
   const std::uint64_t data_size = c.size() > data_offset_ ? c.size() - data_offset_ : 0;
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     TensorInfo& t = tensors_[i];

@@ -318,7 +318,10 @@ std::vector<Case> cases() {
   add("data_past_eof_first", [=] { return cut(b, b.data_at + 10); }, {"tensor 't0'", "runs past the end"});
   add("data_past_eof_last", [=] { return cut(b, b.data_end - 1); },
       {"tensor 't1' offset 64 + 34 bytes", "past the end"});
-  add("cut_before_data_section", [=] { return cut(b, b.t1.offset_at + 8); }, {"tensor 't0'", "runs past the end"});
+  add("cut_before_data_section", [=] { return cut(b, b.t1.offset_at + 8); },
+      {"the data section starts at byte 352", "past the end of the file"});
+  add("cut_in_data_section_padding", [=] { return cut(b, b.data_at - 1); },
+      {"the data section starts at byte 352", "past the end of the file"});
   add("overlapping_tensors", [=] { return patched<std::uint64_t>(b, b.t1.offset_at, 32); },
       {"tensor 't1' data at offset 32 overlaps tensor 't0'"});
   add("same_offset_tensors", [=] { return patched<std::uint64_t>(b, b.t1.offset_at, 0); },
