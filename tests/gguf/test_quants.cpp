@@ -212,9 +212,7 @@ std::string hex32(float f) {
   return ::testing::AssertionFailure() << msg.str();
 }
 
-std::size_t block_bytes(GgmlType t) {
-  return rlx::gguf::ggml_type_info(t).block_bytes;
-}
+std::size_t block_bytes(GgmlType t) { return rlx::gguf::ggml_type_info(t).block_bytes; }
 
 const std::vector<GgmlType> kAll = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                                     GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q2_K,
