@@ -1148,9 +1148,12 @@ struct CGap {
   std::string_view reason;
 };
 constexpr CGap kCGaps[] = {
-    {OpKind::Scan, "", "control flow: the C target emits straight-line code without loops over a body graph"},
-    {OpKind::If, "", "control flow: the C target emits straight-line code without branches on a body graph"},
-    {OpKind::While, "", "control flow: the C target emits straight-line code without loops over a body graph"},
+    // Short scans and constant ifs are resolved by lower_control_flow and run as straight-line C; what
+    // stays a host loop or branch (a ControlFlow kernel in the LIR) has no C code.
+    {OpKind::Scan, "length 1200", "control flow: a scan too long to unroll stays a host loop over its body"},
+    {OpKind::Scan, "length 2000", "control flow: a scan too long to unroll stays a host loop over its body"},
+    {OpKind::If, "run-time condition", "control flow: an if on a run-time condition stays a host branch"},
+    {OpKind::While, "", "control flow: a while loop stays a host loop over its body"},
     {OpKind::Custom, "host kernel", "a custom op with a host kernel and no lowering has no C code"},
 };
 
