@@ -19,8 +19,10 @@
 // by the compile pipeline, so every op the graph reaches after
 // decomposition is supported for the dtypes f32, f64, i8, u8, i32, i64
 // and bool (stored as one byte, 0 or 1); f16/bf16 and symbolic dims are an
-// rlx::Error naming the node. Indices out of range in gather, index_select
-// and scatter_add are clamped (the reference rejects them).
+// rlx::Error naming the node. Short scans and ifs on constants are unrolled
+// by the pipeline; control flow left as a host loop or branch is an
+// rlx::Error. Indices out of range in gather, index_select and scatter_add
+// are clamped (the reference rejects them).
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -39,7 +41,7 @@ enum class ParamMode : std::uint8_t {
 };
 
 enum class WorkspaceMode : std::uint8_t {
-  // One static array in the .c: no argument, but the function is not
+  // One static arena in the .c: no argument, but the function is not
   // reentrant (two threads must not call it at once).
   Static,
   // A `void* workspace` last argument of at least <NAME>_WORKSPACE_BYTES
@@ -74,9 +76,10 @@ struct Source {
   WorkspaceMode workspace = WorkspaceMode::Static;
 };
 
-// What the C target declares to the compile pipeline: every primitive op (no
-// composites or control flow), a 16-byte aligned arena without reuse across
-// dtypes.
+// What the C target declares to the compile pipeline: every primitive op
+// without a decomposition (composites and formula ops are decomposed, control
+// flow is only unrolled), fusion as on the CPU, and a 16-byte aligned arena
+// without reuse across dtypes.
 compile::BackendTraits traits();
 
 // Emits C for `g`: compiles it with compile::compile(g, traits(), {}) and
