@@ -376,6 +376,17 @@ TEST_F(CodegenC, ArgumentNamesAreMadeValidAndDistinct) {
   EXPECT_EQ(names, (std::vector<std::string>{"in_put", "in_put_", "k_", "float_"}));
   EXPECT_EQ(src.outputs[0].c_name, "t3out");
   expect_matches_reference(g, random_feeds(g));
+  // Names end up in comments too: one holding "*/" must not end them.
+  Graph h("odd*/comments");
+  auto x = h.input("x*/", {2});
+  h.add_output(h.exp(h.mul(x, h.param("w*/", {2}))), "y*/");
+  h.add_output(x, "copy*/");
+  Feeds feeds = random_feeds(h);
+  cg::Options baked;
+  baked.params = cg::ParamMode::Baked;
+  baked.param_values = feeds.params;
+  expect_matches_reference(h, feeds);
+  expect_matches_reference(h, feeds, baked);
 }
 
 TEST_F(CodegenC, DeadInputsStayInTheSignature) {
