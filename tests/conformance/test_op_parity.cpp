@@ -1163,19 +1163,6 @@ const CGap* c_gap(OpKind op, const std::string& label) {
   return nullptr;
 }
 
-// Function k of `module` as the harness drives it; params are kept here and
-// passed as the pointer arguments of every run.
-Executor c_executor(testing::CModule& module, std::size_t k) {
-  Executor e;
-  for (const auto& a : module.source(k).outputs) e.outputs.push_back({a.name, a.dtype, a.shape});
-  auto params = std::make_shared<reference::TensorMap>();
-  e.set_param = [params](const std::string& name, const ir::Tensor& value) { (*params)[name] = value; };
-  e.run_into = [&module, k, params](const reference::TensorMap& inputs, std::vector<ir::Tensor>& outputs) {
-    module.run_into(k, inputs, *params, outputs);
-  };
-  return e;
-}
-
 class CCodegen : public ::testing::TestWithParam<std::size_t> {
  protected:
   void SetUp() override {
