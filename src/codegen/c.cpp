@@ -1,13 +1,17 @@
-// The C target. The emitted function is the decomposed graph in order, one
-// block per node; every loop nest walks row-major buffers with strides baked
-// in as constants, so the code needs no shape metadata at run time.
+// The C target. emit(graph) compiles the graph for codegen::c::traits() and
+// emits C from the LIR (rlx/compile/lir.hpp): one static function per kernel,
+// called in the LIR's order, over the LIR's one memory plan. A fused kernel is
+// one loop nest computing its whole chain per element in scalar locals; loop
+// nests walk row-major buffers with strides baked in as constants, so the
+// code needs no shape metadata at run time.
 //
 // Storage: inputs and params are the caller's pointers (or baked arrays),
-// reshapes are views of their source, the first output naming a node is
-// computed straight into the caller's output buffer, and the rest lives in
-// the workspace. The workspace holds one pool per C type, and a slot is only
-// ever reused by a buffer of the same type, so no memory changes its
-// effective type and the code stays within C's aliasing rules at -O2.
+// constants static arrays, views pointers into their root, and arena buffers
+// sit at the plan's offsets in one workspace, except that the first output
+// covering an arena buffer whole is that buffer: its kernel writes the
+// caller's memory. The plan is made without reuse across dtypes, so no byte
+// of the workspace changes its effective type and the code stays within C's
+// aliasing rules at -O2.
 #include "rlx/codegen/c.hpp"
 
 #include <algorithm>
@@ -16,14 +20,24 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::codegen::c {
 namespace {
 
+using compile::Buffer;
+using compile::BufferId;
+using compile::BufferRole;
+using compile::Kernel;
+using compile::KernelKind;
+using compile::LirModule;
 using ir::DType;
 using ir::Node;
 using ir::NodeId;
@@ -156,37 +170,6 @@ std::string identifier(std::string_view name, std::set<std::string, std::less<>>
   return s;
 }
 
-std::string attr_text(const ir::Attrs& attrs) {
-  std::string s;
-  for (const auto& [key, value] : attrs.items()) {
-    s += s.empty() ? "{" : ", ";
-    s += key + "=";
-    std::visit(
-        [&](const auto& v) {
-          using V = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<V, std::int64_t>)
-            s += std::to_string(v);
-          else if constexpr (std::is_same_v<V, double>)
-            s += float_literal(v, DType::F64);
-          else if constexpr (std::is_same_v<V, bool>)
-            s += v ? "true" : "false";
-          else if constexpr (std::is_same_v<V, std::string>)
-            s += v;
-          else if constexpr (std::is_same_v<V, DType>)
-            s += ir::dtype_name(v);
-          else if constexpr (std::is_same_v<V, ir::GraphRef>)
-            s += "graph " + v->name();
-          else {
-            s += "[";
-            for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-            s += "]";
-          }
-        },
-        value);
-  }
-  return s.empty() ? s : s + "}";
-}
-
 std::string type_text(DType t, const Ints& shape) {
   std::string s = std::string(ir::dtype_name(t)) + "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(i64(shape[i]));
@@ -201,6 +184,7 @@ i64 numel(const Ints& e) {
 
 // Strides reading a tensor of extents `in` broadcast (NumPy rules) to `out`.
 Ints broadcast_strides(const Ints& in, const Ints& out) {
+  if (in.size() > out.size()) throw Error("codegen::c: a kernel operand has a higher rank than its loop nest");
   Ints s(out.size(), 0), cs = ir::contiguous_strides(in);
   std::size_t lead = out.size() - in.size();
   for (std::size_t i = 0; i < in.size(); ++i)
@@ -295,210 +279,319 @@ struct Nest {
   int depth = 0;
 };
 
-struct Slot {
-  DType pool;
-  i64 offset = 0;  // in elements
-};
-
-class Emitter {
- public:
-  Emitter(const ir::Graph& g, const Options& o, std::string fn) : g_(g), o_(o) { src_.function_name = std::move(fn); }
-  Source run();
-
- private:
-  void liveness();
-  void arguments();
-  void storage();
-  void static_array(const std::string& what, const std::string& name, const ir::Tensor& t);
-  void emit_node(const Node& n);
-  void elementwise(const Node& n);
-  std::string expr(const Node& n, const std::vector<std::string>& a);
-  void reduce(const Node& n);
-  void arg_reduce(const Node& n);
-  void matmul(const Node& n);
-  void copy(const Node& n, NodeId src, const Ints& ext, const Walk& from, const Walk& to);
-  void concat(const Node& n);
-  void pad(const Node& n);
-  void indexed(const Node& n);
-  void leaf_fill(const Node& n);
-  std::string signature() const;
-  std::string helpers() const;
-
-  Nest open_nest(const Ints& ext, const std::vector<Walk>& walks, char var);
-  std::string use(std::string_view helper, DType t = DType::F64);
-  std::string at(NodeId id, const std::string& off) const {
-    return lit_[id].empty() ? var_[id] + "[" + off + "]" : operand(lit_[id]);
-  }
-  const Node& in(const Node& n, std::size_t i) const { return g_.node(n.inputs[i]); }
-  [[noreturn]] void fail(const Node& n, const std::string& why) const {
-    throw Error("codegen::c: " + ir::describe_node(g_, n) + ": " + why);
-  }
-
-  const ir::Graph& g_;
-  const Options& o_;
-  Source src_;
-  std::vector<bool> needed_;
-  std::vector<std::size_t> last_use_;  // per storage root; g_.size() for outputs
-  std::vector<NodeId> root_;
-  std::vector<std::string> var_, lit_;
-  std::vector<bool> direct_;  // per output: computed straight into its argument
-  std::vector<std::string> unused_args_;
-  std::map<DType, i64> pools_, pool_at_;  // elements per pool; its byte offset in a caller workspace
-  std::vector<std::optional<Slot>> slot_;
-  std::set<std::string> helpers_;
-  Code statics_, body_;
-};
-
-bool is_view(OpKind op) { return op == OpKind::Reshape || op == OpKind::Squeeze || op == OpKind::Unsqueeze; }
-bool is_external(OpKind op) { return op == OpKind::Input || op == OpKind::Param || op == OpKind::Constant; }
 Ints extents(const Node& n) { return n.shape.extents(); }
 
 // "a + b" without "+ 0" noise; for a pointer plus an offset or two offsets.
 std::string plus(const std::string& a, const std::string& b) { return b == "0" ? a : a == "0" ? b : a + " + " + b; }
 
-void Emitter::liveness() {
-  std::size_t n = g_.size();
-  needed_.assign(n, false);
-  last_use_.assign(n, 0);
-  root_.resize(n);
-  for (const auto& o : g_.outputs()) needed_[o.node] = true;
-  for (std::size_t i = n; i-- > 0;)
-    if (needed_[i])
-      for (auto id : g_.nodes()[i].inputs) needed_[id] = true;
-  for (const Node& node : g_.nodes()) {
-    root_[node.id] = is_view(node.op) ? root_[node.inputs[0]] : node.id;
-    if (!needed_[node.id]) continue;
-    for (auto id : node.inputs) last_use_[root_[id]] = std::max<std::size_t>(last_use_[root_[id]], node.id);
+// Whether the code in `text` names the identifier `name` (not as part of a
+// longer one, nor inside a comment).
+bool mentions(const std::string& text, const std::string& name) {
+  auto ident = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; };
+  for (std::size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) {
+    const std::size_t open = text.rfind("/*", at);
+    if (open != std::string::npos && text.find("*/", open) > at) continue;
+    if ((at == 0 || !ident(text[at - 1])) && (at + name.size() == text.size() || !ident(text[at + name.size()])))
+      return true;
   }
-  for (const auto& o : g_.outputs()) last_use_[root_[o.node]] = n;
+  return false;
 }
+
+// Text inside a C comment: a name holding "*/" must not end it.
+std::string comment_text(std::string s) { return replace_all(std::move(s), "*/", "* /"); }
+
+// A parameter list; one per line past four, or past 100 columns.
+std::string param_list(const std::string& head, const std::vector<std::string>& args) {
+  std::string s = head + "(", pad(s.size(), ' ');
+  std::size_t width = s.size();
+  for (const auto& a : args) width += a.size() + 2;
+  const bool wrap = args.size() > 4 || width > 100;
+  for (std::size_t i = 0; i < args.size(); ++i) s += (i ? (wrap ? ",\n" + pad : ", ") : "") + args[i];
+  return s + (args.empty() ? "void)" : ")");
+}
+
+class Emitter {
+ public:
+  Emitter(const LirModule& m, const Options& o, std::string fn) : m_(m), o_(o) { src_.function_name = std::move(fn); }
+  Source run();
+
+ private:
+  // The module: arguments, where each buffer lives, one function per kernel.
+  void arguments();
+  std::string pointer(BufferId id);
+  const std::string& root_pointer(const Buffer& root);
+  std::string describe(BufferId id) const;
+  void static_array(const std::string& what, const std::string& name, const ir::Tensor& t);
+  void kernel(const Kernel& k, std::size_t index);
+  std::string signature() const;
+  std::string helpers() const;
+
+  // One kernel's body, `g_`: a loop nest per kernel, the fused nodes as scalar locals inside it.
+  void elementwise();
+  void reduce(const Node& anchor);
+  void matmul(const Node& anchor);
+  void movement(const Node& n);
+  void leaf_fill(const Node& n);
+  void copy(const Node& n, NodeId src, const Ints& ext, const Walk& from, const Walk& to);
+  void concat(const Node& n);
+  void pad(const Node& n);
+  void indexed(const Node& n);
+  void compute(const std::vector<NodeId>& nodes);
+  void store_outputs(const std::string& off);
+  std::string value(NodeId id) const;
+  std::string expr(const Node& n, const std::vector<std::string>& a);
+  std::string ptr(NodeId id) const;  // movement and leaf kernels: a body node's pointer parameter
+  Nest open_nest(const Ints& ext, const std::vector<Walk>& walks, char var);
+  std::string use(std::string_view helper, DType t = DType::F64);
+  const Node& in(const Node& n, std::size_t i) const { return g_->node(n.inputs[i]); }
+  [[noreturn]] void fail(const Node& n, const std::string& why) const {
+    throw Error("codegen::c: " + k_->name + ": " + ir::describe_node(*g_, n) + ": " + why);
+  }
+
+  const LirModule& m_;
+  const Options& o_;
+  Source src_;
+  std::vector<std::string> root_;   // per root buffer: its pointer in the function, once referenced
+  std::vector<int> direct_;         // per root buffer: the output computed straight into it, or -1
+  std::vector<std::string> baked_;  // per param: its static array, when baked
+  std::set<DType> arena_types_;     // C types the static arena is read as
+  std::set<std::string> helpers_;
+  Code statics_, kernels_, arena_, calls_, body_;
+  // The kernel being emitted.
+  const Kernel* k_ = nullptr;
+  const ir::Graph* g_ = nullptr;
+  std::vector<std::string> read_;  // per body node: its value at the current loop point
+};
 
 void Emitter::arguments() {
   std::set<std::string, std::less<>> taken;
-  var_.assign(g_.size(), {});
-  auto arg = [&](const Node& n, const std::string& name) {
-    return Arg{name, identifier(name, taken), n.dtype, extents(n)};
+  auto arg = [&](const std::string& name, const Buffer& b) {
+    return Arg{name, identifier(name, taken), b.dtype, b.shape};
   };
-  for (auto id : g_.input_ids()) {
-    const Node& n = g_.node(id);
-    src_.inputs.push_back(arg(n, n.attrs.get_str("name")));
-    var_[id] = src_.inputs.back().c_name;
-    if (!needed_[id]) unused_args_.push_back(var_[id]);
-  }
+  for (auto id : m_.inputs) src_.inputs.push_back(arg(m_.buffer(id).name, m_.buffer(id)));
+  // Which roots the kernels and outputs touch: only those baked params need a value.
+  std::vector<bool> used(m_.buffers.size(), false);
+  for (const Kernel& k : m_.kernels)
+    for (const auto* ids : {&k.inputs, &k.outputs})
+      for (auto id : *ids) used[std::size_t(m_.buffer(id).root)] = true;
+  for (auto id : m_.outputs) used[std::size_t(m_.buffer(id).root)] = true;
   std::set<std::string, std::less<>> baked, baked_names;
-  for (auto id : g_.param_ids()) {
-    const Node& n = g_.node(id);
-    const std::string& name = n.attrs.get_str("name");
+  for (auto id : m_.params) {
+    const Buffer& b = m_.buffer(id);
+    baked_.emplace_back();
     if (o_.params == ParamMode::Pointers) {
-      src_.params.push_back(arg(n, name));
-      var_[id] = src_.params.back().c_name;
-      if (!needed_[id]) unused_args_.push_back(var_[id]);
+      src_.params.push_back(arg(b.name, b));
       continue;
     }
-    baked.insert(name);
-    if (!needed_[id]) continue;
-    auto it = o_.param_values.find(name);
+    baked.insert(b.name);
+    if (!used[std::size_t(id)]) continue;
+    auto it = o_.param_values.find(b.name);
     if (it == o_.param_values.end())
-      throw Error("codegen::c: param '" + name +
+      throw Error("codegen::c: param '" + b.name +
                   "' has no value; ParamMode::Baked needs every param in Options::param_values");
     const ir::Tensor& t = it->second;
-    if (t.dtype() != n.dtype || t.shape() != extents(n))
-      throw Error("codegen::c: param '" + name + "' is " + type_text(n.dtype, extents(n)) + " but its baked value is " +
+    if (t.dtype() != b.dtype || t.shape() != b.shape)
+      throw Error("codegen::c: param '" + b.name + "' is " + type_text(b.dtype, b.shape) + " but its baked value is " +
                   type_text(t.dtype(), t.shape()));
-    var_[id] = "rlx_p_" + identifier(name, baked_names);
+    baked_.back() = "rlx_p_" + identifier(b.name, baked_names);
   }
   for (const auto& [name, t] : o_.param_values)
     if (o_.params == ParamMode::Baked && !baked.contains(name))
-      throw Error("codegen::c: Options::param_values names '" + name + "', which is not a param of graph '" +
-                  g_.name() + "'");
-  for (std::size_t j = 0; j < g_.outputs().size(); ++j) {
-    const auto& o = g_.outputs()[j];
-    src_.outputs.push_back(arg(g_.node(o.node), o.name.empty() ? "out" + std::to_string(j) : o.name));
+      throw Error("codegen::c: Options::param_values names '" + name + "', which is not a param of graph '" + m_.name +
+                  "'");
+  direct_.assign(m_.buffers.size(), -1);
+  for (std::size_t j = 0; j < m_.outputs.size(); ++j) {
+    const Buffer& b = m_.buffer(m_.outputs[j]);
+    const std::string& name = j < m_.output_names.size() ? m_.output_names[j] : std::string();
+    src_.outputs.push_back(arg(name.empty() ? "out" + std::to_string(j) : name, b));
+    // The first output covering an arena root whole is that root: its kernel writes the caller's memory.
+    const Buffer& root = m_.buffer(b.root);
+    if (root.role == BufferRole::Arena && b.view_offset == 0 && b.nbytes() == root.nbytes() &&
+        direct_[std::size_t(root.id)] < 0)
+      direct_[std::size_t(root.id)] = int(j);
   }
 }
 
 void Emitter::static_array(const std::string& what, const std::string& name, const ir::Tensor& t) {
   std::string init;
   for (i64 i = 0; i < t.numel(); ++i) init += (i ? (i % 8 ? ", " : ",\n    ") : "") + element_literal(t, i);
-  statics_.line("/* " + what + " " + type_text(t.dtype(), t.shape()) + " */");
+  statics_.line("/* " + comment_text(what + " " + type_text(t.dtype(), t.shape())) + " */");
   // C has no empty arrays: an empty tensor still gets one (unread) element.
   statics_.line("static const " + std::string(c_type(t.dtype())) + " " + name + "[" +
                 std::to_string(std::max<i64>(t.numel(), 1)) + "] = {\n    " + (init.empty() ? "0" : init) + "};");
 }
 
-void Emitter::storage() {
-  lit_.assign(g_.size(), {});
-  slot_.assign(g_.size(), std::nullopt);
-  // A one-element constant read only by elementwise ops becomes a literal.
-  std::vector<bool> array_use(g_.size(), false);
-  for (const Node& n : g_.nodes())
-    if (needed_[n.id] && !ir::is_elementwise(n.op))
-      for (auto id : n.inputs) array_use[id] = true;
-  for (const auto& o : g_.outputs()) array_use[o.node] = true;
-  std::vector<bool> owns_output(g_.size(), false);
-  direct_.assign(g_.outputs().size(), false);
-  for (std::size_t j = 0; j < g_.outputs().size(); ++j) {
-    NodeId id = g_.outputs()[j].node;
-    const Node& n = g_.node(id);
-    if (is_external(n.op) || is_view(n.op) || owns_output[id]) continue;
-    owns_output[id] = direct_[j] = true;
-    var_[id] = src_.outputs[j].c_name;
+// The pointer a root buffer is known by in the function: an argument, a
+// static array, or a place in the arena (declared on first use).
+const std::string& Emitter::root_pointer(const Buffer& r) {
+  std::string& name = root_[std::size_t(r.id)];
+  if (!name.empty()) return name;
+  const auto index = std::size_t(r.external_index);
+  switch (r.role) {
+    case BufferRole::Input: name = src_.inputs.at(index).c_name; break;
+    case BufferRole::Param:
+      if (o_.params == ParamMode::Pointers) {
+        name = src_.params.at(index).c_name;
+      } else {
+        name = baked_.at(index);
+        static_array("param '" + r.name + "'", name, o_.param_values.find(r.name)->second);
+      }
+      break;
+    case BufferRole::Constant:
+      name = "rlx_c" + std::to_string(index);
+      static_array("constant b" + std::to_string(r.id), name, m_.constant_values.at(index));
+      break;
+    case BufferRole::Arena: {
+      if (int j = direct_[std::size_t(r.id)]; j >= 0) {
+        name = src_.outputs[std::size_t(j)].c_name;
+        break;
+      }
+      name = "rlx_b" + std::to_string(r.id);
+      const std::string T(c_type(r.dtype));
+      const std::string at = int_literal(r.arena_offset);
+      if (o_.workspace == WorkspaceMode::Caller) {
+        arena_.line(T + "* " + name + " = (" + T + "*)(rlx_ws + " + at + ");");
+      } else {
+        arena_types_.insert(pool_of(r.dtype));
+        arena_.line(
+            T + "* " + name + " = " +
+            plus("rlx_arena." + pool_suffix(r.dtype), int_literal(r.arena_offset / i64(ir::dtype_size(r.dtype)))) +
+            ";");
+      }
+      break;
+    }
+  }
+  return name;
+}
+
+std::string Emitter::pointer(BufferId id) {
+  const Buffer& b = m_.buffer(id);
+  const Buffer& r = m_.buffer(b.root);
+  if (b.dtype != r.dtype || b.view_offset % i64(ir::dtype_size(b.dtype)) != 0)
+    throw Error("codegen::c: buffer b" + std::to_string(id) + " views b" + std::to_string(r.id) +
+                " with another dtype or a misaligned offset");
+  return plus(root_pointer(r), int_literal(b.view_offset / i64(ir::dtype_size(b.dtype))));
+}
+
+// "b3 arena @64 f32[4,8]", "b0 input 'x' f32[4,16]", "b5 f32[2,8]: view of b3 arena @64 at +32".
+std::string Emitter::describe(BufferId id) const {
+  const Buffer& b = m_.buffer(id);
+  const Buffer& r = m_.buffer(b.root);
+  std::string s = "b" + std::to_string(r.id) + " ";
+  switch (r.role) {
+    case BufferRole::Input: s += "input '" + r.name + "'"; break;
+    case BufferRole::Param: s += "param '" + r.name + "'"; break;
+    case BufferRole::Constant: s += "constant"; break;
+    case BufferRole::Arena: {
+      const int j = direct_[std::size_t(r.id)];
+      s += j >= 0 ? "output '" + src_.outputs[std::size_t(j)].name + "'" : "arena @" + std::to_string(r.arena_offset);
+      break;
+    }
+  }
+  if (b.root == b.id) return s + " " + type_text(b.dtype, b.shape);
+  return "b" + std::to_string(id) + " " + type_text(b.dtype, b.shape) + ": view of " + s + " at +" +
+         std::to_string(b.view_offset);
+}
+
+void Emitter::kernel(const Kernel& k, std::size_t index) {
+  k_ = &k;
+  g_ = &k.body;
+  read_.assign(g_->size(), {});
+  body_ = Code();
+  // The anchor: the body's one node that is not an input, a constant or elementwise.
+  const Node* anchor = nullptr;
+  for (const Node& n : g_->nodes()) {
+    if (n.op == OpKind::Input || n.op == OpKind::Constant || ir::is_elementwise(n.op)) continue;
+    if (anchor) fail(n, "is a second non-elementwise op in one kernel");
+    anchor = &n;
+  }
+  auto need_anchor = [&]() -> const Node& {
+    if (!anchor)
+      throw Error("codegen::c: kernel '" + k.name + "' has no " + std::string(kernel_kind_name(k.kind)) + " op");
+    return *anchor;
+  };
+  switch (k.kind) {
+    case KernelKind::Elementwise:
+      if (anchor) fail(*anchor, "is not elementwise");
+      elementwise();
+      break;
+    case KernelKind::Reduce: reduce(need_anchor()); break;
+    case KernelKind::MatMul: matmul(need_anchor()); break;
+    case KernelKind::Movement: movement(need_anchor()); break;
+    case KernelKind::Leaf: leaf_fill(need_anchor()); break;
+    default:
+      throw Error("codegen::c: kernel '" + k.name + "' is a " + std::string(kernel_kind_name(k.kind)) +
+                  " kernel, which the C target cannot emit (composites must be decomposed and control flow unrolled: "
+                  "compile for codegen::c::traits())");
   }
 
-  struct Live {
-    i64 offset, size;
-    std::size_t end;
-  };
-  std::map<DType, std::vector<Live>> live;
-  for (const Node& n : g_.nodes()) {
-    if (!needed_[n.id]) continue;
-    if (n.op == OpKind::Constant) {
-      const ir::Tensor& t = *n.value;
-      if (t.numel() == 1 && !array_use[n.id]) {
-        lit_[n.id] = element_literal(t, 0);
-        continue;
-      }
-      var_[n.id] = "rlx_c" + std::to_string(n.id);
-      static_array("%" + std::to_string(n.id) + " constant", var_[n.id], t);
-      continue;
-    }
-    if (n.op == OpKind::Param && o_.params == ParamMode::Baked) {
-      const std::string& name = n.attrs.get_str("name");
-      static_array("param '" + name + "'", var_[n.id], o_.param_values.find(name)->second);
-      continue;
-    }
-    if (is_external(n.op)) continue;
-    if (is_view(n.op)) {
-      var_[n.id] = var_[n.inputs[0]];
-      lit_[n.id] = lit_[n.inputs[0]];
-      continue;
-    }
-    if (owns_output[n.id]) continue;
-    // Best fit among the gaps between live slots of this pool; a slot frees
-    // after the node that reads it last, so inputs never overlap outputs.
-    DType pool = pool_of(n.dtype);
-    auto& slots = live[pool];
-    std::erase_if(slots, [&](const Live& l) { return l.end < n.id; });
-    std::sort(slots.begin(), slots.end(), [](const Live& a, const Live& b) { return a.offset < b.offset; });
-    i64 size = std::max<i64>(n.shape.numel(), 1), best = -1, best_gap = 0, cursor = 0;
-    for (const Live& l : slots) {
-      i64 gap = l.offset - cursor;
-      if (gap >= size && (best < 0 || gap < best_gap)) best = cursor, best_gap = gap;
-      cursor = std::max(cursor, l.offset + l.size);
-    }
-    if (best < 0) best = cursor;
-    slots.push_back({best, size, last_use_[n.id]});
-    pools_[pool] = std::max(pools_[pool], best + size);
-    slot_[n.id] = Slot{pool, best};
-    var_[n.id] = "v" + std::to_string(n.id);
+  std::vector<std::string> params, args;
+  std::string legend;
+  for (std::size_t i = 0; i < k.inputs.size(); ++i) {
+    params.push_back("const " + std::string(c_type(m_.buffer(k.inputs[i]).dtype)) + "* restrict in" +
+                     std::to_string(i));
+    legend += "\n *   in" + std::to_string(i) + " = " + describe(k.inputs[i]);
+    args.push_back(pointer(k.inputs[i]));
   }
-  i64 bytes = 0;
-  for (const auto& [pool, elems] : pools_) {
-    pool_at_[pool] = bytes = (bytes + 15) / 16 * 16;
-    bytes += elems * i64(ir::dtype_size(pool));
+  for (std::size_t j = 0; j < k.outputs.size(); ++j) {
+    params.push_back(std::string(c_type(m_.buffer(k.outputs[j]).dtype)) + "* restrict out" + std::to_string(j));
+    legend += "\n *   out" + std::to_string(j) + " = " + describe(k.outputs[j]);
+    args.push_back(pointer(k.outputs[j]));
   }
-  src_.workspace_bytes = bytes;
-  src_.workspace = o_.workspace;
+  const std::string fn = "rlx_k" + std::to_string(index), body = body_.str();
+  kernels_.line("/* " + comment_text(k.name + legend) + " */");
+  kernels_.open(param_list("static void " + fn, params));
+  for (std::size_t i = 0; i < k.inputs.size(); ++i)  // a zero-size operand may be named by no loop
+    if (!mentions(body, "in" + std::to_string(i))) kernels_.line("(void)in" + std::to_string(i) + ";");
+  for (std::size_t j = 0; j < k.outputs.size(); ++j)
+    if (!mentions(body, "out" + std::to_string(j))) kernels_.line("(void)out" + std::to_string(j) + ";");
+  for (std::size_t at = 0; at < body.size();) {
+    std::size_t end = body.find('\n', at);
+    kernels_.line(body.substr(at, end - at));
+    at = end + 1;
+  }
+  kernels_.close();
+  kernels_.line("");
+  std::string call = fn + "(";
+  for (std::size_t i = 0; i < args.size(); ++i) call += (i ? ", " : "") + args[i];
+  calls_.line(call + ");");
+  src_.kernels.push_back(k.name);
+}
+
+// ---- kernel bodies ------------------------------------------------------------
+
+std::string Emitter::value(NodeId id) const {
+  const Node& n = g_->node(id);
+  if (n.op == OpKind::Constant) {
+    if (n.value->numel() != 1) fail(n, "is a constant of several elements inside a kernel body");
+    return operand(element_literal(*n.value, 0));
+  }
+  if (read_[id].empty()) fail(n, "is read where the loop nest does not reach it");
+  return read_[id];
+}
+
+// One scalar local per node, in body order: the fused chain at one element.
+void Emitter::compute(const std::vector<NodeId>& nodes) {
+  for (NodeId id : nodes) {
+    const Node& n = g_->node(id);
+    std::vector<std::string> a;
+    for (auto x : n.inputs) a.push_back(value(x));
+    read_[id] = "v" + std::to_string(id);
+    body_.line(std::string(c_type(n.dtype)) + " " + read_[id] + " = " + expr(n, a) + ";");
+  }
+}
+
+void Emitter::store_outputs(const std::string& off) {
+  for (std::size_t j = 0; j < g_->outputs().size(); ++j)
+    body_.line("out" + std::to_string(j) + "[" + off + "] = " + value(g_->outputs()[j].node) + ";");
+}
+
+std::string Emitter::ptr(NodeId id) const {
+  const Node& n = g_->node(id);
+  if (n.op == OpKind::Input) return n.attrs.get_str("name");
+  for (std::size_t j = 0; j < g_->outputs().size(); ++j)
+    if (g_->outputs()[j].node == id) return "out" + std::to_string(j);
+  fail(n, "is neither a kernel input nor a kernel output");
 }
 
 Nest Emitter::open_nest(const Ints& ext, const std::vector<Walk>& walks, char var) {
@@ -637,130 +730,265 @@ std::string Emitter::expr(const Node& n, const std::vector<std::string>& a) {
   }
 }
 
-void Emitter::elementwise(const Node& n) {
-  Ints e = extents(n);
+// The body nodes that are neither inputs nor constants, split at `anchor`
+// (body order puts a reduce's prologue before it and the epilogue after it).
+struct Split {
+  std::vector<NodeId> before, after;
+  std::set<NodeId> inputs_before, inputs_after;  // body inputs each side reads (the anchor counts as before)
+};
+Split split_at(const ir::Graph& g, NodeId anchor) {
+  Split s;
+  for (const Node& n : g.nodes()) {
+    if (n.op == OpKind::Input || n.op == OpKind::Constant) continue;
+    if (n.id != anchor) (n.id < anchor ? s.before : s.after).push_back(n.id);
+    for (auto x : n.inputs)
+      if (g.node(x).op == OpKind::Input) (n.id <= anchor ? s.inputs_before : s.inputs_after).insert(x);
+  }
+  return s;
+}
+
+// Every output has the iteration shape; every body input is read broadcast to it.
+void Emitter::elementwise() {
+  Ints e = extents(g_->node(g_->outputs().at(0).node));
   std::vector<Walk> walks{{ir::contiguous_strides(e), 0}};
-  std::vector<int> walk_of(n.inputs.size(), -1);
-  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
-    if (!lit_[n.inputs[i]].empty()) continue;
-    walk_of[i] = int(walks.size());
-    walks.push_back({broadcast_strides(extents(in(n, i)), e), 0});
+  std::vector<NodeId> inputs, nodes;
+  for (const Node& n : g_->nodes()) {
+    if (n.op == OpKind::Input) {
+      inputs.push_back(n.id);
+      walks.push_back({broadcast_strides(extents(n), e), 0});
+    } else if (n.op != OpKind::Constant) {
+      nodes.push_back(n.id);
+    }
   }
   Nest nest = open_nest(e, walks, 'i');
-  std::vector<std::string> a;
-  for (std::size_t i = 0; i < n.inputs.size(); ++i)
-    a.push_back(at(n.inputs[i], walk_of[i] < 0 ? "0" : nest.off[std::size_t(walk_of[i])]));
-  body_.line(var_[n.id] + "[" + nest.off[0] + "] = " + expr(n, a) + ";");
+  for (std::size_t i = 0; i < inputs.size(); ++i) read_[inputs[i]] = ptr(inputs[i]) + "[" + nest.off[i + 1] + "]";
+  compute(nodes);
+  store_outputs(nest.off[0]);
   body_.close(nest.depth);
 }
 
-void Emitter::reduce(const Node& n) {
-  const Node& x = in(n, 0);
-  Ints xe = extents(x), xs = ir::contiguous_strides(xe), ke, ks, re, rs;
-  std::vector<bool> reduced(xe.size(), false);
-  for (auto a : n.attrs.get_ints("axes")) reduced[std::size_t(ir::normalize_axis(a, xe.size()))] = true;
-  for (std::size_t d = 0; d < xe.size(); ++d) {
-    (reduced[d] ? re : ke).push_back(xe[d]);
-    (reduced[d] ? rs : ks).push_back(xs[d]);
+// A reduction, or argmax/argmin, with its prologue computed per element read
+// and its epilogue per element written. Loops run over the reduce input's
+// rank: the outer nest over the kept dims, the inner one over the reduced.
+void Emitter::reduce(const Node& a) {
+  if (ir::op_info(a.op).cls != OpClass::Reduce) fail(a, "is not a reduction");
+  const Node& x = in(a, 0);
+  const Split s = split_at(*g_, a.id);
+  const bool arg = a.op == OpKind::ArgMax || a.op == OpKind::ArgMin;
+  Ints xe = extents(x), oe = extents(a);
+  const std::size_t r = xe.size();
+  std::vector<bool> reduced(r, false);
+  std::size_t axis = 0;
+  if (arg && r > 0) {
+    axis = std::size_t(ir::normalize_axis(a.attrs.get_int("axis"), r));
+    reduced[axis] = true;
+  } else if (!arg) {
+    for (auto ax : a.attrs.get_ints("axes")) reduced[std::size_t(ir::normalize_axis(ax, r))] = true;
   }
-  const std::string T(c_type(n.dtype));
-  const bool fl = ir::is_float(n.dtype), extreme = n.op == OpKind::ReduceMax || n.op == OpKind::ReduceMin;
-  const bool is_max = n.op == OpKind::ReduceMax;
-  std::string acc_t = extreme ? T : fl ? "double" : "uint64_t", init = n.op == OpKind::ReduceProd ? "1" : "0";
-  if (extreme) {
-    static const std::map<DType, std::pair<std::string, std::string>> limits = {
-        {DType::I8, {"INT8_MIN", "INT8_MAX"}},
-        {DType::U8, {"0", "UINT8_MAX"}},
-        {DType::I32, {"INT32_MIN", "INT32_MAX"}},
-        {DType::I64, {"INT64_MIN", "INT64_MAX"}}};
-    init = fl ? (is_max ? "-INFINITY" : "INFINITY") : is_max ? limits.at(n.dtype).first : limits.at(n.dtype).second;
+  Ints kept(r), over(r);  // extents of the outer and inner nests
+  i64 count = 1;
+  for (std::size_t d = 0; d < r; ++d) {
+    kept[d] = reduced[d] ? 1 : xe[d];
+    over[d] = reduced[d] ? xe[d] : 1;
+    if (reduced[d]) count *= xe[d];
   }
-  Nest outer = open_nest(ke, {{ir::contiguous_strides(ke), 0}, {ks, 0}}, 'i');
-  body_.line("const " + T + "* row = " + plus(var_[x.id], outer.off[1]) + ";");
-  body_.line(acc_t + " acc = " + init + ";");
-  Nest inner = open_nest(re, {{rs, 0}}, 'r');
-  std::string v = "row[" + inner.off[0] + "]";
-  switch (n.op) {
-    case OpKind::ReduceSum:
-    case OpKind::ReduceMean: body_.line(fl ? "acc += " + v + ";" : "acc += (uint64_t)" + v + ";"); break;
-    case OpKind::ReduceProd: body_.line(fl ? "acc *= " + v + ";" : "acc *= (uint64_t)" + v + ";"); break;
-    default:
-      body_.line(T + " val = " + v + ";");
-      if (fl)  // NaN wins and then stays
-        body_.line(std::string("if (!isnan(acc) && (isnan(val) || val ") + (is_max ? ">" : "<") + " acc)) acc = val;");
-      else
-        body_.line(std::string("if (val ") + (is_max ? ">" : "<") + " acc) acc = val;");
+  auto masked = [&](Ints st, bool keep_reduced) {
+    for (std::size_t d = 0; d < r; ++d)
+      if (reduced[d] != keep_reduced) st[d] = 0;
+    return st;
+  };
+  // Strides over the reduce output, spread over the input's rank (no keepdims: the kept dims in order).
+  auto spread = [&](const Ints& st) {
+    if (st.size() == r) return st;
+    Ints full(r, 0);
+    for (std::size_t d = 0, j = 0; d < r; ++d)
+      if (!reduced[d]) full[d] = st.at(j++);
+    return full;
+  };
+  std::vector<Walk> walks{{ir::contiguous_strides(kept), 0}};
+  std::vector<Ints> pro_strides;  // per prologue input, over the reduce input
+  for (auto id : s.inputs_before) {
+    pro_strides.push_back(broadcast_strides(extents(g_->node(id)), xe));
+    walks.push_back({masked(pro_strides.back(), false), 0});
   }
-  body_.close(inner.depth);
-  // The count as a float literal: over a zero-size axis acc / 0.0 is the NaN of a mean of nothing, where an
-  // integer 0 would draw -Wdiv-by-zero.
-  std::string result = n.op == OpKind::ReduceMean
-                           ? "(" + T + ")(acc / " + float_literal(double(numel(re)), DType::F64) + ")"
-                       : extreme ? "acc"
-                                 : "(" + T + ")acc";
-  body_.line(var_[n.id] + "[" + outer.off[0] + "] = " + result + ";");
+  for (auto id : s.inputs_after) walks.push_back({spread(broadcast_strides(extents(g_->node(id)), oe)), 0});
+  Nest outer = open_nest(kept, walks, 'i');
+  std::size_t w = 1;
+  for (auto id : s.inputs_before) {
+    const Node& n = g_->node(id);
+    body_.line("const " + std::string(c_type(n.dtype)) + "* row" + ptr(id).substr(2) + " = " +
+               plus(ptr(id), outer.off[w++]) + ";");
+  }
+  auto row = [&](NodeId id) { return "row" + ptr(id).substr(2); };
+
+  const std::string T(c_type(a.dtype)), XT(c_type(x.dtype));
+  const bool fl = ir::is_float(a.dtype);
+  if (arg) {
+    const std::string cmp = a.op == OpKind::ArgMax ? " > " : " < ";
+    const i64 len = r > 0 ? xe[axis] : 1;
+    body_.line("int64_t best = 0;");
+    body_.line(XT + " best_val = 0;");
+    body_.open("for (int64_t k = 0; k < " + int_literal(len) + "; ++k)");
+    std::size_t p = 0;
+    for (auto id : s.inputs_before) {
+      const i64 st = r > 0 ? pro_strides[p][axis] : 0;
+      read_[id] = row(id) + "[" + (st == 0 ? "0" : st == 1 ? "k" : "k * " + int_literal(st)) + "]";
+      ++p;
+    }
+    compute(s.before);
+    body_.line(XT + " val = " + value(x.id) + ";");
+    // The first extreme wins; NaN counts as the extreme, as in NumPy.
+    if (ir::is_float(x.dtype))
+      body_.line("if (k == 0 || (!isnan(best_val) && (isnan(val) || val" + cmp +
+                 "best_val))) best = k, best_val = val;");
+    else
+      body_.line("if (k == 0 || val" + cmp + "best_val) best = k, best_val = val;");
+    body_.close();
+    read_[a.id] = "v" + std::to_string(a.id);
+    body_.line(T + " " + read_[a.id] + " = (" + T + ")best;");
+  } else {
+    const bool extreme = a.op == OpKind::ReduceMax || a.op == OpKind::ReduceMin, is_max = a.op == OpKind::ReduceMax;
+    std::string acc_t = extreme ? T : fl ? "double" : "uint64_t", init = a.op == OpKind::ReduceProd ? "1" : "0";
+    if (extreme) {
+      static const std::map<DType, std::pair<std::string, std::string>> limits = {
+          {DType::I8, {"INT8_MIN", "INT8_MAX"}},
+          {DType::U8, {"0", "UINT8_MAX"}},
+          {DType::I32, {"INT32_MIN", "INT32_MAX"}},
+          {DType::I64, {"INT64_MIN", "INT64_MAX"}}};
+      auto lim = limits.find(a.dtype);
+      if (!fl && lim == limits.end()) fail(a, "has no C lowering for this dtype");
+      init = fl ? (is_max ? "-INFINITY" : "INFINITY") : is_max ? lim->second.first : lim->second.second;
+    }
+    body_.line(acc_t + " acc = " + init + ";");
+    std::vector<Walk> inner_walks;
+    std::size_t p = 0;
+    for (auto id : s.inputs_before) {
+      (void)id;
+      inner_walks.push_back({masked(pro_strides[p++], true), 0});
+    }
+    Nest inner = open_nest(over, inner_walks, 'r');
+    p = 0;
+    for (auto id : s.inputs_before) read_[id] = row(id) + "[" + inner.off[p++] + "]";
+    compute(s.before);
+    const std::string v = value(x.id);
+    switch (a.op) {
+      case OpKind::ReduceSum:
+      case OpKind::ReduceMean: body_.line(fl ? "acc += " + v + ";" : "acc += (uint64_t)" + v + ";"); break;
+      case OpKind::ReduceProd: body_.line(fl ? "acc *= " + v + ";" : "acc *= (uint64_t)" + v + ";"); break;
+      case OpKind::ReduceMax:
+      case OpKind::ReduceMin:
+        body_.line(T + " val = " + v + ";");
+        if (fl)  // NaN wins and then stays
+          body_.line(std::string("if (!isnan(acc) && (isnan(val) || val ") + (is_max ? ">" : "<") +
+                     " acc)) acc = val;");
+        else
+          body_.line(std::string("if (val ") + (is_max ? ">" : "<") + " acc) acc = val;");
+        break;
+      default: fail(a, "has no C lowering");
+    }
+    body_.close(inner.depth);
+    // The count as a float literal: over a zero-size axis acc / 0.0 is the NaN of a mean of nothing, where an
+    // integer 0 would draw -Wdiv-by-zero.
+    std::string result = a.op == OpKind::ReduceMean
+                             ? "(" + T + ")(acc / " + float_literal(double(count), DType::F64) + ")"
+                         : extreme ? "acc"
+                                   : "(" + T + ")acc";
+    read_[a.id] = "v" + std::to_string(a.id);
+    body_.line(T + " " + read_[a.id] + " = " + result + ";");
+  }
+  for (auto id : s.inputs_after) read_[id] = ptr(id) + "[" + outer.off[w++] + "]";
+  compute(s.after);
+  store_outputs(outer.off[0]);
   body_.close(outer.depth);
 }
 
-// The first extreme wins; NaN counts as the extreme, as in NumPy.
-void Emitter::arg_reduce(const Node& n) {
-  const Node& x = in(n, 0);
-  Ints xe = extents(x), xs = ir::contiguous_strides(xe);
-  if (xe.empty()) {
-    body_.line(var_[n.id] + "[0] = 0;");
-    return;
-  }
-  auto axis = std::size_t(ir::normalize_axis(n.attrs.get_int("axis"), xe.size()));
-  i64 len = xe[axis], step = xs[axis];
-  Ints ke = xe, ks = xs;
-  ke.erase(ke.begin() + std::ptrdiff_t(axis));
-  ks.erase(ks.begin() + std::ptrdiff_t(axis));
-  const std::string T(c_type(x.dtype)), cmp = n.op == OpKind::ArgMax ? " > " : " < ";
-  auto elem = [&](const std::string& k) { return "row[" + (step == 1 ? k : k + " * " + int_literal(step)) + "]"; };
-  Nest nest = open_nest(ke, {{ir::contiguous_strides(ke), 0}, {ks, 0}}, 'i');
-  body_.line("const " + T + "* row = " + plus(var_[x.id], nest.off[1]) + ";");
-  body_.line("int64_t best = 0;");
-  if (ir::is_float(x.dtype)) {
-    body_.open("for (int64_t k = 1; k < " + int_literal(len) + " && !isnan(" + elem("best") + "); ++k)");
-    body_.line("if (isnan(" + elem("k") + ") || " + elem("k") + cmp + elem("best") + ") best = k;");
-  } else {
-    body_.open("for (int64_t k = 1; k < " + int_literal(len) + "; ++k)");
-    body_.line("if (" + elem("k") + cmp + elem("best") + ") best = k;");
-  }
-  body_.close();
-  body_.line(var_[n.id] + "[" + nest.off[0] + "] = best;");
-  body_.close(nest.depth);
-}
-
+// A matmul (batch dims broadcast) and its epilogue, per output element.
 void Emitter::matmul(const Node& n) {
+  if (n.op != OpKind::MatMul) fail(n, "is not a matmul");
   const Node &a = in(n, 0), &b = in(n, 1);
+  if (a.op != OpKind::Input || b.op != OpKind::Input) fail(n, "has an operand that is not a kernel input");
+  const Split s = split_at(*g_, n.id);
   Ints oe = extents(n), ae = extents(a), be = extents(b);
   std::size_t r = oe.size();
+  if (r < 2 || ae.size() < 2 || be.size() < 2) fail(n, "has an operand of rank below 2");
   i64 m = oe[r - 2], cols = oe[r - 1], kdim = ae.back();
   // Batch dims broadcast; within a batch, a walks rows and b walks columns.
   Ints batch(oe.begin(), oe.end() - 2);
   Ints as = broadcast_strides(Ints(ae.begin(), ae.end() - 2), batch),
        bs = broadcast_strides(Ints(be.begin(), be.end() - 2), batch);
-  for (auto& s : as) s *= m * kdim;
-  for (auto& s : bs) s *= kdim * cols;
+  for (auto& st : as) st *= m * kdim;
+  for (auto& st : bs) st *= kdim * cols;
   as.insert(as.end(), {kdim, 0});
   bs.insert(bs.end(), {0, 1});
-  Nest nest = open_nest(oe, {{ir::contiguous_strides(oe), 0}, {as, 0}, {bs, 0}}, 'i');
+  std::vector<Walk> walks{{ir::contiguous_strides(oe), 0}, {as, 0}, {bs, 0}};
+  for (auto id : s.inputs_after) walks.push_back({broadcast_strides(extents(g_->node(id)), oe), 0});
+  Nest nest = open_nest(oe, walks, 'i');
   const std::string T(c_type(n.dtype));
   const bool fl = ir::is_float(n.dtype);
-  body_.line("const " + T + "* ra = " + plus(var_[a.id], nest.off[1]) + ";");
-  body_.line("const " + T + "* rb = " + plus(var_[b.id], nest.off[2]) + ";");
+  body_.line("const " + T + "* ra = " + plus(ptr(a.id), nest.off[1]) + ";");
+  body_.line("const " + T + "* rb = " + plus(ptr(b.id), nest.off[2]) + ";");
   body_.line(std::string(fl ? "double" : "uint64_t") + " acc = 0;");
   std::string bk = cols == 1 ? "rb[k]" : "rb[k * " + int_literal(cols) + "]";
   body_.line("for (int64_t k = 0; k < " + int_literal(kdim) +
              "; ++k) acc += " + (fl ? "(double)ra[k] * " + bk : "(uint64_t)ra[k] * (uint64_t)" + bk) + ";");
-  body_.line(var_[n.id] + "[" + nest.off[0] + "] = (" + T + ")acc;");
+  read_[n.id] = "v" + std::to_string(n.id);
+  body_.line(T + " " + read_[n.id] + " = (" + T + ")acc;");
+  std::size_t w = 3;
+  for (auto id : s.inputs_after) read_[id] = ptr(id) + "[" + nest.off[w++] + "]";
+  compute(s.after);
+  store_outputs(nest.off[0]);
   body_.close(nest.depth);
+}
+
+void Emitter::movement(const Node& n) {
+  const Node& x = in(n, 0);
+  Ints oe = extents(n), xe = extents(x), xs = ir::contiguous_strides(xe);
+  Walk out{ir::contiguous_strides(oe), 0};
+  switch (n.op) {
+    case OpKind::Reshape:
+    case OpKind::Squeeze:
+    case OpKind::Unsqueeze: copy(n, x.id, {numel(oe)}, {{1}, 0}, {{1}, 0}); break;
+    case OpKind::Permute: {
+      const auto& perm = n.attrs.get_ints("perm");
+      Ints st;
+      for (auto p : perm) st.push_back(xs[std::size_t(p)]);
+      copy(n, x.id, oe, {st, 0}, out);
+      break;
+    }
+    case OpKind::Expand: copy(n, x.id, oe, {broadcast_strides(xe, oe), 0}, out); break;
+    case OpKind::Slice: {
+      const auto &starts = n.attrs.get_ints("starts"), &steps = n.attrs.get_ints("steps");
+      Walk from{xs, 0};
+      for (std::size_t d = 0; d < xe.size(); ++d) {
+        from.base += starts[d] * xs[d];
+        from.strides[d] *= steps[d];
+      }
+      copy(n, x.id, oe, from, out);
+      break;
+    }
+    case OpKind::Flip: {
+      Walk from{xs, 0};
+      for (auto ax : n.attrs.get_ints("axes")) {
+        auto d = std::size_t(ir::normalize_axis(ax, xe.size()));
+        if (xe[d] == 0) continue;
+        from.base += (xe[d] - 1) * xs[d];
+        from.strides[d] = -xs[d];
+      }
+      copy(n, x.id, oe, from, out);
+      break;
+    }
+    case OpKind::Concat: concat(n); break;
+    case OpKind::Pad: pad(n); break;
+    case OpKind::Gather:
+    case OpKind::IndexSelect:
+    case OpKind::ScatterAdd: indexed(n); break;
+    default: fail(n, "has no C lowering");
+  }
 }
 
 void Emitter::copy(const Node& n, NodeId src, const Ints& ext, const Walk& from, const Walk& to) {
   Nest nest = open_nest(ext, {to, from}, 'i');
-  body_.line(var_[n.id] + "[" + nest.off[0] + "] = " + at(src, nest.off[1]) + ";");
+  body_.line(ptr(n.id) + "[" + nest.off[0] + "] = " + ptr(src) + "[" + nest.off[1] + "];");
   body_.close(nest.depth);
 }
 
@@ -793,7 +1021,7 @@ void Emitter::pad(const Node& n) {
   }
   if (std::any_of(pads.begin(), pads.end(), [](i64 p) { return p > 0; })) {
     Nest fill = open_nest(oe, {{os, 0}}, 'i');
-    body_.line(var_[n.id] + "[" + fill.off[0] + "] = " + operand(literal(n.attrs.get_float("value"), n.dtype)) + ";");
+    body_.line(ptr(n.id) + "[" + fill.off[0] + "] = " + operand(literal(n.attrs.get_float("value"), n.dtype)) + ";");
     body_.close(fill.depth);
   }
   if (numel(ext) > 0) copy(n, x.id, ext, {xs, from}, {os, to});
@@ -806,15 +1034,16 @@ void Emitter::indexed(const Node& n) {
   auto axis = std::size_t(ir::normalize_axis(n.attrs.get_int("axis"), xe.size()));
   std::string len = int_literal(xe[axis]), step = xs[axis] == 1 ? "" : " * " + int_literal(xs[axis]);
   auto index = [&](const std::string& off) {
-    body_.line("int64_t k = " + use("index") + "((int64_t)" + at(idx.id, off) + ", " + len + ");");
+    body_.line("int64_t k = " + use("index") + "((int64_t)" + ptr(idx.id) + "[" + off + "], " + len + ");");
   };
+  const std::string out = ptr(n.id), src = ptr(x.id);
   switch (n.op) {
     case OpKind::Gather: {  // out[i] = x[i with i[axis] = idx[i]]
       Ints s = xs;
       s[axis] = 0;
       Nest nest = open_nest(ie, {{ir::contiguous_strides(ie), 0}, {ir::contiguous_strides(ie), 0}, {s, 0}}, 'i');
       index(nest.off[1]);
-      body_.line(var_[n.id] + "[" + nest.off[0] + "] = " + var_[x.id] + "[" + plus(nest.off[2], "k" + step) + "];");
+      body_.line(out + "[" + nest.off[0] + "] = " + src + "[" + plus(nest.off[2], "k" + step) + "];");
       body_.close(nest.depth);
       return;
     }
@@ -826,7 +1055,7 @@ void Emitter::indexed(const Node& n) {
       for (std::size_t d = axis + 1; d < xe.size(); ++d) s.push_back(xs[d]), is.push_back(0);
       Nest nest = open_nest(oe, {{ir::contiguous_strides(oe), 0}, {is, 0}, {s, 0}}, 'i');
       index(nest.off[1]);
-      body_.line(var_[n.id] + "[" + nest.off[0] + "] = " + var_[x.id] + "[" + plus(nest.off[2], "k" + step) + "];");
+      body_.line(out + "[" + nest.off[0] + "] = " + src + "[" + plus(nest.off[2], "k" + step) + "];");
       body_.close(nest.depth);
       return;
     }
@@ -839,7 +1068,7 @@ void Emitter::indexed(const Node& n) {
       Nest nest =
           open_nest(ie, {{ir::contiguous_strides(ie), 0}, {ir::contiguous_strides(extents(upd)), 0}, {s, 0}}, 'i');
       index(nest.off[0]);
-      std::string dst = var_[n.id] + "[" + plus(nest.off[2], "k" + step) + "]", u = at(upd.id, nest.off[1]);
+      std::string dst = out + "[" + plus(nest.off[2], "k" + step) + "]", u = ptr(upd.id) + "[" + nest.off[1] + "]";
       body_.line(ir::is_float(n.dtype) ? dst + " += " + u + ";"
                                        : dst + " = (" + T + ")((uint64_t)" + dst + " + (uint64_t)" + u + ");");
       body_.close(nest.depth);
@@ -849,7 +1078,7 @@ void Emitter::indexed(const Node& n) {
 
 void Emitter::leaf_fill(const Node& n) {
   Ints e = extents(n);
-  const std::string T(c_type(n.dtype));
+  const std::string T(c_type(n.dtype)), out = ptr(n.id);
   std::string value;
   switch (n.op) {
     case OpKind::Iota: {
@@ -871,97 +1100,23 @@ void Emitter::leaf_fill(const Node& n) {
               "ull, (uint64_t)i0))";
       break;
     }
-    default:
+    case OpKind::RandomNormal:
       value = "(" + T + ")(" + float_literal(n.attrs.get_float("mean"), DType::F64) + " + " +
               operand(float_literal(n.attrs.get_float("std"), DType::F64)) + " * " + use("normal") + "(" +
               std::to_string(std::uint64_t(n.attrs.get_int("seed"))) + "ull, (uint64_t)i0))";
+      break;
+    default: fail(n, "has no C lowering");
   }
   if (e.empty()) {
-    body_.line(var_[n.id] + "[0] = " + replace_all(value, "i0", "0") + ";");
+    body_.line(out + "[0] = " + replace_all(value, "i0", "0") + ";");
     return;
   }
   body_.open("for (int64_t i0 = 0; i0 < " + int_literal(numel(e)) + "; ++i0)");
-  body_.line(var_[n.id] + "[i0] = " + value + ";");
+  body_.line(out + "[i0] = " + value + ";");
   body_.close();
 }
 
-void Emitter::emit_node(const Node& n) {
-  std::string args;
-  for (std::size_t i = 0; i < n.inputs.size(); ++i) args += (i ? ", %" : "%") + std::to_string(n.inputs[i]);
-  std::string head = "/* %" + std::to_string(n.id) + " = " + std::string(ir::op_name(n.op)) + "(" + args + ")" +
-                     attr_text(n.attrs) + " -> " + type_text(n.dtype, extents(n));
-  if (is_view(n.op)) {
-    body_.line(head + ": a view of %" + std::to_string(n.inputs[0]) + " */");
-    return;
-  }
-  const std::string T(c_type(n.dtype));
-  if (slot_[n.id]) {
-    body_.line(head + " */");
-    std::string pool = (o_.workspace == WorkspaceMode::Static ? "rlx_ws_" : "ws_") + pool_suffix(slot_[n.id]->pool);
-    body_.line(T + "* " + var_[n.id] + " = " + plus(pool, int_literal(slot_[n.id]->offset)) + ";");
-  } else {
-    body_.line(head + ", into " + var_[n.id] + " */");
-  }
-  body_.open("");
-  const Node* x = n.inputs.empty() ? nullptr : &in(n, 0);
-  switch (ir::op_info(n.op).cls) {
-    case OpClass::Unary:
-    case OpClass::Binary:
-    case OpClass::Elementwise: elementwise(n); break;
-    case OpClass::Reduce:
-      if (n.op == OpKind::ArgMax || n.op == OpKind::ArgMin)
-        arg_reduce(n);
-      else
-        reduce(n);
-      break;
-    case OpClass::MatMul: matmul(n); break;
-    case OpClass::Leaf: leaf_fill(n); break;
-    case OpClass::Movement: {
-      Ints oe = extents(n), xe = extents(*x), xs = ir::contiguous_strides(xe);
-      Walk out{ir::contiguous_strides(oe), 0};
-      switch (n.op) {
-        case OpKind::Permute: {
-          const auto& perm = n.attrs.get_ints("perm");
-          Ints s;
-          for (auto p : perm) s.push_back(xs[std::size_t(p)]);
-          copy(n, x->id, oe, {s, 0}, out);
-          break;
-        }
-        case OpKind::Expand: copy(n, x->id, oe, {broadcast_strides(xe, oe), 0}, out); break;
-        case OpKind::Slice: {
-          const auto &starts = n.attrs.get_ints("starts"), &steps = n.attrs.get_ints("steps");
-          Walk from{xs, 0};
-          for (std::size_t d = 0; d < xe.size(); ++d) {
-            from.base += starts[d] * xs[d];
-            from.strides[d] *= steps[d];
-          }
-          copy(n, x->id, oe, from, out);
-          break;
-        }
-        case OpKind::Flip: {
-          Walk from{xs, 0};
-          for (auto a : n.attrs.get_ints("axes")) {
-            auto d = std::size_t(ir::normalize_axis(a, xe.size()));
-            if (xe[d] == 0) continue;
-            from.base += (xe[d] - 1) * xs[d];
-            from.strides[d] = -xs[d];
-          }
-          copy(n, x->id, oe, from, out);
-          break;
-        }
-        case OpKind::Concat: concat(n); break;
-        case OpKind::Pad: pad(n); break;
-        case OpKind::Gather:
-        case OpKind::IndexSelect:
-        case OpKind::ScatterAdd: indexed(n); break;
-        default: fail(n, "has no C lowering");
-      }
-      break;
-    }
-    default: fail(n, "has no C lowering (composites and custom ops must be lowered to primitives first)");
-  }
-  body_.close();
-}
+// ---- the function --------------------------------------------------------------
 
 std::string Emitter::signature() const {
   std::vector<std::string> args;
@@ -969,57 +1124,35 @@ std::string Emitter::signature() const {
   for (const auto& a : src_.params) args.push_back("const " + std::string(c_type(a.dtype)) + "* " + a.c_name);
   for (const auto& a : src_.outputs) args.push_back(std::string(c_type(a.dtype)) + "* " + a.c_name);
   if (o_.workspace == WorkspaceMode::Caller) args.push_back("void* workspace");
-  std::string s = "void " + src_.function_name + "(";
-  std::string pad(s.size(), ' ');
-  for (std::size_t i = 0; i < args.size(); ++i) s += (i ? (args.size() > 4 ? ",\n" + pad : ", ") : "") + args[i];
-  return s + ")";
+  return param_list("void " + src_.function_name, args);
 }
 
 Source Emitter::run() {
-  liveness();
   arguments();
-  storage();
-  // Node comments name leaves by id; this legend says what those ids are.
-  std::string legend;
-  for (const Node& n : g_.nodes()) {
-    if (!needed_[n.id] || !is_external(n.op)) continue;
-    std::string what = lit_[n.id].empty() ? var_[n.id] : lit_[n.id];
-    std::string item = "%" + std::to_string(n.id) + " " + what;
-    std::size_t newline = legend.rfind('\n'), line_start = newline == std::string::npos ? 0 : newline + 1;
-    bool wrap = legend.size() - line_start + item.size() > 100;
-    legend += legend.empty() ? "/* Leaves: " + item : (wrap ? ",\n   " : ", ") + item;
+  root_.assign(m_.buffers.size(), {});
+  for (std::size_t i = 0; i < m_.kernels.size(); ++i) kernel(m_.kernels[i], i);
+  Code copies;
+  for (std::size_t j = 0; j < m_.outputs.size(); ++j) {
+    const Buffer& b = m_.buffer(m_.outputs[j]);
+    const Arg& out = src_.outputs[j];
+    if (direct_[std::size_t(b.root)] == int(j)) continue;
+    if (b.nbytes() == 0) continue;
+    copies.line("memcpy(" + out.c_name + ", " + pointer(b.id) + ", " + int_literal(b.nbytes()) + "); /* " +
+                comment_text("output '" + out.name + "' is " + describe(b.id)) + " */");
   }
-  if (!legend.empty()) body_.line(legend + " */");
-  for (const auto& a : unused_args_) body_.line("(void)" + a + ";");
-  // A zero-size buffer may be named by no loop at all; -Wunused-parameter must not fire.
+  src_.workspace_bytes = m_.memory.arena_bytes;
+  src_.workspace = o_.workspace;
+
+  std::string body;
+  if (o_.workspace == WorkspaceMode::Caller && !arena_.str().empty())
+    body += "unsigned char* rlx_ws = (unsigned char*)workspace;\n";
+  body += arena_.str() + calls_.str() + copies.str();
+  std::string unused;  // arguments no kernel names: an unread input, an empty output
   for (const auto* args : {&src_.inputs, &src_.params, &src_.outputs})
     for (const auto& a : *args)
-      if (numel(a.shape) == 0 && std::find(unused_args_.begin(), unused_args_.end(), a.c_name) == unused_args_.end())
-        body_.line("(void)" + a.c_name + ";");
-  if (o_.workspace == WorkspaceMode::Caller) {
-    if (pools_.empty()) body_.line("(void)workspace;");
-    for (const auto& [pool, at] : pool_at_) {
-      std::string ct(c_type(pool));
-      body_.line(ct + "* ws_" + pool_suffix(pool) + " = (" + ct + "*)((unsigned char*)workspace + " + int_literal(at) +
-                 ");");
-    }
-  }
-  for (const Node& n : g_.nodes())
-    if (needed_[n.id] && !is_external(n.op)) emit_node(n);
-  for (std::size_t j = 0; j < g_.outputs().size(); ++j) {
-    if (direct_[j]) continue;
-    NodeId id = g_.outputs()[j].node;
-    const Arg& out = src_.outputs[j];
-    body_.line("/* output '" + out.name + "' is %" + std::to_string(id) + " */");
-    i64 count = numel(out.shape);
-    if (!lit_[id].empty()) {
-      body_.line("for (int64_t i0 = 0; i0 < " + int_literal(count) + "; ++i0) " + out.c_name +
-                 "[i0] = " + operand(lit_[id]) + ";");
-    } else if (count > 0) {
-      body_.line("memcpy(" + out.c_name + ", " + var_[id] + ", " + int_literal(count * i64(ir::dtype_size(out.dtype))) +
-                 ");");
-    }
-  }
+      if (!mentions(body, a.c_name)) unused += "(void)" + a.c_name + ";\n";
+  if (o_.workspace == WorkspaceMode::Caller && !mentions(body, "workspace")) unused += "(void)workspace;\n";
+  body = unused + body;
 
   std::string fn = src_.function_name, upper;
   for (char ch : fn) upper += char(std::toupper(static_cast<unsigned char>(ch)));
@@ -1031,11 +1164,11 @@ Source Emitter::run() {
     return s.empty() ? std::string("none") : s;
   };
   std::string params = o_.params == ParamMode::Baked ? "baked into " + src_.source_file : list(src_.params);
-  std::string ws =
-      o_.workspace == WorkspaceMode::Caller
-          ? "caller-provided, " + upper + "_WORKSPACE_BYTES bytes, 16-byte aligned (reentrant)"
-          : std::to_string(src_.workspace_bytes) + " bytes, static in " + src_.source_file + " (not reentrant)";
-  std::string h = "/* " + src_.header_file + ": generated by rlx::codegen::c from graph '" + g_.name() +
+  std::string ws = o_.workspace == WorkspaceMode::Caller
+                       ? "caller-provided, " + upper + "_WORKSPACE_BYTES bytes, 16-byte aligned (reentrant)"
+                       : std::to_string(src_.workspace_bytes) + " bytes (the LIR's arena), static in " +
+                             src_.source_file + " (not reentrant)";
+  std::string h = "/* " + src_.header_file + ": generated by rlx::codegen::c from graph '" + comment_text(m_.name) +
                   "'. Do not edit.\n *\n * Inputs:    " + list(src_.inputs) + "\n * Params:    " + params +
                   "\n * Outputs:   " + list(src_.outputs) + "\n * Workspace: " + ws +
                   "\n * Buffers are row-major and must not overlap. */\n#ifndef RLX_GEN_" + upper +
@@ -1046,21 +1179,27 @@ Source Emitter::run() {
   h += signature() + ";\n\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
   src_.header = std::move(h);
 
-  std::string c = "/* " + src_.source_file + ": generated by rlx::codegen::c from graph '" + g_.name() + "' (" +
-                  std::to_string(g_.size()) + " nodes after decomposition). Do not edit.\n" +
+  std::string c = "/* " + src_.source_file + ": generated by rlx::codegen::c from graph '" + comment_text(m_.name) +
+                  "'. Do not edit.\n * The " + std::to_string(m_.kernels.size()) +
+                  " kernels of its LIR, one function each, run in order over its memory plan (arena " +
+                  std::to_string(m_.memory.arena_bytes) + " bytes).\n" +
                   " * Needs only the C99 standard library; link with -lm. */\n#include \"" + src_.header_file +
                   "\"\n\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n";
   if (std::string hs = helpers(); !hs.empty()) c += hs + "\n";
-  if (o_.workspace == WorkspaceMode::Static && !pools_.empty()) {
-    c += "/* The workspace: one pool per element type. */\n";
-    for (const auto& [pool, elems] : pools_)
-      c +=
-          "static " + std::string(c_type(pool)) + " rlx_ws_" + pool_suffix(pool) + "[" + std::to_string(elems) + "];\n";
-    c += "\n";
+  if (!arena_types_.empty()) {
+    // Each byte holds one dtype only (plan_memory without reuse across dtypes), read through its own member.
+    // C has no empty arrays: an arena of zero-size buffers still gets one element.
+    c += "/* The arena, laid out by the LIR's memory plan: one member per C type it holds. */\nstatic union {\n";
+    for (DType t : arena_types_) {
+      const i64 size = i64(ir::dtype_size(t));
+      c += "  " + std::string(c_type(t)) + " " + pool_suffix(t) + "[" +
+           std::to_string(std::max<i64>((m_.memory.arena_bytes + size - 1) / size, 1)) + "];\n";
+    }
+    c += "} rlx_arena;\n\n";
   }
   if (!statics_.str().empty()) c += statics_.str() + "\n";
+  c += kernels_.str();
   c += signature() + " {\n";
-  std::string body = body_.str();
   for (std::size_t at = 0; at < body.size();) {  // indent the body one level
     std::size_t end = body.find('\n', at);
     if (end > at) c += "  ";
@@ -1070,6 +1209,24 @@ Source Emitter::run() {
   c += "}\n";
   src_.source = std::move(c);
   return std::move(src_);
+}
+
+// The C function name for `name`; throws for an explicit one C cannot use.
+std::string function_name(const std::string& requested, const std::string& graph_name) {
+  if (requested.empty()) {
+    std::set<std::string, std::less<>> none;
+    std::string fn = identifier(graph_name, none);
+    while (is_libc_name(fn)) fn += '_';
+    return fn;
+  }
+  if (!std::all_of(requested.begin(), requested.end(),
+                   [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }) ||
+      std::isdigit(static_cast<unsigned char>(requested[0])) || reserved_names().contains(requested) ||
+      is_libc_name(requested) || is_local_name(requested))
+    throw Error("codegen::c: function name '" + requested +
+                "' is not usable as the C function name: it must be an identifier that is no C keyword, "
+                "C library function or name the generated code reserves (rlx_*, ws_*, v<n>, i<n>, r<n>)");
+  return requested;
 }
 
 }  // namespace
@@ -1087,6 +1244,32 @@ std::string_view c_type(DType t) {
   }
 }
 
+compile::BackendTraits traits() {
+  compile::BackendTraits t;
+  t.name = "c";
+  // Every primitive; composites and formula ops run as their decompositions, control flow only unrolled.
+  for (OpKind op : ir::kAllOps) {
+    auto cls = ir::op_info(op).cls;
+    if (cls != OpClass::Composite && cls != OpClass::Custom && cls != OpClass::ControlFlow &&
+        !ir::op_def(op).has_decomposition())
+      t.native_ops.insert(op);
+  }
+  t.native_dtypes = {DType::F32, DType::F64, DType::I8, DType::U8, DType::I32, DType::I64, DType::Bool};
+  t.arena_alignment = 16;
+  t.arena_reuse_across_dtypes = false;
+  return t;
+}
+
+Source emit(const compile::LirModule& lir, const Options& options) {
+  if (lir.outputs.empty()) throw Error("codegen::c: graph '" + lir.name + "' has no outputs");
+  for (const Buffer& b : lir.buffers)
+    if (b.dtype == DType::F16 || b.dtype == DType::BF16)
+      throw Error("codegen::c: buffer b" + std::to_string(b.id) + " '" + b.name + "': dtype " +
+                  std::string(ir::dtype_name(b.dtype)) +
+                  " is not supported by the C target (f32, f64, i8, u8, i32, i64 and bool are)");
+  return Emitter(lir, options, function_name(options.function_name, lir.name)).run();
+}
+
 Source emit(const ir::Graph& g, const Options& options) {
   if (g.outputs().empty()) throw Error("codegen::c: graph '" + g.name() + "' has no outputs");
   for (const Node& n : g.nodes()) {
@@ -1097,22 +1280,14 @@ Source emit(const ir::Graph& g, const Options& options) {
       throw Error("codegen::c: " + ir::describe_node(g, n) + ": shape " + n.shape.str() +
                   " is symbolic; bind it first (ir::bind_symbols)");
   }
-  std::string fn = options.function_name;
-  if (fn.empty()) {
-    std::set<std::string, std::less<>> none;
-    fn = identifier(g.name(), none);
-    while (is_libc_name(fn)) fn += '_';
-  } else if (!std::all_of(fn.begin(), fn.end(),
-                          [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }) ||
-             std::isdigit(static_cast<unsigned char>(fn[0])) || reserved_names().contains(fn) || is_libc_name(fn) ||
-             is_local_name(fn)) {
-    throw Error("codegen::c: function name '" + fn +
-                "' is not usable as the C function name: it must be an identifier that is no C keyword, "
-                "C library function or name the generated code reserves (rlx_*, ws_*, v<n>, i<n>, r<n>)");
+  (void)function_name(options.function_name, g.name());  // a bad name fails before compiling
+  compile::LirModule lir;
+  try {
+    lir = std::move(compile::compile(g, traits(), {}).lir);
+  } catch (const Error& e) {
+    throw Error("codegen::c: " + std::string(e.what()));
   }
-  // Custom ops become their lowering, then composites their primitives: C needs no kernels of its own.
-  ir::Graph decomposed = compile::passes::decompose(compile::passes::inline_custom(g, {}), {});
-  return Emitter(decomposed, options, std::move(fn)).run();
+  return emit(lir, options);
 }
 
 void write(const Source& source, const std::filesystem::path& dir) {

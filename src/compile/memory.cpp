@@ -1,7 +1,8 @@
 // plan_memory: one arena for every intermediate buffer. Live ranges are
 // kernel-index intervals; placement is greedy by size (largest first, each at
 // the lowest offset that fits between the buffers live at the same time, best
-// fit among the gaps), as in TFLite's arena planner.
+// fit among the gaps), as in TFLite's arena planner. Without reuse across
+// dtypes, buffers of different dtypes never share bytes, live or not.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -15,6 +16,7 @@ std::int64_t align_up(std::int64_t v, std::int64_t a) { return (v + a - 1) / a *
 
 struct Interval {
   BufferId id;
+  ir::DType dtype;
   std::int64_t size;
   std::int64_t first, last;  // inclusive kernel indices
   std::int64_t offset = -1;
@@ -22,7 +24,7 @@ struct Interval {
 };
 }  // namespace
 
-void plan_memory(LirModule& m, std::int64_t alignment) {
+void plan_memory(LirModule& m, std::int64_t alignment, bool reuse_across_dtypes) {
   alignment = std::max<std::int64_t>(alignment, 1);
   const auto n = m.buffers.size();
   const auto end = std::int64_t(m.kernels.size());
@@ -55,16 +57,16 @@ void plan_memory(LirModule& m, std::int64_t alignment) {
     m.memory.naive_bytes += size;
     auto i = std::size_t(b.id);
     auto from = first[i] == kNever ? 0 : first[i];  // never written: only a module without kernels
-    if (size > 0) items.push_back({b.id, size, from, std::max(last[i], from)});
+    if (size > 0) items.push_back({b.id, b.dtype, size, from, std::max(last[i], from)});
   }
   std::stable_sort(items.begin(), items.end(), [](const Interval& a, const Interval& b) {
     return a.size != b.size ? a.size > b.size : a.first < b.first;
   });
-  std::vector<const Interval*> placed, live;
+  std::vector<const Interval*> placed, live;  // live: placed buffers `it` may not share bytes with
   for (auto& it : items) {
     live.clear();
     for (auto* p : placed)
-      if (p->overlaps_in_time(it)) live.push_back(p);
+      if (p->overlaps_in_time(it) || (!reuse_across_dtypes && p->dtype != it.dtype)) live.push_back(p);
     std::sort(live.begin(), live.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
     std::int64_t cursor = 0, best = -1, best_gap = kNever;
     for (auto* p : live) {

@@ -372,7 +372,8 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   res.lir = pm.guarded("lower_to_lir", [&] { return passes::lower_to_lir(g, traits, &res.fusion); });
   pm.record("lower_to_lir", g.size(), res.lir.kernels.size(), t0);
   t0 = Clock::now();
-  pm.guarded("plan_memory", [&] { passes::plan_memory(res.lir, backend.arena_alignment); });
+  pm.guarded("plan_memory",
+             [&] { passes::plan_memory(res.lir, backend.arena_alignment, backend.arena_reuse_across_dtypes); });
   pm.record("plan_memory", res.lir.kernels.size(), res.lir.kernels.size(), t0);
   pm.dump("lir", res.lir.to_text());
   res.mir = std::move(g);

@@ -6,8 +6,10 @@
 
 #include <functional>
 #include <limits>
+#include <set>
 
 #include "rlx/codegen/c.hpp"
+#include "rlx/compile/pipeline.hpp"
 #include "rlx/error.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
@@ -110,8 +112,11 @@ TEST_F(CodegenC, SignatureFollowsInputsParamsOutputs) {
   EXPECT_EQ(src.params[3].name, "b1");
   EXPECT_EQ(src.params[3].shape, (std::vector<std::int64_t>{4}));
   ASSERT_EQ(src.outputs.size(), 1u);
-  // One readable block per node, commented with the node it computes.
-  EXPECT_NE(src.source.find("/* %3 = matmul(%0, %1) -> f32[2,4] */"), std::string::npos) << src.source;
+  // One function per LIR kernel, commented with the kernel's name and buffers, called in order.
+  EXPECT_EQ(src.kernels, (std::vector<std::string>{"k0_matmul: matmul+add+relu", "k1_matmul: matmul+add"}));
+  EXPECT_NE(src.source.find("/* k0_matmul: matmul+add+relu\n *   in0 = b0 input 'x' f32[2,4]"), std::string::npos)
+      << src.source;
+  EXPECT_LT(src.source.find("  rlx_k0("), src.source.find("  rlx_k1(")) << src.source;
 }
 
 // ---- every op: one small graph per family -----------------------------------
@@ -371,6 +376,17 @@ TEST_F(CodegenC, ArgumentNamesAreMadeValidAndDistinct) {
   EXPECT_EQ(names, (std::vector<std::string>{"in_put", "in_put_", "k_", "float_"}));
   EXPECT_EQ(src.outputs[0].c_name, "t3out");
   expect_matches_reference(g, random_feeds(g));
+  // Names end up in comments too: one holding "*/" must not end them.
+  Graph h("odd*/comments");
+  auto x = h.input("x*/", {2});
+  h.add_output(h.exp(h.mul(x, h.param("w*/", {2}))), "y*/");
+  h.add_output(x, "copy*/");
+  Feeds feeds = random_feeds(h);
+  cg::Options baked;
+  baked.params = cg::ParamMode::Baked;
+  baked.param_values = feeds.params;
+  expect_matches_reference(h, feeds);
+  expect_matches_reference(h, feeds, baked);
 }
 
 TEST_F(CodegenC, DeadInputsStayInTheSignature) {
@@ -384,17 +400,137 @@ TEST_F(CodegenC, DeadInputsStayInTheSignature) {
   EXPECT_EQ(src.params.size(), 1u);
   EXPECT_NE(src.source.find("(void)unused;"), std::string::npos);
   expect_matches_reference(g, random_feeds(g));
+  // An output named like an unused input: the comment on its copy does not count as a use.
+  Graph h("dead_named");
+  auto a = h.input("a", {2});
+  h.input("b", {2});
+  h.add_output(a, "b");
+  EXPECT_NE(cg::emit(h).source.find("(void)b;"), std::string::npos) << cg::emit(h).source;
+  expect_matches_reference(h, random_feeds(h));
 }
 
-TEST_F(CodegenC, WorkspaceSlotsAreReusedAcrossTheChain) {
+TEST_F(CodegenC, FusedElementwiseChainIsOneLoop) {
   Graph g("chain");
   auto h = g.input("x", {64});
   for (int i = 0; i < 8; ++i) h = g.exp(g.sub(h, g.scalar(1.0)));
   g.add_output(h, "y");
   cg::Source src = cg::emit(g);
-  // Sixteen intermediates, at most two alive at once.
-  EXPECT_EQ(src.workspace_bytes, 2 * 64 * 4);
+  // Sixteen ops, one LIR kernel: one loop computing the chain in locals, straight into y.
+  ASSERT_EQ(src.kernels.size(), 1u);
+  EXPECT_EQ(src.kernels[0].rfind("k0_elementwise: sub+exp+", 0), 0u) << src.kernels[0];
+  std::size_t loops = 0;
+  for (std::size_t at = src.source.find("for ("); at != std::string::npos; at = src.source.find("for (", at + 1))
+    ++loops;
+  EXPECT_EQ(loops, 1u) << src.source;
+  EXPECT_NE(src.source.find("out0[i0] = v"), std::string::npos) << src.source;
+  EXPECT_NE(src.source.find("rlx_k0(x, y);"), std::string::npos) << src.source;
   expect_matches_reference(g, random_feeds(g));
+}
+
+TEST_F(CodegenC, WorkspaceIsReusedAlongAMatmulChain) {
+  Graph g("mm_chain");
+  auto h = g.input("x", {4, 16});
+  auto w = g.param("w", {16, 16});
+  for (int i = 0; i < 8; ++i) h = g.matmul(h, w);
+  g.add_output(h, "y");
+  cg::Source src = cg::emit(g);
+  // Eight matmul kernels; at most two [4,16] intermediates alive at once.
+  EXPECT_EQ(src.kernels.size(), 8u);
+  EXPECT_EQ(src.workspace_bytes, 2 * 4 * 16 * 4);
+  expect_matches_reference(g, random_feeds(g, {{"w", {-0.5, 0.5}}}));
+}
+
+// ---- the C module is the LIR: its kernels in order, its memory plan ------------
+
+// Matmuls on i64 casts and a transposed bool mask put intermediates of three
+// dtypes into the arena; constants, params and outputs of every kind around them.
+Graph mixed_storage() {
+  Graph g("mixed_storage");
+  auto x = g.input("x", {4, 6});
+  auto w = g.param("w", {6, 4});
+  auto bias = g.param("bias", {4});
+  std::vector<float> cv{0.5f, -1.f, 2.f, 0.25f, -0.75f, 1.5f};
+  auto c = g.constant(ir::Tensor::from_f32({6}, cv));
+  auto xi = g.cast(g.mul(x, g.scalar(3.0)), DType::I64);
+  auto wi = g.cast(g.mul(w, g.scalar(3.0)), DType::I64);
+  g.add_output(g.matmul(xi, wi), "int_matmul");
+  auto mask = g.transpose(g.binary(OpKind::Gt, g.mul(x, c), g.scalar(0.0)));
+  auto y = g.add(g.matmul(x, w), bias);
+  g.add_output(y, "linear");
+  g.add_output(g.where(mask, g.transpose(x), g.scalar(-1.0)), "masked");
+  g.add_output(g.reshape(y, std::vector<std::int64_t>{16}), "linear_flat");
+  g.add_output(y, "linear_again");
+  g.add_output(g.reduce(OpKind::ReduceMax, g.exp(y), {1}), "row_max");
+  g.add_output(x, "x_out");
+  g.add_output(bias, "bias_out");
+  g.add_output(c, "constant_out");
+  return g;
+}
+
+TEST_F(CodegenC, ArenaAndKernelsAreTheLirs) {
+  std::vector<Graph> graphs = {models::mlp({4, 16, 3}), models::encoder_block({1, 4, 8, 2, 16, 1e-5}), mixed_storage()};
+  for (const auto& c : op_cases()) graphs.push_back(c.build());
+  for (const Graph& g : graphs) {
+    SCOPED_TRACE(g.name());
+    compile::LirModule lir = compile::compile(g, cg::traits(), {}).lir;
+    for (auto mode : {cg::WorkspaceMode::Static, cg::WorkspaceMode::Caller}) {
+      cg::Options o;
+      o.workspace = mode;
+      cg::Source src = cg::emit(g, o);
+      EXPECT_EQ(src.workspace_bytes, lir.memory.arena_bytes);
+      ASSERT_EQ(src.kernels.size(), lir.kernels.size());
+      for (std::size_t i = 0; i < lir.kernels.size(); ++i) EXPECT_EQ(src.kernels[i], lir.kernels[i].name);
+      EXPECT_EQ(cg::emit(lir, o).source, src.source);  // emit(graph) is emit(its LIR)
+    }
+  }
+}
+
+TEST_F(CodegenC, PlanNeverSharesBytesAcrossDtypes) {
+  compile::LirModule lir = compile::compile(mixed_storage(), cg::traits(), {}).lir;
+  std::set<DType> arena_dtypes;
+  for (const auto& a : lir.buffers) {
+    if (a.role != compile::BufferRole::Arena || a.root != a.id || a.nbytes() == 0) continue;
+    arena_dtypes.insert(a.dtype);
+    for (const auto& b : lir.buffers)
+      if (b.role == compile::BufferRole::Arena && b.root == b.id && b.nbytes() > 0 && a.dtype != b.dtype)
+        EXPECT_TRUE(a.arena_offset + a.nbytes() <= b.arena_offset || b.arena_offset + b.nbytes() <= a.arena_offset)
+            << "b" << a.id << " and b" << b.id;
+  }
+  EXPECT_GE(arena_dtypes.size(), 3u);  // the test covers what it says
+}
+
+TEST_F(CodegenC, ConstantsParamsAndSeveralOutputs) {
+  Graph g = mixed_storage();
+  Feeds f = random_feeds(g);
+  for (auto params : {cg::ParamMode::Pointers, cg::ParamMode::Baked})
+    for (auto workspace : {cg::WorkspaceMode::Static, cg::WorkspaceMode::Caller}) {
+      cg::Options o;
+      o.params = params;
+      o.workspace = workspace;
+      if (params == cg::ParamMode::Baked) o.param_values = f.params;
+      cg::Source src = cg::emit(g, o);
+      EXPECT_EQ(src.outputs.size(), 9u);
+      // The static arena is read through one union member per C type it holds.
+      if (workspace == cg::WorkspaceMode::Static)
+        for (std::string member : {"float f32[", "int64_t i64[", "uint8_t u8["})
+          EXPECT_NE(src.source.find(member), std::string::npos) << member << "\n" << src.source;
+      expect_matches_reference(g, f, o);
+    }
+}
+
+TEST(CodegenCErrors, NativeKernelsAreRefusedByName) {
+  Graph g("native");
+  g.add_output(g.softmax(g.input("x", {2, 3}), -1), "y");
+  compile::BackendTraits t = cg::traits();
+  t.native_ops.insert(OpKind::Softmax);
+  compile::LirModule lir = compile::compile(g, t, {}).lir;
+  std::string e;
+  try {
+    cg::emit(lir);
+  } catch (const rlx::Error& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("k0_native: softmax' is a native kernel, which the C target cannot emit"), std::string::npos) << e;
 }
 
 // ---- errors ------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // Memory planning: buffers live at the same time never share bytes, the arena
 // is no larger than the sum of buffers, and graph outputs survive to the end.
 #include <random>
+#include <set>
 
 #include "compile/lir_exec.hpp"
 #include "rlx/compile/pipeline.hpp"
@@ -119,6 +120,25 @@ TEST(Memory, ZeroSizeBuffersTakeNoSpaceAndAlignmentIsRespected) {
   EXPECT_EQ(m.memory.naive_bytes, 16 + 32);
   EXPECT_EQ(m.memory.arena_bytes, 16 + 32);
   EXPECT_EQ(m.memory.alignment, 16);
+}
+
+TEST(Memory, WithoutReuseAcrossDtypesEachByteHoldsOneDtype) {
+  // f32, i32, f32, i32: the ping-pong of ChainReusesMemory, but i32 may not take an f32's bytes.
+  auto m = chain({16, 16, 16, 16}, {3});
+  m.buffers[1].dtype = m.buffers[3].dtype = ir::DType::I32;
+  compile::passes::plan_memory(m, 64);
+  EXPECT_EQ(m.memory.arena_bytes, 2 * 64);  // reuse across dtypes: still a ping-pong
+  compile::passes::plan_memory(m, 64, false);
+  EXPECT_TRUE(plan_is_sound(m));
+  EXPECT_EQ(m.memory.arena_bytes, 2 * 64);  // f32 over f32, i32 over i32
+  EXPECT_EQ(m.buffer(0).arena_offset, m.buffer(2).arena_offset);
+  EXPECT_EQ(m.buffer(1).arena_offset, m.buffer(3).arena_offset);
+  m.buffers[2].dtype = ir::DType::U8;  // 16 bytes: one aligned slot, as the others
+  compile::passes::plan_memory(m, 64, false);
+  EXPECT_TRUE(plan_is_sound(m));
+  EXPECT_EQ(m.memory.arena_bytes, 3 * 64);
+  std::set<std::int64_t> offsets{m.buffer(0).arena_offset, m.buffer(1).arena_offset, m.buffer(2).arena_offset};
+  EXPECT_EQ(offsets.size(), 3u);
 }
 
 TEST(Memory, BestFitFillsTheGapLeftByABigBuffer) {

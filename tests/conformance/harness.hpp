@@ -21,6 +21,7 @@
 #include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
+#include "support/c_module.hpp"
 #include "support/testing.hpp"
 
 // Test names and logs show "cpu", not a byte dump.
@@ -243,6 +244,21 @@ inline bool has_hir_only(const ir::Graph& g) {
   for (const auto& n : g.nodes())
     if (is_hir_only(n.op)) return true;
   return false;
+}
+
+// ---- generated C as an executor ----------------------------------------------
+// Function k of a built rlx::codegen::c module (support/c_module.hpp) as the
+// harness drives it; params are kept here and passed as the pointer
+// arguments of every run.
+inline Executor c_executor(testing::CModule& module, std::size_t k) {
+  Executor e;
+  for (const auto& a : module.source(k).outputs) e.outputs.push_back({a.name, a.dtype, a.shape});
+  auto params = std::make_shared<reference::TensorMap>();
+  e.set_param = [params](const std::string& name, const ir::Tensor& value) { (*params)[name] = value; };
+  e.run_into = [&module, k, params](const reference::TensorMap& inputs, std::vector<ir::Tensor>& outputs) {
+    module.run_into(k, inputs, *params, outputs);
+  };
+  return e;
 }
 
 }  // namespace rlx::conformance

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "conformance/harness.hpp"
+#include "rlx/codegen/c.hpp"
 
 namespace rlx::conformance {
 namespace {
@@ -422,6 +423,55 @@ std::string shard_name(const ::testing::TestParamInfo<RandomGraphs::ParamType>& 
 INSTANTIATE_TEST_SUITE_P(Conformance, RandomGraphs,
                          ::testing::Combine(::testing::ValuesIn(backends()), ::testing::ValuesIn(shards())),
                          shard_name);
+
+// ---- generated C ----------------------------------------------------------------
+// The same graphs through the C target (rlx::codegen::c): each is compiled for
+// codegen::c::traits() with the shard's options and emitted from its LIR, and
+// a shard's graphs are built into one shared object by one `cc` run. Random
+// graphs reach fusion shapes the op-parity variants do not (reduce prologues
+// and epilogues, matmul epilogues, kernels with several outputs, views between
+// kernels), so they check that the C runs its LIR as it is.
+class RandomGraphsThroughC : public ::testing::TestWithParam<Shard> {
+ protected:
+  void SetUp() override {
+    if (!testing::have_c_compiler())
+      GTEST_SKIP() << "no C compiler: '" << testing::c_compiler() << " --version' failed";
+  }
+};
+
+TEST_P(RandomGraphsThroughC, MatchReference) {
+  const Shard& shard = GetParam();
+  std::vector<Graph> graphs;
+  std::vector<codegen::c::Source> sources;
+  for (int i = shard.first; i < shard.first + shard.count; ++i) {
+    std::uint64_t seed = testing::test_seed() + std::uint64_t(i);
+    graphs.push_back(RandomGraph(seed).build());
+    compile::CompileOptions options;
+    options.fusion = shard.mode != Mode::NoFusion;
+    options.optimize = shard.mode != Mode::NoOptimize;
+    codegen::c::Options c;
+    c.function_name = "random_graph_" + std::to_string(i);
+    sources.push_back(codegen::c::emit(compile::compile(graphs.back(), codegen::c::traits(), options).lir, c));
+  }
+  testing::CModule module(std::move(sources), "-O1");
+  ASSERT_TRUE(module.error().empty()) << module.error();
+  for (std::size_t k = 0; k < graphs.size(); ++k) {
+    Check check;
+    check.seed = testing::test_seed() + std::uint64_t(shard.first) + k;
+    check.label = "random graph " + std::to_string(shard.first + int(k)) +
+                  " (generated C, RLX_TEST_SEED=" + std::to_string(testing::test_seed()) + ")";
+    EXPECT_TRUE(matches_reference([&] { return c_executor(module, k); }, graphs[k], graphs[k], check));
+  }
+}
+
+// The first 100 graphs with the default options, the first 50 without fusion.
+INSTANTIATE_TEST_SUITE_P(Conformance, RandomGraphsThroughC,
+                         ::testing::Values(Shard{Mode::Default, 0, 50}, Shard{Mode::Default, 50, 50},
+                                           Shard{Mode::NoFusion, 0, 50}),
+                         [](const auto& info) {
+                           return std::string(info.param.mode == Mode::Default ? "default_" : "nofusion_") +
+                                  std::to_string(info.param.first / 50);
+                         });
 
 }  // namespace
 }  // namespace rlx::conformance

@@ -4,6 +4,11 @@
 // places where no RLX runtime exists. It needs nothing from rlx::runtime; the
 // emitted code includes only <math.h>, <stdint.h> and <string.h> (link -lm).
 //
+// The C is emitted from the graph's LIR (rlx/compile/lir.hpp), compiled for
+// traits(): one static function per LIR kernel, called in the LIR's order, a
+// fused kernel as one loop, and every intermediate at the offset the LIR's
+// memory plan gives it in one workspace of MemoryPlan::arena_bytes.
+//
 // The function takes, in order: one `const T*` per graph input (creation
 // order), one `const T*` per param unless params are baked, one `T*` per
 // output, and `void* workspace` last when the workspace is caller-provided:
@@ -11,11 +16,13 @@
 //   void mlp(const float* x, const float* w0, const float* b0, float* y);
 //
 // Buffers are row-major and must not overlap. Composites are decomposed
-// first (rlx::compile::passes::decompose), so every op the graph reaches
-// after decomposition is supported for the dtypes f32, f64, i8, u8, i32, i64
+// by the compile pipeline, so every op the graph reaches after
+// decomposition is supported for the dtypes f32, f64, i8, u8, i32, i64
 // and bool (stored as one byte, 0 or 1); f16/bf16 and symbolic dims are an
-// rlx::Error naming the node. Indices out of range in gather, index_select
-// and scatter_add are clamped (the reference rejects them).
+// rlx::Error naming the node. Short scans and ifs on constants are unrolled
+// by the pipeline; control flow left as a host loop or branch is an
+// rlx::Error. Indices out of range in gather, index_select and scatter_add
+// are clamped (the reference rejects them).
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -23,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rlx/compile/pipeline.hpp"
 #include "rlx/ir/graph.hpp"
 
 namespace rlx::codegen::c {
@@ -33,7 +41,7 @@ enum class ParamMode : std::uint8_t {
 };
 
 enum class WorkspaceMode : std::uint8_t {
-  // One static array in the .c: no argument, but the function is not
+  // One static arena in the .c: no argument, but the function is not
   // reentrant (two threads must not call it at once).
   Static,
   // A `void* workspace` last argument of at least <NAME>_WORKSPACE_BYTES
@@ -63,13 +71,24 @@ struct Source {
   std::string header;
   std::string source;
   std::vector<Arg> inputs, params, outputs;  // params is empty when baked
-  std::int64_t workspace_bytes = 0;
+  std::vector<std::string> kernels;          // the LIR kernels' names, in the order the function runs them
+  std::int64_t workspace_bytes = 0;          // the LIR memory plan's arena_bytes
   WorkspaceMode workspace = WorkspaceMode::Static;
 };
 
-// Emits C for `g`. Throws rlx::Error naming the node, op and dtype for what
+// What the C target declares to the compile pipeline: every primitive op
+// without a decomposition (composites and formula ops are decomposed, control
+// flow is only unrolled), fusion as on the CPU, and a 16-byte aligned arena
+// without reuse across dtypes.
+compile::BackendTraits traits();
+
+// Emits C for `g`: compiles it with compile::compile(g, traits(), {}) and
+// emits its LIR. Throws rlx::Error naming the node, op and dtype for what
 // the target cannot express, and naming the param for a bad baked value.
 Source emit(const ir::Graph& g, const Options& options = {});
+// Emits C for an LIR module compiled for traits() (or traits like them: a
+// native or control-flow kernel is an rlx::Error naming the kernel).
+Source emit(const compile::LirModule& lir, const Options& options = {});
 // Writes source.header_file and source.source_file into `dir` (created if missing).
 void write(const Source& source, const std::filesystem::path& dir);
 // The C type used for `dtype` ("float", "int64_t", "uint8_t" for bool, ...);

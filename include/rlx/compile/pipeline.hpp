@@ -50,6 +50,9 @@ struct BackendTraits {
   bool matmul_transposed_b = false;
   bool matmul_multi_output_epilogue = false;
   std::int64_t arena_alignment = 64;
+  // false: a byte of the arena only ever holds buffers of one dtype (the C
+  // target, where memory must not change its effective type).
+  bool arena_reuse_across_dtypes = true;
 };
 
 struct CompileOptions {
@@ -161,7 +164,7 @@ ir::Graph promote_params(const ir::Graph& g, std::int64_t min_bytes);
 ir::Graph legalize_dtypes(const ir::Graph& g, const std::set<ir::DType>& native);
 // Fusion and lowering to LIR (kernels + memory plan).
 LirModule lower_to_lir(const ir::Graph& mir, const BackendTraits& backend, std::vector<FusionRecord>* fusion);
-void plan_memory(LirModule& m, std::int64_t alignment);
+void plan_memory(LirModule& m, std::int64_t alignment, bool reuse_across_dtypes = true);
 }  // namespace passes
 
 // User passes: run after the built-in fusion-preparing passes and before
