@@ -27,11 +27,12 @@ BELOW = {
     "backends": {"runtime"},
     "flow": {"ir"},
     "gguf": {"ir"},  # the GGUF container and ggml's block types (issue 14)
+    "llm": {"gguf", "flow", "runtime"},  # GGUF language models: tokenizer, Llama, generation
     "models": {"flow", "gguf"},
     "autodiff": {"compile"},
     "codegen": {"compile"},
     "train": {"autodiff", "runtime"},
-    "extend": {"backends", "codegen", "flow", "models", "train"},
+    "extend": {"backends", "codegen", "flow", "models", "train", "llm"},
 }
 BASE_HEADERS = {"rlx/error.hpp", "rlx/env.hpp", "rlx/run_control.hpp"}
 # Source folders at the edge include anything; tests are outside the layering.

@@ -1,0 +1,85 @@
+#pragma once
+// A Llama-family language model from a GGUF file: the architecture read from
+// its metadata, the weights from its tensors, the forward pass built with the
+// flow blocks (one LayerStage per transformer block), and a KV cache resident
+// in the compiled graphs between runs (persistent handles fed back by each run).
+//
+//   auto model = rlx::llm::LlamaModel::load("SmolLM2-135M-Instruct.Q4_1.gguf");
+//   auto logits = model.forward({1, 2, 3});  // [3, vocab] for positions 0..2 (the cache now holds them)
+//   auto next = model.forward({4});          // [1, vocab] for position 3
+//
+// Errors are rlx::Error naming the key or the tensor.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rlx/flow/flow.hpp"
+#include "rlx/gguf/gguf.hpp"
+#include "rlx/runtime/session.hpp"
+
+namespace rlx::llm {
+
+// The hyperparameters of a Llama-family model, from "<arch>.*" metadata.
+struct LlamaConfig {
+  std::string arch;            // general.architecture: "llama" (and families with its layout)
+  std::int64_t n_layer = 0;    // <arch>.block_count
+  std::int64_t n_embd = 0;     // <arch>.embedding_length
+  std::int64_t n_ff = 0;       // <arch>.feed_forward_length
+  std::int64_t n_head = 0;     // <arch>.attention.head_count
+  std::int64_t n_head_kv = 0;  // <arch>.attention.head_count_kv (GQA; = n_head without it)
+  std::int64_t head_dim = 0;   // n_embd / n_head
+  std::int64_t rope_dim = 0;   // <arch>.rope.dimension_count (= head_dim without it)
+  double rope_base = 10000;    // <arch>.rope.freq_base
+  double rms_eps = 1e-5;       // <arch>.attention.layer_norm_rms_epsilon
+  std::int64_t vocab = 0;      // the token embedding's rows
+  std::int64_t context = 0;    // <arch>.context_length (the model's limit)
+  bool tied_output = false;    // no output.weight: the logits reuse the token embedding
+
+  static LlamaConfig from_gguf(const gguf::File& file);
+};
+
+struct LoadOptions {
+  // Positions the KV cache holds (the compiled graphs' bound); 0: min(the model's context, 2048).
+  std::int64_t context = 0;
+  // Prompt tokens per prefill run: a prompt runs in chunks of this many (the last one padded).
+  std::int64_t prefill_chunk = 64;
+  Device device = Device::Cpu;
+};
+
+// The model's two compiled graphs (a prefill chunk and one-token decode) over
+// one KV cache. Not thread-safe: one sequence at a time.
+class LlamaModel {
+ public:
+  static LlamaModel load(const std::filesystem::path& path, const LoadOptions& options = {});
+  static LlamaModel load(const gguf::File& file, const LoadOptions& options = {});
+  LlamaModel(LlamaModel&&) noexcept;
+  LlamaModel& operator=(LlamaModel&&) noexcept;
+  ~LlamaModel();
+
+  const LlamaConfig& config() const { return config_; }
+  std::int64_t context() const { return context_; }
+  // Tokens in the cache: the next forward's first position.
+  std::int64_t position() const { return position_; }
+  // Empties the cache (a new sequence).
+  void reset();
+  // Runs `tokens` at positions position()..position()+n-1, adding them to the
+  // cache; returns the logits, [n, vocab] row-major (float32), or of the last
+  // position only ([vocab]) when `all_positions` is false.
+  std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_positions = true);
+
+  // The graph of one run of `tokens` tokens (for inspection and tests).
+  static flow::BuiltModel build_graph(const LlamaConfig& config, std::int64_t tokens, std::int64_t context);
+
+ private:
+  LlamaModel() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  LlamaConfig config_;
+  std::int64_t context_ = 0;
+  std::int64_t position_ = 0;
+};
+
+}  // namespace rlx::llm

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""An independent float64 forward pass of a GGUF Llama model, for checking RLX.
+
+Written from the architecture's definition over numpy and the `gguf` package's
+reader and dequantizers; it shares no code with RLX.
+
+  llama_reference.py MODEL.gguf OUT.f64 ID [ID ...]
+
+writes the logits of every position, [len(ids), vocab] float64 row-major.
+"""
+import sys
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+
+def field(reader, key):
+    f = reader.fields[key]
+    v = f.parts[f.data[0]]
+    return v.tolist()[0] if hasattr(v, "tolist") and len(v) == 1 else v
+
+
+def main():
+    path, out, ids = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]]
+    r = GGUFReader(path)
+    arch = bytes(field(r, "general.architecture")).decode()
+    assert arch == "llama", arch
+    n_layer = field(r, "llama.block_count")
+    n_head = field(r, "llama.attention.head_count")
+    n_kv = field(r, "llama.attention.head_count_kv")
+    base = float(field(r, "llama.rope.freq_base"))
+    eps = float(field(r, "llama.attention.layer_norm_rms_epsilon"))
+    tensors = {t.name: t for t in r.tensors}
+
+    def w(name):  # numpy's row-major view: the reverse of ggml's dims
+        t = tensors[name]
+        return dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(d) for d in reversed(t.shape)])
+
+    embd = w("token_embd.weight")
+    dim = embd.shape[1]
+    hd = dim // n_head
+    out_w = w("output.weight") if "output.weight" in tensors else embd
+
+    def rms(x, g):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
+
+    n = len(ids)
+    pos = np.arange(n, dtype=np.float64)
+    inv = base ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    ang = pos[:, None] * inv[None, :]  # [n, hd/2]
+    cos, sin = np.cos(ang), np.sin(ang)
+
+    def rope(x):  # x [n, heads, hd]; rotates adjacent pairs (llama.cpp's "normal" mode for GGUF Llama)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        c, s = cos[:, None, :], sin[:, None, :]
+        y = np.empty_like(x)
+        y[..., 0::2] = x0 * c - x1 * s
+        y[..., 1::2] = x0 * s + x1 * c
+        return y
+
+    x = embd[ids]
+    causal = np.tril(np.ones((n, n), dtype=bool))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        h = rms(x, w(p + "attn_norm.weight"))
+        q = rope((h @ w(p + "attn_q.weight").T).reshape(n, n_head, hd))
+        k = rope((h @ w(p + "attn_k.weight").T).reshape(n, n_kv, hd))
+        v = (h @ w(p + "attn_v.weight").T).reshape(n, n_kv, hd)
+        rep = n_head // n_kv
+        k = np.repeat(k, rep, axis=1)
+        v = np.repeat(v, rep, axis=1)
+        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd)
+        s = np.where(causal[None], s, -np.inf)
+        s = np.exp(s - s.max(axis=-1, keepdims=True))
+        s /= s.sum(axis=-1, keepdims=True)
+        a = np.einsum("hqk,khd->qhd", s, v).reshape(n, dim)
+        x = x + a @ w(p + "attn_output.weight").T
+        f = rms(x, w(p + "ffn_norm.weight"))
+        g = f @ w(p + "ffn_gate.weight").T
+        u = f @ w(p + "ffn_up.weight").T
+        x = x + ((g / (1 + np.exp(-g))) * u) @ w(p + "ffn_down.weight").T
+    logits = rms(x, w("output_norm.weight")) @ out_w.T
+    logits.astype(np.float64).tofile(out)
+
+
+if __name__ == "__main__":
+    main()

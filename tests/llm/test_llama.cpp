@@ -1,0 +1,136 @@
+// The Llama model on the real SmolLM2 file: exact-mode logits against an
+// independent float64 forward pass (tests/llm/llama_reference.py, numpy over
+// gguf's dequantizers), the KV cache across runs, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "gguf/gguf_test_util.hpp"
+#include "rlx/llm/model.hpp"
+#include "support/testing.hpp"
+
+namespace rlx::llm {
+namespace {
+
+namespace fs = std::filesystem;
+using gguf::testing::shell_quote;
+
+class Llama : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    auto p = gguf::testing::smollm2_path(why);
+    if (!p) {
+      skip_reason_ = new std::string(why);
+      return;
+    }
+    path_ = new fs::path(*p);
+    model_ = new LlamaModel(LlamaModel::load(*p, {.context = 128, .prefill_chunk = 16}));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete path_;
+    delete skip_reason_;
+    model_ = nullptr;
+    path_ = nullptr;
+    skip_reason_ = nullptr;
+  }
+  void SetUp() override {
+    if (skip_reason_) GTEST_SKIP() << *skip_reason_;
+    model_->reset();
+  }
+
+  // The reference's logits for every position of `ids`, [ids.size(), vocab].
+  static std::vector<double> reference(const std::vector<std::int32_t>& ids) {
+    std::string why;
+    auto py = gguf::testing::python_with_gguf(why);
+    if (!py) throw Error(why);
+    const fs::path out = fs::temp_directory_path() / ("rlx_llama_ref_" + std::to_string(::getpid()) + ".f64");
+    std::string cmd = shell_quote(*py) + " " +
+                      shell_quote(std::string(RLX_SOURCE_DIR) + "/tests/llm/llama_reference.py") + " " +
+                      shell_quote(path_->string()) + " " + shell_quote(out.string());
+    for (auto id : ids) cmd += " " + std::to_string(id);
+    if (std::system(cmd.c_str()) != 0) throw Error("the reference failed: " + cmd);
+    std::ifstream f(out, std::ios::binary);
+    std::vector<double> v(ids.size() * std::size_t(model_->config().vocab));
+    f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(double)));
+    fs::remove(out);
+    if (!f) throw Error("the reference wrote too little");
+    return v;
+  }
+
+  static inline LlamaModel* model_ = nullptr;
+  static inline fs::path* path_ = nullptr;
+  static inline std::string* skip_reason_ = nullptr;
+};
+
+TEST_F(Llama, ConfigComesFromTheMetadata) {
+  const LlamaConfig& c = model_->config();
+  EXPECT_EQ(c.n_layer, 30);
+  EXPECT_EQ(c.n_embd, 576);
+  EXPECT_EQ(c.n_head, 9);
+  EXPECT_EQ(c.n_head_kv, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.n_ff, 1536);
+  EXPECT_EQ(c.vocab, 49152);
+  EXPECT_TRUE(c.tied_output);
+  EXPECT_DOUBLE_EQ(c.rope_base, 100000.0);
+}
+
+// Every position's logits, within 1e-3 of the largest, on prompts that cross the prefill chunk (16).
+TEST_F(Llama, ExactLogitsMatchAFloat64Reference) {
+  std::mt19937 rng(testing::test_seed());
+  std::uniform_int_distribution<std::int32_t> id(3, 49151);
+  for (std::size_t n : {1u, 5u, 23u}) {
+    std::vector<std::int32_t> ids(n);
+    for (auto& t : ids) t = id(rng);
+    model_->reset();
+    const std::vector<float> got = model_->forward(ids);
+    const std::vector<double> want = reference(ids);
+    ASSERT_EQ(got.size(), want.size());
+    const auto vocab = std::size_t(model_->config().vocab);
+    for (std::size_t p = 0; p < n; ++p) {
+      double top = 0, err = 0;
+      for (std::size_t j = 0; j < vocab; ++j) {
+        top = std::max(top, std::fabs(want[p * vocab + j]));
+        const double d = std::fabs(double(got[p * vocab + j]) - want[p * vocab + j]);
+        err = std::isnan(d) ? INFINITY : std::max(err, d);
+      }
+      EXPECT_LE(err, 1e-3 * top) << n << " tokens, position " << p;
+    }
+  }
+}
+
+// A token at a time through the cache gives the logits of the whole sequence at once.
+TEST_F(Llama, DecodingThroughTheCacheEqualsOneRun) {
+  const std::vector<std::int32_t> ids{1, 9690, 314, 253, 2, 77, 1024, 300};
+  const std::vector<float> all = model_->forward(ids);
+  model_->reset();
+  const auto vocab = std::size_t(model_->config().vocab);
+  (void)model_->forward(std::span(ids).first(3));
+  for (std::size_t p = 3; p < ids.size(); ++p) {
+    const std::vector<float> one = model_->forward(std::span(ids).subspan(p, 1), false);
+    ASSERT_EQ(one.size(), vocab);
+    float err = 0;
+    for (std::size_t j = 0; j < vocab; ++j) err = std::max(err, std::fabs(one[j] - all[p * vocab + j]));
+    EXPECT_LE(err, 2e-3f) << "position " << p;
+  }
+  EXPECT_EQ(model_->position(), std::int64_t(ids.size()));
+}
+
+TEST_F(Llama, BadInputIsAClearError) {
+  testing::expect_error([&] { (void)model_->forward(std::vector<std::int32_t>{}); }, {"at least one token"});
+  testing::expect_error([&] { (void)model_->forward(std::vector<std::int32_t>{49152}); },
+                        {"token id 49152", "vocabulary of 49152"});
+  testing::expect_error([&] { (void)model_->forward(std::vector<std::int32_t>{-1}); }, {"token id -1"});
+  std::vector<std::int32_t> many(129, 5);
+  testing::expect_error([&] { (void)model_->forward(many); }, {"129 tokens", "context of 128"});
+  EXPECT_EQ(model_->position(), 0);  // a refused run changes nothing
+  testing::expect_error([&] { (void)LlamaModel::load(*path_, {.context = 100000}); }, {"context of 100000", "8192"});
+}
+
+}  // namespace
+}  // namespace rlx::llm
