@@ -20,7 +20,7 @@ using ir::OpKind;
 // A table decomposition may use ops that decompose themselves (mish's formula
 // uses softplus): it is built in a graph of its own, decomposed in turn, and
 // inlined. Nesting is bounded, so a formula that uses its own op is an error.
-NodeId expand_nested(Graph& out, const Node& n, const std::vector<NodeId>& in, const std::set<OpKind>& keep) {
+NodeId expand_nested(Graph& out, const Node& n, const std::vector<NodeId>& in, const NativeOps& keep) {
   thread_local int depth = 0;
   constexpr int kMaxDepth = 16;
   if (depth >= kMaxDepth)
@@ -42,7 +42,21 @@ NodeId expand_nested(Graph& out, const Node& n, const std::vector<NodeId>& in, c
 
 }  // namespace
 
-ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report) {
+}  // namespace rlx::compile::passes
+
+namespace rlx::compile {
+
+bool NativeOps::keeps(const ir::Node& n) const {
+  if (!ops.contains(n.op)) return false;
+  auto it = only_at.find(n.op);
+  return it == only_at.end() || it->second.contains(n.dtype);
+}
+
+}  // namespace rlx::compile
+
+namespace rlx::compile::passes {
+
+ir::Graph decompose(const ir::Graph& g, const NativeOps& keep, DispatchReport* report) {
   return rewrite(g, [&](Rewriter& r, const Node& n) -> std::optional<NodeId> {
     if (n.op == OpKind::Squeeze || n.op == OpKind::Unsqueeze) return r.out().reshape(r.map(n.inputs[0]), n.shape);
     const bool composite = ir::op_info(n.op).cls == ir::OpClass::Composite;
@@ -51,7 +65,7 @@ ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, Dispat
       if (composite) throw Error(ir::describe_node(g, n) + ": the op table has no decomposition for this composite");
       return std::nullopt;
     }
-    if (keep.contains(n.op)) {
+    if (keep.keeps(n)) {
       if (report && composite)
         report->entries.push_back({n.id, n.op, DispatchTier::Native,
                                    report->backend + " claims " + std::string(ir::op_name(n.op)) + " natively"});

@@ -321,7 +321,7 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   if (!options.param_bindings.empty())
     pm.run("param_specialize", g,
            [&](const ir::Graph& x) { return passes::param_specialize(x, options.param_bindings); });
-  const std::set<ir::OpKind>& keep = backend.native_ops;  // what decompose leaves alone
+  const NativeOps& keep = backend.native_ops;  // what decompose leaves alone
   // Composites to primitives, then the backend's dtype and broadcast rules. Runs once here, and again
   // after user passes that emit custom ops or composites, so their output is lowered too (seed extending.md §2b).
   const auto legalize = [&] {

@@ -110,3 +110,16 @@ TEST(DispatchReport, PrintedAtCompileWhenAsked) {
 }
 
 }  // namespace
+
+// A formula op the CPU has a SIMD kernel for runs it in f32, and its op-table formula in f64.
+TEST(DispatchReport, FormulaOpsAreNativeOnlyAtTheDtypesOfTheirKernels) {
+  for (ir::DType t : {ir::DType::F32, ir::DType::F64}) {
+    ir::Graph g("sigmoid");
+    g.add_output(g.unary(OpKind::Sigmoid, g.input("x", {8}, t)), "y");
+    auto c = Session().compile(g);
+    auto m = by_op(c.compile_result().dispatch);
+    EXPECT_EQ(m.at(OpKind::Sigmoid).tier, t == ir::DType::F32 ? DispatchTier::Native : DispatchTier::Decomposed)
+        << ir::dtype_name(t) << ": " << m.at(OpKind::Sigmoid).reason;
+    if (t == ir::DType::F64) EXPECT_NE(m.at(OpKind::Sigmoid).reason.find("its formula"), std::string::npos);
+  }
+}

@@ -22,13 +22,40 @@
 
 namespace rlx::compile {
 
+// The ops a backend runs natively, and for some of them the only result
+// dtypes it has kernels for (at others they decompose: the CPU's SIMD
+// sigmoid is f32, so an f64 sigmoid runs as its formula).
+struct NativeOps {
+  std::set<ir::OpKind> ops;
+  std::map<ir::OpKind, std::set<ir::DType>> only_at;
+
+  NativeOps() = default;
+  NativeOps(std::set<ir::OpKind> o) : ops(std::move(o)) {}  // NOLINT(google-explicit-constructor): a set is one
+  NativeOps(std::initializer_list<ir::OpKind> o) : ops(o) {}
+  // Whether node `n` (its op at its result dtype) is kept as it is.
+  bool keeps(const ir::Node& n) const;
+  bool contains(ir::OpKind op) const { return ops.contains(op); }
+  std::size_t count(ir::OpKind op) const { return ops.count(op); }
+  void insert(ir::OpKind op) { ops.insert(op); }
+  template <class It>
+  void insert(It first, It last) {
+    ops.insert(first, last);
+  }
+  void erase(ir::OpKind op) {
+    ops.erase(op);
+    only_at.erase(op);
+  }
+  auto begin() const { return ops.begin(); }
+  auto end() const { return ops.end(); }
+};
+
 // What a backend declares about itself; the pipeline legalizes against it.
 struct BackendTraits {
   std::string name = "cpu";
   // Ops the backend runs natively. Composites not listed are decomposed into
   // primitives; primitives not listed fall to the host (if host_fallback) or
   // fail with an error naming the op and the backend.
-  std::set<ir::OpKind> native_ops;
+  NativeOps native_ops;
   // dtypes the backend computes natively; others are legalized with casts to f32.
   std::set<ir::DType> native_dtypes = {ir::DType::F32, ir::DType::F16, ir::DType::BF16, ir::DType::F64, ir::DType::I8,
                                        ir::DType::U8,  ir::DType::I32, ir::DType::I64,  ir::DType::Bool};
@@ -152,9 +179,9 @@ ir::Graph inline_custom(const ir::Graph& g, const std::set<std::string, std::les
 ir::Graph lower_control_flow(const ir::Graph& g, const CompileOptions& options, const BackendTraits& backend,
                              DispatchReport* report = nullptr);
 ir::Graph param_specialize(const ir::Graph& g, const std::map<std::string, ir::Tensor, std::less<>>& bindings);
-// Decomposes composites and formula ops (rlx/ir/op_def.hpp) not in `keep`, the
-// backend's native ops, into primitives, filling `report`.
-ir::Graph decompose(const ir::Graph& g, const std::set<ir::OpKind>& keep, DispatchReport* report = nullptr);
+// Decomposes composites and formula ops (rlx/ir/op_def.hpp) that `keep`, the
+// backend's native ops, does not keep, into primitives, filling `report`.
+ir::Graph decompose(const ir::Graph& g, const NativeOps& keep, DispatchReport* report = nullptr);
 ir::Graph legalize_broadcast(const ir::Graph& g);
 ir::Graph const_fold(const ir::Graph& g);
 ir::Graph algebraic_simplify(const ir::Graph& g);

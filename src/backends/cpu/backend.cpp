@@ -443,9 +443,13 @@ class CpuBackend final : public runtime::Backend {
     compile::BackendTraits t;
     t.name = "cpu";
     // Every primitive, except formula ops without an instruction of their own (those run as their formula).
+    // The formula ops' instructions are SIMD kernels in f32 (f16 and bf16 compute in f32): at other dtypes
+    // (f64) they run as their formula too, so the op table's expression is the one scalar path.
     for (OpKind op : ir::kAllOps)
-      if (ir::op_info(op).cls != ir::OpClass::Composite && (!ir::op_def(op).formula || has_instruction(op)))
+      if (ir::op_info(op).cls != ir::OpClass::Composite && (!ir::op_def(op).formula || has_instruction(op))) {
         t.native_ops.insert(op);
+        if (ir::op_def(op).formula) t.native_ops.only_at[op] = {ir::DType::F32, ir::DType::F16, ir::DType::BF16};
+      }
     for (OpKind op : {OpKind::Softmax, OpKind::LogSoftmax, OpKind::LayerNorm, OpKind::RmsNorm, OpKind::Conv1d,
                       OpKind::Conv2d, OpKind::MaxPool2d, OpKind::AvgPool2d, OpKind::Attention, OpKind::SoftmaxBackward,
                       OpKind::LayerNormBackward, OpKind::RmsNormBackward}) {
