@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(100 + (i * 7919) % 40000);
 
     bench::Timing timing{.reps = reps, .warmup = 1, .min_sample_s = 0, .settle_s = 0.05};
-    auto pp = bench::interleave({{"rlx", [&] {
+    auto pp = bench::interleave({{"rlx",
+                                  [&] {
                                     model.reset();
                                     (void)model.forward(ids, false);
                                   }}},
@@ -48,13 +49,14 @@ int main(int argc, char** argv) {
     bench::emit(pp_name, {}, pp);
     bench::progress(pp_name, pp);
 
-    auto tg = bench::interleave({{"rlx", [&] {
+    auto tg = bench::interleave({{"rlx",
+                                  [&] {
                                     model.reset();
                                     std::int32_t tok = 1;
                                     for (std::int64_t i = 0; i < gen; ++i) {
                                       const auto logits = model.forward(std::span(&tok, 1), false);
-                                      tok = std::int32_t(std::max_element(logits.begin(), logits.end()) -
-                                                         logits.begin());
+                                      tok =
+                                          std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
                                     }
                                   }}},
                                 timing);

@@ -30,9 +30,13 @@ __all__ = [
     "DevicePolicy", "DeviceCandidate", "DeviceReport", "DeviceBenchResult", "GraphDevices", "FlexibleSession",
     "DeviceRouter", "device_report", "fastest_device_for", "resolve_device", "devices_for", "advisory_capabilities",
     "backends_manifest",
+    # GGUF models (docs/gguf.md, docs/llm.md)
+    "load_gguf", "GgufFile",
 ]
 
 Error = _C.Error
+load_gguf = _C.load_gguf
+GgufFile = _C.GgufFile
 
 try:  # bf16 arrays are ml_dtypes.bfloat16 when installed, else a uint16 view of the raw bits
     import ml_dtypes as _ml_dtypes

@@ -105,6 +105,7 @@ struct PyCompiled {
 void bind_train(nb::module_& m);
 void bind_extend(nb::module_& m);
 void bind_runtime(nb::module_& m);  // runtime_bindings.cpp: DevicePolicy, GraphDevices, DeviceRouter, ...
+void bind_llm(nb::module_& m);      // llm_bindings.cpp: load_gguf, the Llama model under rlx.LLM
 
 NB_MODULE(_pyrlx, m) {
   m.doc() = "RLX: an ML graph compiler and runtime (C++ core)";
@@ -405,4 +406,5 @@ NB_MODULE(_pyrlx, m) {
   bind_train(m);
   bind_extend(m);
   bind_runtime(m);
+  bind_llm(m);
 }

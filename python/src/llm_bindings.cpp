@@ -1,0 +1,135 @@
+// pyrlx bindings for GGUF files and the Llama model: rlx.load_gguf and the
+// model under rlx.LLM (pyrlx/llm.py). Metadata comes back as Python values,
+// tensors as numpy arrays (dequantized to float32, or the raw block bytes).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+
+#include "convert.hpp"
+#include "rlx/gguf/gguf.hpp"
+#include "rlx/gguf/quants.hpp"
+#include "rlx/llm/model.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace ir = rlx::ir;
+namespace gguf = rlx::gguf;
+namespace llm = rlx::llm;
+
+namespace {
+
+nb::object to_python(const gguf::Array& a);
+
+nb::object to_python(const gguf::Value& v) {
+  return std::visit(
+      [](const auto& x) -> nb::object {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, gguf::Array>)
+          return to_python(x);
+        else if constexpr (std::is_same_v<T, std::string>)
+          return nb::str(x.data(), x.size());
+        else
+          return nb::cast(x);
+      },
+      v.storage());
+}
+
+nb::object to_python(const gguf::Array& a) {
+  return std::visit(
+      [](const auto& items) -> nb::object {
+        nb::list out;
+        for (const auto& x : items) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, gguf::Array>)
+            out.append(to_python(x));
+          else if constexpr (std::is_same_v<T, std::string>)
+            out.append(nb::str(x.data(), x.size()));
+          else
+            out.append(nb::cast(static_cast<T>(x)));
+        }
+        return out;
+      },
+      a.storage());
+}
+
+// A parsed file shared with the arrays that view it.
+struct PyGguf {
+  std::shared_ptr<const gguf::File> file;
+};
+
+nb::object tensor(const PyGguf& g, const std::string& name, bool dequantize) {
+  const gguf::TensorView t = g.file->tensor(name);
+  std::vector<std::int64_t> shape(t.info->dims.rbegin(), t.info->dims.rend());  // numpy's row-major view
+  if (!dequantize) {
+    ir::Tensor raw(ir::DType::U8, {std::int64_t(t.bytes.size())}, t.bytes);
+    return pyrlx::tensor_to_array(raw);
+  }
+  ir::Tensor out(ir::DType::F32, shape);
+  {
+    nb::gil_scoped_release unlocked;
+    gguf::dequantize(t.info->type, t.bytes, {out.data_as<float>(), std::size_t(out.numel())});
+  }
+  return pyrlx::tensor_to_array(out);
+}
+
+}  // namespace
+
+void bind_llm(nb::module_& m) {
+  nb::class_<PyGguf>(m, "GgufFile",
+                     "A GGUF file, mapped read-only: .metadata (dict), .tensors (name, type, shape), .tensor(name)")
+      .def_prop_ro("version", [](const PyGguf& g) { return g.file->version(); })
+      .def_prop_ro("alignment", [](const PyGguf& g) { return g.file->alignment(); })
+      .def_prop_ro("metadata",
+                   [](const PyGguf& g) {
+                     nb::dict d;
+                     for (const auto& kv : g.file->metadata().entries())
+                       d[nb::str(kv.key.c_str())] = to_python(kv.value);
+                     return d;
+                   })
+      .def_prop_ro("tensors",
+                   [](const PyGguf& g) {
+                     nb::list out;
+                     for (const auto& t : g.file->tensors()) {
+                       std::vector<std::int64_t> shape(t.dims.rbegin(), t.dims.rend());
+                       out.append(nb::make_tuple(t.name, std::string(t.type_info().name), nb::cast(shape)));
+                     }
+                     return out;
+                   })
+      .def("tensor", &tensor, "name"_a, "dequantize"_a = true,
+           "The tensor as a float32 array in numpy's row-major shape (dequantize=False: its raw bytes, uint8)");
+  m.def(
+      "load_gguf",
+      [](const std::filesystem::path& path) { return PyGguf{std::make_shared<gguf::File>(gguf::File::open(path))}; },
+      "path"_a, "Opens and checks a GGUF file (rlx.Error naming the field and byte offset if it is malformed).");
+
+  nb::class_<llm::LlamaModel>(m, "_LlamaModel")
+      .def_static(
+          "load",
+          [](const std::filesystem::path& path, std::int64_t context, std::int64_t prefill_chunk) {
+            nb::gil_scoped_release unlocked;
+            return llm::LlamaModel::load(path, {.context = context, .prefill_chunk = prefill_chunk});
+          },
+          "path"_a, "context"_a = 0, "prefill_chunk"_a = 64)
+      .def_prop_ro("vocab", [](const llm::LlamaModel& m) { return m.config().vocab; })
+      .def_prop_ro("context", &llm::LlamaModel::context)
+      .def_prop_ro("position", &llm::LlamaModel::position)
+      .def("reset", &llm::LlamaModel::reset)
+      .def(
+          "forward",
+          [](llm::LlamaModel& m, const std::vector<std::int32_t>& ids, bool all_positions) {
+            std::vector<float> logits;
+            {
+              nb::gil_scoped_release unlocked;
+              logits = m.forward(ids, all_positions);
+            }
+            const std::int64_t vocab = m.config().vocab, rows = std::int64_t(logits.size()) / vocab;
+            std::vector<std::int64_t> shape =
+                all_positions ? std::vector<std::int64_t>{rows, vocab} : std::vector<std::int64_t>{vocab};
+            return pyrlx::tensor_to_array(ir::Tensor::from_f32(shape, logits));
+          },
+          "ids"_a, "all_positions"_a = true);
+}

