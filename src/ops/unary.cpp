@@ -136,13 +136,13 @@ RLX_OP_FAMILY(unary) {
                       .reference = unary_reference([](double x) { return x == 0 ? 1.0 : 0.0; }),
                       .vmap = batch_elementwise});
   // A hand derivative, where given, is a shorter graph than the formula's own.
-  auto formula = [](OpKind k, std::string_view doc, auto f, Partial d = {}) {
+  auto formula = [](OpKind k, std::string_view doc, auto f, const Partial& d = {}) {
     rlx::ir::define_op({.kind = k,
                         .doc = doc,
                         .operands = {"x"},
                         .infer = float_unary,
                         .formula = unary_formula(f),
-                        .partial = std::move(d),
+                        .partial = d,
                         .vmap = batch_elementwise,
                         .flops_per_element = 8});
   };
