@@ -10,6 +10,7 @@
 #              independent reference for RLX's K-quant quantizers (tests/gguf/test_quants.cpp)
 #   tools      llama-bench, llama-tokenize and llama-quantize in DIR/llama.cpp/build/bin (minutes
 #              on 2 cores; for the benchmarks and cross-checks, not for `make test`)
+#   tokenize   llama-tokenize alone (the tokenizer cross-check, tests/llm/test_tokenizer_llama_cpp.cpp)
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), LLAMA_CPP_PYTHON_VERSION (the pinned
 # sdist; change it deliberately, since the reference quantizers may change between releases), JOBS (2).
@@ -23,8 +24,8 @@ what=quant-ref
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) BUILD="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
-    source | quant-ref | tools | all) what="$1"; shift ;;
-    *) echo "usage: $0 [--build-dir DIR] [source|quant-ref|tools|all]" >&2; exit 2 ;;
+    source | quant-ref | tools | tokenize | all) what="$1"; shift ;;
+    *) echo "usage: $0 [--build-dir DIR] [source|quant-ref|tools|tokenize|all]" >&2; exit 2 ;;
   esac
 done
 
@@ -76,11 +77,23 @@ build_quant_ref() {
   mv "$exe.tmp" "$exe"
 }
 
-build_tools() {
-  echo "[llama.cpp] building llama-bench, llama-tokenize, llama-quantize (minutes)" >&2
+configure_tools() {
+  [[ -f "$OUT/build/build.ninja" ]] && return 0
   nice -n 10 cmake -S "$LLAMA" -B "$OUT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON >&2
+}
+
+build_tools() {
+  echo "[llama.cpp] building llama-bench, llama-tokenize, llama-quantize (minutes)" >&2
+  configure_tools
   nice -n 10 cmake --build "$OUT/build" -j "$JOBS" --target llama-bench llama-tokenize llama-quantize >&2
+}
+
+build_tokenize() {
+  [[ -x "$OUT/build/bin/llama-tokenize" ]] && return 0
+  echo "[llama.cpp] building llama-tokenize (minutes)" >&2
+  configure_tools
+  nice -n 10 cmake --build "$OUT/build" -j "$JOBS" --target llama-tokenize >&2
 }
 
 fetch_source
@@ -88,5 +101,6 @@ case "$what" in
   source) ;;
   quant-ref) build_quant_ref ;;
   tools) build_tools ;;
+  tokenize) build_tokenize ;;
   all) build_quant_ref; build_tools ;;
 esac
