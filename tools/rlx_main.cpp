@@ -1,6 +1,8 @@
 // The rlx command line: `rlx demo` (the main job of `make demo`), `rlx compile`
-// for IR files, `rlx svg` to draw a graph, and `rlx inspect` for GGUF models.
+// for IR files, `rlx svg` to draw a graph, `rlx inspect` for GGUF models and `rlx tokenize`
+// for their tokenizers.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "rlx/error.hpp"
 #include "rlx/gguf/inspect.hpp"
 #include "rlx/ir/text.hpp"
+#include "rlx/llm/tokenizer.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/graph_devices.hpp"
@@ -77,6 +80,29 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// A token's bytes for a terminal: control characters, and bytes that are not whole UTF-8 sequences, as escapes.
+std::string printable_piece(const std::string& piece) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < piece.size()) {
+    const auto b = static_cast<unsigned char>(piece[i]);
+    const std::size_t n = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    bool whole = n > 0 && i + n <= piece.size();
+    for (std::size_t k = 1; whole && k < n; ++k) whole = (static_cast<unsigned char>(piece[i + k]) & 0xC0) == 0x80;
+    if (!whole) {
+      out += fmt::format("\\x{:02x}", b);
+      ++i;
+    } else if (n == 1 && (b < 0x20 || b == 0x7F)) {
+      out += b == '\n' ? "\\n" : b == '\t' ? "\\t" : b == '\r' ? "\\r" : fmt::format("\\x{:02x}", b);
+      ++i;
+    } else {
+      out.append(piece, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 // A function-try-block: nothing, not even an error while printing an error, reaches terminate().
@@ -124,6 +150,17 @@ int main(int argc, char** argv) try {
   inspect->add_option("model", model_file, "GGUF file")->required();
   inspect->add_option("--items", inspect_options.max_items, "Array elements shown per key (default 8)");
   inspect->add_flag("--no-tensors", no_tensors, "Leave out the tensor table (the totals stay)");
+
+  std::string tokenize_text;
+  bool tokenize_no_special = false;
+  bool tokenize_ids = false;
+  auto* tokenize =
+      app.add_subcommand("tokenize", "Tokenize text with a GGUF model's tokenizer: ids and pieces (docs/llm.md)");
+  tokenize->add_option("model", model_file, "GGUF file")->required();
+  tokenize->add_option("text", tokenize_text, "Text to tokenize")->required();
+  tokenize->add_flag("--no-special", tokenize_no_special,
+                     "Tokenize special-token text (<|im_start|>...) as plain text");
+  tokenize->add_flag("--ids", tokenize_ids, "Print only the ids, as a list");
 
   std::string scaffold_name, scaffold_dir = ".";
   bool scaffold_stdout = false;
@@ -216,6 +253,19 @@ int main(int argc, char** argv) try {
     if (*inspect) {
       inspect_options.tensors = !no_tensors;
       fmt::print("{}", rlx::gguf::inspect_text(rlx::gguf::File::open(model_file), inspect_options));
+      return 0;
+    }
+    if (*tokenize) {
+      const auto tok = rlx::llm::Tokenizer::from_gguf(rlx::gguf::File::open(model_file));
+      const auto ids = tok.encode(tokenize_text, true, !tokenize_no_special);
+      if (tokenize_ids) {
+        fmt::print("[{}]\n", fmt::join(ids, ", "));
+        return 0;
+      }
+      for (const std::int32_t id : ids) fmt::print("{:>6} -> '{}'\n", id, printable_piece(tok.token_to_piece(id)));
+      fmt::print("{} tokens ({} bytes; tokenizer {}{}, vocabulary {})\n", ids.size(), tokenize_text.size(),
+                 tok.kind() == rlx::llm::TokenizerKind::Bpe ? "BPE/" : "SentencePiece", tok.pre_tokenizer(),
+                 tok.vocab_size());
       return 0;
     }
     if (*svg) {

@@ -2,7 +2,8 @@
 # The command line's own contract, beyond the generated docs (tests/docs):
 # `rlx compile` prints its dispatch report once, on stdout, also when
 # RLX_DISPATCH_REPORT asks the library to print it; `rlx inspect` prints a
-# GGUF file and refuses each malformed one with its message.
+# GGUF file and refuses each malformed one with its message; `rlx tokenize` names
+# a missing tokenizer key.
 #   check_cli.sh <rlx cli>
 set -euo pipefail
 rlx=$1
@@ -40,3 +41,13 @@ while IFS=$'\t' read -r file words; do
 done <"$root/tests/malformed/gguf/expected.txt"
 [ "$n" -ge 30 ] || { echo "only $n malformed GGUF files"; exit 1; }
 echo "ok: rlx inspect refuses $n malformed GGUF files"
+
+# `rlx tokenize`: a GGUF file without tokenizer metadata is refused, naming the key.
+rc=0
+"$rlx" tokenize "$root/tests/fuzz/corpus/gguf/every_type.gguf" "hello" >"$dir/out" 2>"$dir/err" || rc=$?
+[ "$rc" = 2 ] && grep -qF "tokenizer.ggml.model" "$dir/err" || {
+  echo "rlx tokenize without a tokenizer: exit $rc:"
+  cat "$dir/out" "$dir/err"
+  exit 1
+}
+echo "ok: rlx tokenize names the missing tokenizer key"
