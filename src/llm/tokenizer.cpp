@@ -86,8 +86,7 @@ void find_special_by_text(TokenizerData& d) {
   if (d.eot == kNoToken) {
     d.eot = find_first(d, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
                            "<EOT>", "_<EOT>", "[EOT]",
-                           "<\xef\xbd\x9c"
-                           "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                           "<｜end▁of▁sentence｜>",  // DeepSeek's, in fullwidth bars and U+2581
                            "<end_of_utterance>"});
   }
   if (d.eom == kNoToken) d.eom = find_first(d, {"<|eom_id|>"});

@@ -123,18 +123,7 @@ TokenizerVocab small_bpe() {
   TokenizerVocab v;
   v.kind = TokenizerKind::Bpe;
   v.pre = "gpt-2";
-  v.tokens = {"<|end|>",
-              "a",
-              "b",
-              "c",
-              "\xc4\xa0",
-              "ab",
-              "abc",
-              "\xc4\xa0"
-              "a",
-              "\xc3\x83",
-              "\xc2\xa9",
-              "<tool>"};
+  v.tokens = {"<|end|>", "a", "b", "c", "\xc4\xa0", "ab", "abc", "Ġa", "\xc3\x83", "\xc2\xa9", "<tool>"};
   v.types = std::vector<TokenType>(v.tokens.size(), TokenType::Normal);
   v.types[0] = TokenType::Control;
   v.types[10] = TokenType::UserDefined;
