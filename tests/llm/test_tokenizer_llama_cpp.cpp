@@ -2,7 +2,7 @@
 // emoji with ZWJ sequences and flags, code, whitespace runs, CRLF, digits, contractions, special tokens,
 // empty and invalid text), and decode(encode(s)) == s. The same vocabulary is also written out with
 // tokenizer.ggml.pre set to gpt-2, llama3 (llama-bpe), qwen2 and default, so each pre-tokenizer is checked
-// against llama.cpp's too.
+// against llama.cpp's too, and a small SentencePiece vocabulary written here is checked the same way.
 //
 // The reference is llama.cpp's llama-tokenize, built by `scripts/build_llama_cpp.sh tokenize` into
 // <build>/llama.cpp/build/bin (minutes on 2 cores, so `make test` does not build it): with the tool absent the
@@ -460,6 +460,63 @@ TEST_F(LlamaCppTokenizer, EveryPreTokenizerMatches) {
       std::printf("  (%zu texts tokenize differently from smollm in llama.cpp)\n", differ);
     }
   }
+}
+
+// SentencePiece, which no real file here uses: a small vocabulary (words with scores, <0xXX> byte tokens,
+// control tokens) in a GGUF file that also carries SmolLM2's llama.* hyperparameters, which llama.cpp's loader
+// wants even for the vocabulary alone. Every string goes through the byte fallback, the space prefix (also after
+// special tokens) and the score-ordered merges.
+TEST_F(LlamaCppTokenizer, SentencePieceMatches) {
+  const auto file = gguf::File::open(model_);
+  gguf::Writer w;
+  for (const auto& kv : file.metadata().entries())
+    if (kv.key.rfind("tokenizer.", 0) != 0) w.metadata().set(kv.key, kv.value);
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "<sep>"};
+  std::vector<float> scores = {0, 0, 0, 0};
+  std::vector<std::int32_t> types = {2, 3, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    static constexpr const char* kHex = "0123456789ABCDEF";
+    tokens.push_back(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
+    scores.push_back(0);
+    types.push_back(6);
+  }
+  const std::vector<std::string> words = {
+      "▁",    "e",    "t",      "a",   "o",   "i",  "n",  "s",  "h",    "r",  "l",   "d",     "▁t",
+      "he",   "▁the", "▁a",     "in",  "er",  "▁w", "or", "an", "▁h",   "ll", "▁he", "llo",   "▁hello",
+      "▁wor", "ld",   "▁world", "▁is", "re",  "on", "at", "▁▁", "▁▁▁▁", "你", "好",  "▁你好", "😀",
+      "1",    "2",    "3",      "12",  "123", ",",  ".",  "!",  "▁(",   ")",  "\n",  "é",     "ca"};
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    tokens.push_back(words[i]);
+    scores.push_back(-static_cast<float>(i));  // earlier words score higher
+    types.push_back(1);
+  }
+  w.metadata().set("tokenizer.ggml.model", "llama");
+  w.metadata().set("tokenizer.ggml.tokens", tokens);
+  w.metadata().set("tokenizer.ggml.scores", scores);
+  w.metadata().set("tokenizer.ggml.token_type", types);
+  w.metadata().set("tokenizer.ggml.bos_token_id", std::uint32_t{1});
+  w.metadata().set("tokenizer.ggml.eos_token_id", std::uint32_t{2});
+  w.metadata().set("tokenizer.ggml.unknown_token_id", std::uint32_t{0});
+  w.metadata().set("tokenizer.ggml.add_bos_token", false);  // so the batch's first text has no BOS either
+  const fs::path path = dir_ / "spm.gguf";
+  w.write(path);
+  const auto tok = Tokenizer::from_gguf(gguf::File::open(path));
+  auto texts = test_strings();
+  std::erase_if(texts, [](const std::string& t) { return t.empty() || t.find("<sep>") != std::string::npos; });
+  const auto want = reference_batch(path, texts, 3, "<sep>");
+  std::size_t matched = 0;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const Ids got = tok.encode(texts[i]);
+    EXPECT_EQ(got, want[i]) << "SentencePiece, text: \"" << show(texts[i]) << "\"";
+    matched += got == want[i] ? 1 : 0;
+  }
+  std::printf("SentencePiece: %zu of %zu texts give llama.cpp's ids\n", matched, texts.size());
+  // And one by one, with the BOS llama.cpp adds by default for SentencePiece.
+  w.metadata().erase("tokenizer.ggml.add_bos_token");
+  w.write(path);
+  const auto tok_bos = Tokenizer::from_gguf(gguf::File::open(path));
+  for (const std::string t : {"hello world", " hello", "hello</s>hello", "h\xc3\xa9", "", "  two  spaces "})
+    EXPECT_EQ(tok_bos.encode(t), reference(path, t, true)) << "text: \"" << show(t) << "\"";
 }
 
 }  // namespace
