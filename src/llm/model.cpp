@@ -228,7 +228,7 @@ LlamaModel LlamaModel::load(const gguf::File& file, const LoadOptions& options) 
   LlamaModel m;
   m.config_ = LlamaConfig::from_gguf(file);
   const LlamaConfig& c = m.config_;
-  m.context_ = options.context > 0 ? options.context : std::min<i64>(c.context, 2048);
+  m.context_ = options.context > 0 ? options.context : std::min<i64>(c.context, 512);
   if (m.context_ > c.context)
     throw Error(fmt::format("llm: a context of {} exceeds the model's {}", m.context_, c.context));
   if (options.prefill_chunk < 1) throw Error("llm: prefill_chunk must be >= 1");

@@ -42,7 +42,9 @@ struct LlamaConfig {
 };
 
 struct LoadOptions {
-  // Positions the KV cache holds (the compiled graphs' bound); 0: min(the model's context, 2048).
+  // Positions the KV cache holds (the compiled graphs' bound); 0: min(the model's context, 512). Each run
+  // costs O(context) today (the cache is rewritten whole and attention covers every row), so the default is
+  // short; raise it for long prompts.
   std::int64_t context = 0;
   // Prompt tokens per prefill run: a prompt runs in chunks of this many (the last one padded).
   std::int64_t prefill_chunk = 64;
