@@ -4,7 +4,10 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
@@ -12,6 +15,7 @@
 #include "convert.hpp"
 #include "rlx/gguf/gguf.hpp"
 #include "rlx/gguf/quants.hpp"
+#include "rlx/llm/llm.hpp"
 #include "rlx/llm/model.hpp"
 
 namespace nb = nanobind;
@@ -132,4 +136,65 @@ void bind_llm(nb::module_& m) {
             return pyrlx::tensor_to_array(ir::Tensor::from_f32(shape, logits));
           },
           "ids"_a, "all_positions"_a = true);
+
+  nb::class_<llm::Generation>(m, "_Generation")
+      .def("next",
+           [](llm::Generation& g) {
+             std::optional<std::int32_t> id;
+             {
+               nb::gil_scoped_release unlocked;
+               id = g.next();
+             }
+             return id;
+           })
+      .def_prop_ro("text", [](const llm::Generation& g) { return g.text(); })
+      .def_prop_ro("prompt_tokens", [](const llm::Generation& g) { return g.stats().prompt_tokens; })
+      .def_prop_ro("generated_tokens", [](const llm::Generation& g) { return g.stats().generated_tokens; })
+      .def_prop_ro("prefill_tokens_per_s", [](const llm::Generation& g) { return g.stats().prefill_tokens_per_s(); })
+      .def_prop_ro("decode_tokens_per_s", [](const llm::Generation& g) { return g.stats().decode_tokens_per_s(); });
+
+  nb::class_<llm::Llm>(m, "_Llm")
+      .def_static(
+          "load",
+          [](const std::filesystem::path& path, std::int64_t context) {
+            nb::gil_scoped_release unlocked;
+            return llm::Llm::load(path, {.context = context});
+          },
+          "path"_a, "context"_a = 0)
+      .def("tokenize", &llm::Llm::tokenize, "text"_a, "add_special"_a = true)
+      .def("detokenize", [](const llm::Llm& l, const std::vector<std::int32_t>& ids) { return l.detokenize(ids); })
+      .def("chat_prompt",
+           [](const llm::Llm& l, const std::vector<std::pair<std::string, std::string>>& messages) {
+             std::vector<llm::ChatMessage> m;
+             for (const auto& [role, content] : messages) m.push_back({role, content});
+             return l.chat_prompt(m);
+           })
+      .def_prop_ro("vocab", [](llm::Llm& l) { return l.model().config().vocab; })
+      .def_prop_ro("context", [](llm::Llm& l) { return l.model().context(); })
+      .def_prop_ro("eog_ids", [](const llm::Llm& l) { return l.tokenizer().eog_ids(); })
+      .def(
+          "start",
+          [](llm::Llm& l, const std::vector<std::int32_t>& ids, std::int32_t max_tokens, float temperature,
+             std::int32_t top_k, float top_p, float min_p, float repeat_penalty, std::uint64_t seed, bool stop) {
+            llm::GenerateOptions o{.max_tokens = max_tokens, .stop_at_end_of_generation = stop};
+            o.sampling = {.temperature = temperature,
+                          .top_k = top_k,
+                          .top_p = top_p,
+                          .min_p = min_p,
+                          .repeat_penalty = repeat_penalty,
+                          .seed = seed};
+            nb::gil_scoped_release unlocked;
+            return l.start(ids, o);
+          },
+          "ids"_a, "max_tokens"_a, "temperature"_a, "top_k"_a, "top_p"_a, "min_p"_a, "repeat_penalty"_a, "seed"_a,
+          "stop_at_end"_a, nb::keep_alive<0, 1>())
+      .def("logits", [](llm::Llm& l, const std::vector<std::int32_t>& ids) {
+        std::vector<float> logits;
+        {
+          nb::gil_scoped_release unlocked;
+          logits = l.logits(ids);
+        }
+        const std::int64_t vocab = l.model().config().vocab;
+        return pyrlx::tensor_to_array(ir::Tensor::from_f32({std::int64_t(ids.size()), vocab}, logits));
+      });
 }

@@ -49,3 +49,38 @@ def test_a_malformed_file_is_an_rlx_error(tmp_path):
         rlx.load_gguf(str(tmp_path / "missing.gguf"))
     with pytest.raises(rlx.Error, match="no tensor|'nope'"):
         rlx.load_gguf(smollm2()).tensor("nope")
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return rlx.LLM(smollm2(), context=256)
+
+
+def test_llm_tokenizes_generates_and_gives_logits(llm):
+    ids = llm.tokenize("Hello, world!")
+    assert ids == [19556, 28, 905, 17]
+    assert llm.detokenize(ids) == "Hello, world!"
+    prompt = llm.chat_prompt([{"role": "user", "content": "What is the capital of France?"}])
+    assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
+    out = list(llm.generate(prompt, max_tokens=24, temperature=0))
+    assert "Paris" in llm.detokenize(out)
+    assert llm.last_generation.decode_tokens_per_s > 0
+    # Greedy from a list of ids is the argmax chain of the logits.
+    ids = llm.tokenize("The three primary colors are")
+    first = next(llm.generate(ids, max_tokens=1, temperature=0))
+    logits = llm.logits(ids)
+    assert logits.shape == (len(ids), llm.vocab_size) and logits.dtype == np.float32
+    assert int(np.argmax(logits[-1])) == first
+    # A seed reproduces a sampled answer.
+    a = list(llm.generate("Once upon a time", max_tokens=8, temperature=1.0, seed=5))
+    b = list(llm.generate("Once upon a time", max_tokens=8, temperature=1.0, seed=5))
+    assert a == b and a
+
+
+def test_llm_bad_input_is_an_rlx_error(llm):
+    with pytest.raises(rlx.Error, match="at least one token"):
+        list(llm.generate([], max_tokens=4))
+    with pytest.raises(rlx.Error, match="outside the vocabulary|70000"):
+        llm.logits([70000])
+    with pytest.raises(rlx.Error):
+        rlx.LLM(str(smollm2()) + ".missing")
