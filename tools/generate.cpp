@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <cstdlib>
 
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::tools {
@@ -39,7 +39,7 @@ int generate(const GenerateArgs& args) {
 }
 
 std::optional<std::filesystem::path> find_smollm2() {
-  if (const char* env = std::getenv("RLX_SMOLLM2_GGUF"); env && *env) return std::filesystem::path(env);
+  if (auto env = env::get("RLX_SMOLLM2_GGUF"); env && !env->empty()) return std::filesystem::path(*env);
   for (const char* root : {".venv/lib", RLX_SOURCE_ROOT "/.venv/lib"}) {
     std::error_code ec;
     if (!std::filesystem::exists(root, ec)) continue;

