@@ -29,7 +29,7 @@ Llm Llm::load(const std::filesystem::path& path, const LoadOptions& options,
 }
 
 Generation::Generation(Llm& llm, GenerateOptions options)
-    : llm_(&llm), options_(std::move(options)), sampler_(options_.sampling), decoder_(llm.tokenizer_) {}
+    : llm_(&llm), options_(options), sampler_(options_.sampling), decoder_(llm.tokenizer_) {}
 
 Generation Llm::start(std::span<const std::int32_t> prompt, const GenerateOptions& options) {
   if (prompt.empty()) throw Error("llm: generate needs a prompt of at least one token");
