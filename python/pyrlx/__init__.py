@@ -31,11 +31,12 @@ __all__ = [
     "DeviceRouter", "device_report", "fastest_device_for", "resolve_device", "devices_for", "advisory_capabilities",
     "backends_manifest",
     # GGUF models (docs/gguf.md, docs/llm.md)
-    "load_gguf", "GgufFile", "LLM",
+    "load_gguf", "GgufFile", "LLM", "quantize",
 ]
 
 Error = _C.Error
 load_gguf = _C.load_gguf
+quantize = _C.quantize
 GgufFile = _C.GgufFile
 
 try:  # bf16 arrays are ml_dtypes.bfloat16 when installed, else a uint16 view of the raw bits

@@ -15,6 +15,7 @@
 #include "convert.hpp"
 #include "rlx/gguf/gguf.hpp"
 #include "rlx/gguf/quants.hpp"
+#include "rlx/gguf/requantize.hpp"
 #include "rlx/llm/llm.hpp"
 #include "rlx/llm/model.hpp"
 
@@ -109,6 +110,24 @@ void bind_llm(nb::module_& m) {
       "load_gguf",
       [](const std::filesystem::path& path) { return PyGguf{std::make_shared<gguf::File>(gguf::File::open(path))}; },
       "path"_a, "Opens and checks a GGUF file (rlx.Error naming the field and byte offset if it is malformed).");
+
+  m.def(
+      "quantize",
+      [](const std::filesystem::path& in, const std::filesystem::path& out, const std::string& type) {
+        auto t = gguf::parse_ggml_type(type);
+        if (!t) throw rlx::Error("quantize: unknown type '" + type + "'");
+        gguf::RequantizeReport r;
+        {
+          nb::gil_scoped_release unlocked;
+          r = gguf::requantize(in, out, *t);
+        }
+        nb::dict d;
+        for (const auto& [k, v] : r.tensors_per_type) d[nb::str(k.c_str())] = v;
+        return d;
+      },
+      "in_path"_a, "out_path"_a, "qtype"_a,
+      "Rewrites a GGUF model with its weights in qtype (Q8_0, Q4_0, Q4_K, ...; docs/gguf.md, `rlx quantize`); "
+      "returns the written file's tensor count per type.");
 
   nb::class_<llm::LlamaModel>(m, "_LlamaModel")
       .def_static(

@@ -84,3 +84,15 @@ def test_llm_bad_input_is_an_rlx_error(llm):
         llm.logits([70000])
     with pytest.raises(rlx.Error):
         rlx.LLM(str(smollm2()) + ".missing")
+
+
+def test_quantize_writes_a_file_both_readers_load(tmp_path):
+    out = tmp_path / "q8.gguf"
+    counts = rlx.quantize(smollm2(), str(out), "Q8_0")
+    assert counts == {"F32": 61, "Q8_0": 211}
+    r = gguf.GGUFReader(str(out))
+    assert sum(t.tensor_type.name == "Q8_0" for t in r.tensors) == 211
+    f = rlx.load_gguf(str(out))
+    assert f.metadata["general.file_type"] == 7
+    with pytest.raises(rlx.Error, match="unknown type"):
+        rlx.quantize(smollm2(), str(out), "Q9_9")
