@@ -1,0 +1,167 @@
+// Quantized GEMV (src/backends/cpu/quant_matmul.hpp) per ggml type at SmolLM2's shapes and 4096x4096,
+// in GB/s of weight bytes, against OpenBLAS's f32 sgemv of the same shape and the machine's copy and
+// read bandwidth. Two regimes per shape: "hot" (one copy of the weight, cache-resident where it
+// fits) and "cold" (calls rotate over copies of at least 160 MB, so the weight streams from DRAM as
+// it does in decode). JSON lines on stdout (bench/common.hpp); a table on stderr.
+//   bench_quant [--reps 5] [--shapes 576x576,...] [--types Q4_0,...] [--gemm-n 0]
+#include <cblas.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "backends/cpu/quant_matmul.hpp"
+#include "common.hpp"
+#include "rlx/gguf/quants.hpp"
+
+namespace {
+
+using rlx::backends::cpu::QuantMode;
+using rlx::gguf::GgmlType;
+using namespace rlx::bench;
+
+constexpr std::size_t kColdBytes = std::size_t(160) << 20;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// Read bandwidth: a sum over n bytes split across the cores.
+std::uint64_t parallel_read(const std::uint64_t* p, std::size_t words) {
+  const unsigned t = cores();
+  std::vector<std::uint64_t> part(t);
+  {
+    std::vector<std::jthread> pool;
+    for (unsigned i = 0; i < t; ++i)
+      pool.emplace_back([&, i] {
+        const std::size_t b = words * i / t, e = words * (i + 1) / t;
+        std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        std::size_t k = b;
+        for (; k + 4 <= e; k += 4) {
+          s0 += p[k];
+          s1 += p[k + 1];
+          s2 += p[k + 2];
+          s3 += p[k + 3];
+        }
+        for (; k < e; ++k) s0 += p[k];
+        part[i] = s0 + s1 + s2 + s3;
+      });
+  }
+  std::uint64_t s = 0;
+  for (auto v : part) s += v;
+  return s;
+}
+
+struct Row {
+  std::string shape, regime, impl;
+  double gbs, ms;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const int reps = std::stoi(arg(argc, argv, "--reps", "5"));
+  const auto shape_list = split(arg(argc, argv, "--shapes", "576x576,1536x576,576x1536,49152x576,4096x4096"));
+  const auto type_list = split(arg(argc, argv, "--types", "Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K"));
+  Timing timing;
+  timing.reps = reps;
+  timing.settle_s = 0.02;
+  std::vector<Row> rows_out;
+  std::fprintf(stderr, "bench_quant: %u threads, quant ISAs:", cores());
+  for (const auto& isa : rlx::backends::cpu::quant_isas()) std::fprintf(stderr, " %s", isa.c_str());
+  std::fprintf(stderr, "\n");
+
+  // The bandwidth roofs.
+  {
+    const std::size_t n = std::size_t(256) << 20;
+    std::vector<std::uint64_t> a(n / 8, 1), b(n / 8, 0);
+    std::uint64_t sink = 0;
+    auto s = interleave({{"memcpy", [&] { parallel_memcpy(b.data(), a.data(), n); }},
+                         {"read", [&] { sink += parallel_read(a.data(), n / 8); }}},
+                        timing);
+    emit("bandwidth_256MB", Work{0, double(n)}, s);
+    for (const auto& x : s) rows_out.push_back({"256MB", "dram", x.impl, double(n) / median(x.seconds) / 1e9, 0});
+    if (sink == 42) std::fprintf(stderr, " ");
+  }
+
+  for (const auto& shape : shape_list) {
+    const auto xpos = shape.find('x');
+    const std::int64_t rows = std::stoll(shape.substr(0, xpos)), cols = std::stoll(shape.substr(xpos + 1));
+    rlx::ir::Tensor wf = random_f32({rows, cols}, 1);
+    rlx::ir::Tensor xt = random_f32({cols}, 2);
+    const float* x = xt.data_as<float>();
+    std::vector<float> y(static_cast<std::size_t>(rows));
+    const std::size_t f32_bytes = std::size_t(rows * cols) * 4;
+    for (const char* regime : {"hot", "cold"}) {
+      const bool cold = regime[0] == 'c';
+      // f32: OpenBLAS sgemv on every core.
+      {
+        const std::size_t copies = cold ? std::max<std::size_t>(2, kColdBytes / f32_bytes + 1) : 1;
+        std::vector<std::vector<float>> ws(copies - 1);
+        for (auto& c : ws) c.assign(wf.data_as<float>(), wf.data_as<float>() + rows * cols);
+        std::size_t next = 0;
+        openblas_set_num_threads(int(cores()));
+        auto s = interleave({{"openblas_sgemv",
+                              [&] {
+                                const float* w = next == 0 ? wf.data_as<float>() : ws[next - 1].data();
+                                next = (next + 1) % copies;
+                                cblas_sgemv(CblasRowMajor, CblasNoTrans, int(rows), int(cols), 1.0f, w, int(cols), x,
+                                            1, 0.0f, y.data(), 1);
+                              }}},
+                            timing);
+        const std::string wl = std::string("gemv_f32_") + shape + "_" + regime;
+        emit(wl, Work{2.0 * double(rows * cols), double(f32_bytes)}, s);
+        progress(wl, s);
+        rows_out.push_back({shape, regime, "f32 sgemv", double(f32_bytes) / median(s[0].seconds) / 1e9,
+                            median(s[0].seconds) * 1e3});
+      }
+      for (const auto& tn : type_list) {
+        const auto t = rlx::gguf::parse_ggml_type(tn);
+        if (!t) throw rlx::Error("unknown type " + tn);
+        if (cols % rlx::gguf::ggml_type_info(*t).block_elems != 0) continue;
+        const std::size_t bytes = rlx::gguf::quantized_bytes(*t, std::size_t(rows * cols));
+        const std::size_t copies = cold ? std::max<std::size_t>(2, kColdBytes / bytes + 1) : 1;
+        std::vector<std::vector<std::byte>> ws(copies);
+        ws[0].resize(bytes);
+        rlx::gguf::quantize(*t, std::span(wf.data_as<float>(), std::size_t(rows * cols)), ws[0]);
+        for (std::size_t c = 1; c < copies; ++c) ws[c] = ws[0];
+        std::size_t next = 0;
+        const auto& best = rlx::backends::cpu::select_quant_table();
+        std::vector<Impl> impls = {{std::string("rlx_") + best.name, [&] {
+                                      rlx::backends::cpu::quant_gemm_with(best, *t, ws[next].data(), rows, cols, x, 1,
+                                                                          y.data(), QuantMode::Fast);
+                                      next = (next + 1) % copies;
+                                    }}};
+        if (std::string(best.name) != "avx2" && !cold)
+          impls.push_back({"rlx_avx2", [&] {
+                             rlx::backends::cpu::quant_gemm_with(rlx::backends::cpu::quant_table("avx2"), *t,
+                                                                 ws[0].data(), rows, cols, x, 1, y.data(),
+                                                                 QuantMode::Fast);
+                           }});
+        auto s = interleave(impls, timing);
+        const std::string wl = "gemv_" + tn + "_" + shape + "_" + regime;
+        emit(wl, Work{2.0 * double(rows * cols), double(bytes)}, s);
+        progress(wl, s);
+        for (const auto& x2 : s)
+          rows_out.push_back({shape, regime, tn + " " + x2.impl, double(bytes) / median(x2.seconds) / 1e9,
+                              median(x2.seconds) * 1e3});
+      }
+    }
+  }
+  std::fprintf(stderr, "\n%-10s %-5s %-22s %9s %9s\n", "shape", "", "impl", "GB/s", "ms");
+  for (const auto& r : rows_out)
+    std::fprintf(stderr, "%-10s %-5s %-22s %9.1f %9.4f\n", r.shape.c_str(), r.regime.c_str(), r.impl.c_str(), r.gbs,
+                 r.ms);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_quant: %s\n", e.what());
+  return 1;
+}
