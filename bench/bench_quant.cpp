@@ -3,7 +3,7 @@
 // read bandwidth. Two regimes per shape: "hot" (one copy of the weight, cache-resident where it
 // fits) and "cold" (calls rotate over copies of at least 160 MB, so the weight streams from DRAM as
 // it does in decode). JSON lines on stdout (bench/common.hpp); a table on stderr.
-//   bench_quant [--reps 5] [--shapes 576x576,...] [--types Q4_0,...] [--gemm-n 0]
+//   bench_quant [--reps 5] [--threads all] [--shapes 576x576,...] [--types Q4_0,...]
 #include <cblas.h>
 
 #include <cstdio>
@@ -28,6 +28,8 @@ std::vector<std::string> split(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   return out;
 }
+
+double best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
 double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
@@ -62,20 +64,21 @@ std::uint64_t parallel_read(const std::uint64_t* p, std::size_t words) {
 
 struct Row {
   std::string shape, regime, impl;
-  double gbs, ms;
+  double gbs, ms, best_gbs;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) try {
   const int reps = std::stoi(arg(argc, argv, "--reps", "5"));
+  const int threads = std::stoi(arg(argc, argv, "--threads", std::to_string(cores())));
   const auto shape_list = split(arg(argc, argv, "--shapes", "576x576,1536x576,576x1536,49152x576,4096x4096"));
   const auto type_list = split(arg(argc, argv, "--types", "Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K"));
   Timing timing;
   timing.reps = reps;
   timing.settle_s = 0.02;
   std::vector<Row> rows_out;
-  std::fprintf(stderr, "bench_quant: %u threads, quant ISAs:", cores());
+  std::fprintf(stderr, "bench_quant: %d threads, quant ISAs:", threads);
   for (const auto& isa : rlx::backends::cpu::quant_isas()) std::fprintf(stderr, " %s", isa.c_str());
   std::fprintf(stderr, "\n");
 
@@ -88,7 +91,9 @@ int main(int argc, char** argv) try {
                          {"read", [&] { sink += parallel_read(a.data(), n / 8); }}},
                         timing);
     emit("bandwidth_256MB", Work{0, double(n)}, s);
-    for (const auto& x : s) rows_out.push_back({"256MB", "dram", x.impl, double(n) / median(x.seconds) / 1e9, 0});
+    for (const auto& x : s)
+      rows_out.push_back({"256MB", "dram", x.impl, double(n) / median(x.seconds) / 1e9, median(x.seconds) * 1e3,
+                          double(n) / best(x.seconds) / 1e9});
     if (sink == 42) std::fprintf(stderr, " ");
   }
 
@@ -108,20 +113,20 @@ int main(int argc, char** argv) try {
         std::vector<std::vector<float>> ws(copies - 1);
         for (auto& c : ws) c.assign(wf.data_as<float>(), wf.data_as<float>() + rows * cols);
         std::size_t next = 0;
-        openblas_set_num_threads(int(cores()));
+        openblas_set_num_threads(threads);
         auto s = interleave({{"openblas_sgemv",
                               [&] {
                                 const float* w = next == 0 ? wf.data_as<float>() : ws[next - 1].data();
                                 next = (next + 1) % copies;
-                                cblas_sgemv(CblasRowMajor, CblasNoTrans, int(rows), int(cols), 1.0f, w, int(cols), x,
-                                            1, 0.0f, y.data(), 1);
+                                cblas_sgemv(CblasRowMajor, CblasNoTrans, int(rows), int(cols), 1.0f, w, int(cols), x, 1,
+                                            0.0f, y.data(), 1);
                               }}},
                             timing);
         const std::string wl = std::string("gemv_f32_") + shape + "_" + regime;
         emit(wl, Work{2.0 * double(rows * cols), double(f32_bytes)}, s);
         progress(wl, s);
         rows_out.push_back({shape, regime, "f32 sgemv", double(f32_bytes) / median(s[0].seconds) / 1e9,
-                            median(s[0].seconds) * 1e3});
+                            median(s[0].seconds) * 1e3, double(f32_bytes) / best(s[0].seconds) / 1e9});
       }
       for (const auto& tn : type_list) {
         const auto t = rlx::gguf::parse_ggml_type(tn);
@@ -134,17 +139,17 @@ int main(int argc, char** argv) try {
         rlx::gguf::quantize(*t, std::span(wf.data_as<float>(), std::size_t(rows * cols)), ws[0]);
         for (std::size_t c = 1; c < copies; ++c) ws[c] = ws[0];
         std::size_t next = 0;
-        const auto& best = rlx::backends::cpu::select_quant_table();
-        std::vector<Impl> impls = {{std::string("rlx_") + best.name, [&] {
-                                      rlx::backends::cpu::quant_gemm_with(best, *t, ws[next].data(), rows, cols, x, 1,
-                                                                          y.data(), QuantMode::Fast);
+        const auto& table = rlx::backends::cpu::select_quant_table();
+        std::vector<Impl> impls = {{std::string("rlx_") + table.name, [&] {
+                                      rlx::backends::cpu::quant_gemm_with(table, *t, ws[next].data(), rows, cols, x, 1,
+                                                                          y.data(), QuantMode::Fast, threads);
                                       next = (next + 1) % copies;
                                     }}};
-        if (std::string(best.name) != "avx2" && !cold)
+        if (std::string(table.name) != "avx2" && !cold)
           impls.push_back({"rlx_avx2", [&] {
                              rlx::backends::cpu::quant_gemm_with(rlx::backends::cpu::quant_table("avx2"), *t,
                                                                  ws[0].data(), rows, cols, x, 1, y.data(),
-                                                                 QuantMode::Fast);
+                                                                 QuantMode::Fast, threads);
                            }});
         auto s = interleave(impls, timing);
         const std::string wl = "gemv_" + tn + "_" + shape + "_" + regime;
@@ -152,14 +157,14 @@ int main(int argc, char** argv) try {
         progress(wl, s);
         for (const auto& x2 : s)
           rows_out.push_back({shape, regime, tn + " " + x2.impl, double(bytes) / median(x2.seconds) / 1e9,
-                              median(x2.seconds) * 1e3});
+                              median(x2.seconds) * 1e3, double(bytes) / best(x2.seconds) / 1e9});
       }
     }
   }
-  std::fprintf(stderr, "\n%-10s %-5s %-22s %9s %9s\n", "shape", "", "impl", "GB/s", "ms");
+  std::fprintf(stderr, "\n%-10s %-5s %-22s %9s %9s %9s\n", "shape", "", "impl", "GB/s", "best GB/s", "ms");
   for (const auto& r : rows_out)
-    std::fprintf(stderr, "%-10s %-5s %-22s %9.1f %9.4f\n", r.shape.c_str(), r.regime.c_str(), r.impl.c_str(), r.gbs,
-                 r.ms);
+    std::fprintf(stderr, "%-10s %-5s %-22s %9.1f %9.1f %9.4f\n", r.shape.c_str(), r.regime.c_str(), r.impl.c_str(),
+                 r.gbs, r.best_gbs, r.ms);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_quant: %s\n", e.what());

@@ -102,17 +102,20 @@ const QuantTable& select_quant_table() {
 }
 
 void quant_activations_with(const QuantTable& table, GgmlType t, const float* x, std::int64_t cols, std::int64_t n,
-                            std::byte* out) {
+                            std::byte* out, int max_threads) {
   check_shape("quantized activations", t, 1, cols, n);
   const GgmlType act = quant_act_type(t);
   const auto bytes = static_cast<std::int64_t>(quant_act_bytes(t, cols));
-  parallel_for(n, std::max<std::int64_t>(1, 16384 / cols), [&](std::int64_t j0, std::int64_t j1) {
-    for (std::int64_t j = j0; j < j1; ++j) table.quantize_act(act, x + j * cols, cols, out + j * bytes);
-  });
+  parallel_for(
+      n, std::max<std::int64_t>(1, 16384 / cols),
+      [&](std::int64_t j0, std::int64_t j1) {
+        for (std::int64_t j = j0; j < j1; ++j) table.quantize_act(act, x + j * cols, cols, out + j * bytes);
+      },
+      max_threads);
 }
 
 void quant_gemm_with(const QuantTable& table, GgmlType t, const std::byte* w, std::int64_t rows, std::int64_t cols,
-                     const float* x, std::int64_t n, float* y, QuantMode mode) {
+                     const float* x, std::int64_t n, float* y, QuantMode mode, int max_threads) {
   if (mode == QuantMode::Exact && !quant_exact_supported(t))
     throw Error("quantized matmul (exact): " + type_name(t) + " cannot be dequantized");
   if (mode == QuantMode::Fast) (void)quant_act_type(t);  // throws naming t when it has no fast kernel
@@ -121,26 +124,32 @@ void quant_gemm_with(const QuantTable& table, GgmlType t, const std::byte* w, st
   const std::size_t row_bytes = gguf::quantized_bytes(t, static_cast<std::size_t>(cols));
   const std::int64_t grain = row_grain(row_bytes);
   if (mode == QuantMode::Exact) {
-    parallel_for(rows, grain, [&](std::int64_t r0, std::int64_t r1) {
-      thread_local std::vector<std::byte> buf;
-      auto* row = reinterpret_cast<float*>(scratch(buf, static_cast<std::size_t>(cols) * sizeof(float)));
-      for (std::int64_t r = r0; r < r1; ++r) {
-        gguf::dequantize(t, std::span(w + r * static_cast<std::int64_t>(row_bytes), row_bytes),
-                         std::span(row, static_cast<std::size_t>(cols)));
-        for (std::int64_t j = 0; j < n; ++j) y[j * rows + r] = table.dot_f32(row, x + j * cols, cols);
-      }
-    });
+    parallel_for(
+        rows, grain,
+        [&](std::int64_t r0, std::int64_t r1) {
+          thread_local std::vector<std::byte> buf;
+          auto* row = reinterpret_cast<float*>(scratch(buf, static_cast<std::size_t>(cols) * sizeof(float)));
+          for (std::int64_t r = r0; r < r1; ++r) {
+            gguf::dequantize(t, std::span(w + r * static_cast<std::int64_t>(row_bytes), row_bytes),
+                             std::span(row, static_cast<std::size_t>(cols)));
+            for (std::int64_t j = 0; j < n; ++j) y[j * rows + r] = table.dot_f32(row, x + j * cols, cols);
+          }
+        },
+        max_threads);
     return;
   }
   const auto act_bytes = static_cast<std::int64_t>(quant_act_bytes(t, cols));
   thread_local std::vector<std::byte> act_buf;
   std::byte* act = scratch(act_buf, static_cast<std::size_t>(act_bytes * n));
-  quant_activations_with(table, t, x, cols, n, act);
+  quant_activations_with(table, t, x, cols, n, act, max_threads);
   const std::int64_t nb = cols / static_cast<std::int64_t>(info.block_elems);
-  parallel_for(rows, grain, [&](std::int64_t r0, std::int64_t r1) {
-    if (!table.dot_rows(t, w, static_cast<std::int64_t>(row_bytes), r0, r1, nb, act, act_bytes, n, y, rows))
-      throw Error("quantized matmul: no fast kernel for " + type_name(t));
-  });
+  parallel_for(
+      rows, grain,
+      [&](std::int64_t r0, std::int64_t r1) {
+        if (!table.dot_rows(t, w, static_cast<std::int64_t>(row_bytes), r0, r1, nb, act, act_bytes, n, y, rows))
+          throw Error("quantized matmul: no fast kernel for " + type_name(t));
+      },
+      max_threads);
 }
 
 void quant_gemv(GgmlType t, const std::byte* w, std::int64_t rows, std::int64_t cols, const float* x, float* y,

@@ -88,11 +88,11 @@ const QuantTable& quant_table(std::string_view isa);
 // has VNNI, else avx2).
 const QuantTable& select_quant_table();
 
-// quant_gemv / quant_gemm on an explicit table.
+// quant_gemv / quant_gemm on an explicit table, on at most max_threads threads of the pool (0: all).
 void quant_gemm_with(const QuantTable& table, gguf::GgmlType t, const std::byte* w, std::int64_t rows,
-                     std::int64_t cols, const float* x, std::int64_t n, float* y, QuantMode mode);
+                     std::int64_t cols, const float* x, std::int64_t n, float* y, QuantMode mode, int max_threads = 0);
 // Quantizes n activation rows as the fast mode does (quant_act_bytes(t, cols) bytes each), for tests.
 void quant_activations_with(const QuantTable& table, gguf::GgmlType t, const float* x, std::int64_t cols,
-                            std::int64_t n, std::byte* out);
+                            std::int64_t n, std::byte* out, int max_threads = 0);
 
 }  // namespace rlx::backends::cpu
