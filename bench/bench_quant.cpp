@@ -3,7 +3,9 @@
 // read bandwidth. Two regimes per shape: "hot" (one copy of the weight, cache-resident where it
 // fits) and "cold" (calls rotate over copies of at least 160 MB, so the weight streams from DRAM as
 // it does in decode). JSON lines on stdout (bench/common.hpp); a table on stderr.
+// Then GEMM (prefill, --gemm-n activation rows) in GFLOP/s against OpenBLAS's f32 sgemm.
 //   bench_quant [--reps 5] [--threads all] [--shapes 576x576,...] [--types Q4_0,...]
+//               [--gemm-shapes 576x576,...] [--gemm-n 512]
 #include <cblas.h>
 
 #include <cstdio>
@@ -77,7 +79,9 @@ int main(int argc, char** argv) try {
   Timing timing;
   timing.reps = reps;
   timing.settle_s = 0.02;
-  std::vector<Row> rows_out;
+  const auto gemm_shapes = split(arg(argc, argv, "--gemm-shapes", "576x576,1536x576,576x1536"));
+  const std::int64_t gemm_n = std::stoll(arg(argc, argv, "--gemm-n", "512"));
+  std::vector<Row> rows_out, gemm_out;
   std::fprintf(stderr, "bench_quant: %d threads, quant ISAs:", threads);
   for (const auto& isa : rlx::backends::cpu::quant_isas()) std::fprintf(stderr, " %s", isa.c_str());
   std::fprintf(stderr, "\n");
@@ -161,10 +165,54 @@ int main(int argc, char** argv) try {
       }
     }
   }
+  // Prefill: y [n, rows] = x [n, cols] @ W^T, in GFLOP/s, against OpenBLAS's f32 sgemm.
+  for (const auto& shape : gemm_shapes) {
+    const auto xpos = shape.find('x');
+    const std::int64_t rows = std::stoll(shape.substr(0, xpos)), cols = std::stoll(shape.substr(xpos + 1));
+    rlx::ir::Tensor wf = random_f32({rows, cols}, 3);
+    rlx::ir::Tensor xt = random_f32({gemm_n, cols}, 4);
+    std::vector<float> y(static_cast<std::size_t>(gemm_n * rows));
+    const double flops = 2.0 * double(gemm_n) * double(rows) * double(cols);
+    const std::string sname = shape + "_n" + std::to_string(gemm_n);
+    {
+      openblas_set_num_threads(threads);
+      auto s = interleave({{"openblas_sgemm",
+                            [&] {
+                              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(gemm_n), int(rows), int(cols),
+                                          1.0f, xt.data_as<float>(), int(cols), wf.data_as<float>(), int(cols), 0.0f,
+                                          y.data(), int(rows));
+                            }}},
+                          timing);
+      emit("gemm_f32_" + sname, Work{flops, 0}, s);
+      progress("gemm_f32_" + sname, s);
+      gemm_out.push_back({sname, "", "f32 sgemm", flops / median(s[0].seconds) / 1e9, median(s[0].seconds) * 1e3,
+                          flops / best(s[0].seconds) / 1e9});
+    }
+    for (const auto& tn : type_list) {
+      const auto t = rlx::gguf::parse_ggml_type(tn);
+      if (!t || cols % rlx::gguf::ggml_type_info(*t).block_elems != 0) continue;
+      std::vector<std::byte> wq(rlx::gguf::quantized_bytes(*t, std::size_t(rows * cols)));
+      rlx::gguf::quantize(*t, std::span(wf.data_as<float>(), std::size_t(rows * cols)), wq);
+      const auto& table = rlx::backends::cpu::select_quant_table();
+      auto s = interleave({{std::string("rlx_") + table.name,
+                            [&] {
+                              rlx::backends::cpu::quant_gemm_with(table, *t, wq.data(), rows, cols, xt.data_as<float>(),
+                                                                  gemm_n, y.data(), QuantMode::Fast, threads);
+                            }}},
+                          timing);
+      emit("gemm_" + tn + "_" + sname, Work{flops, double(wq.size())}, s);
+      progress("gemm_" + tn + "_" + sname, s);
+      gemm_out.push_back({sname, "", tn + " " + s[0].impl, flops / median(s[0].seconds) / 1e9,
+                          median(s[0].seconds) * 1e3, flops / best(s[0].seconds) / 1e9});
+    }
+  }
   std::fprintf(stderr, "\n%-10s %-5s %-22s %9s %9s %9s\n", "shape", "", "impl", "GB/s", "best GB/s", "ms");
   for (const auto& r : rows_out)
     std::fprintf(stderr, "%-10s %-5s %-22s %9.1f %9.1f %9.4f\n", r.shape.c_str(), r.regime.c_str(), r.impl.c_str(),
                  r.gbs, r.best_gbs, r.ms);
+  std::fprintf(stderr, "\n%-16s %-22s %9s %9s %9s\n", "gemm", "impl", "GFLOP/s", "best", "ms");
+  for (const auto& r : gemm_out)
+    std::fprintf(stderr, "%-16s %-22s %9.1f %9.1f %9.4f\n", r.shape.c_str(), r.impl.c_str(), r.gbs, r.best_gbs, r.ms);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_quant: %s\n", e.what());
