@@ -199,8 +199,9 @@ TEST(QuantMatmul, FastWithinActivationQuantizationError) {
                 std::fabs(double(w.deq[r * s.cols + k])) * std::fabs(double(x[j * s.cols + k]) - xq[j * s.cols + k]);
           const auto i = static_cast<std::size_t>(j * s.rows + r);
           EXPECT_LE(std::fabs(y[i] - exact.y[i]), qerr + 1e-5 * (exact.bound[i] + tight.bound[i])) << "output " << i;
-          // The activation error is small next to the product's magnitude (8-bit quants).
-          EXPECT_LE(qerr, 0.01 * exact.bound[i] + 1e-30);
+          // The activation error is small next to the product's magnitude: |x - xq| <= amax / 254 per
+          // block, a few percent of the mean |x| of a normal block at most.
+          EXPECT_LE(qerr, 0.05 * exact.bound[i] + 1e-30);
         }
     }
 }
