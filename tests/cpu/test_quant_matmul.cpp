@@ -327,6 +327,23 @@ TEST(QuantMatmul, EdgeCases) {
     }
 }
 
+TEST(QuantMatmul, ThreadCountDoesNotChangeResults) {
+  std::mt19937_64 rng(rlx::testing::test_seed() + 8);
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K}) {
+    SCOPED_TRACE(name(t));
+    const std::int64_t rows = 301, cols = 512, n = 9;
+    auto w = make_weights(t, rows, cols, rng);
+    auto x = make_x(n * cols, rng);
+    for (QuantMode mode : {QuantMode::Fast, QuantMode::Exact}) {
+      std::vector<float> one(static_cast<std::size_t>(n * rows), kNaN), all(one.size(), kNaN);
+      const QuantTable& table = select_quant_table();
+      quant_gemm_with(table, t, w.q.data(), rows, cols, x.data(), n, one.data(), mode, 1);
+      quant_gemm_with(table, t, w.q.data(), rows, cols, x.data(), n, all.data(), mode, 0);
+      ASSERT_EQ(one, all);
+    }
+  }
+}
+
 void expect_error(const std::function<void()>& fn, const std::string& needle) {
   try {
     fn();
