@@ -24,7 +24,7 @@ BELOW = {
     "reference": {"ir"},
     "compile": {"reference"},
     "runtime": {"compile"},
-    "backends": {"runtime"},
+    "backends": {"runtime", "gguf"},  # gguf: the block structs the quantized matmul kernels read (issue 14)
     "flow": {"ir"},
     "gguf": {"ir"},  # the GGUF container and ggml's block types (issue 14)
     "llm": {"gguf", "flow", "runtime"},  # GGUF language models: tokenizer, Llama, generation
