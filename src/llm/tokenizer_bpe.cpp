@@ -10,12 +10,7 @@
 namespace rlx::llm::detail {
 namespace {
 
-struct Symbol {
-  int prev;
-  int next;
-  std::size_t start;  // into the piece
-  std::size_t n;      // 0 once merged into its left neighbour
-};
+using Symbol = MergeSymbol;
 
 struct Bigram {
   int left;
@@ -42,15 +37,8 @@ class Merger {
       }
     }
     piece_ = &piece;
-    symbols_.clear();
     queue_ = {};
-    for (std::size_t off = 0; off < piece.size();) {
-      const std::size_t n =
-          std::min(piece.size() - off, unicode::utf8_sequence_length(static_cast<unsigned char>(piece[off])));
-      const int index = static_cast<int>(symbols_.size());
-      symbols_.push_back({index - 1, off + n == piece.size() ? -1 : index + 1, off, n});
-      off += n;
-    }
+    utf8_symbols(piece, symbols_);
     for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) add_bigram(i - 1, i);
     while (!queue_.empty()) {
       const Bigram b = queue_.top();

@@ -1,6 +1,7 @@
 #pragma once
 // The tokenizer's state (internal to src/llm), shared by tokenizer.cpp (loading, special tokens, decoding) and
 // the two encoders, tokenizer_bpe.cpp and tokenizer_spm.cpp.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "llm/pretokenize.hpp"
+#include "llm/unicode.hpp"
 #include "rlx/llm/tokenizer.hpp"
 
 namespace rlx::llm::detail {
@@ -59,5 +61,26 @@ inline void merge_key(std::string& key, std::string_view left, std::string_view 
 void encode_bpe(const TokenizerData& d, std::string_view text, std::vector<std::int32_t>& out);
 // text: the fragment with spaces already replaced by U+2581 (and the prefix added).
 void encode_spm(const TokenizerData& d, std::string_view text, std::vector<std::int32_t>& out);
+
+// One symbol of a merge (BPE and SentencePiece alike): a byte range of the text, linked to its neighbours.
+struct MergeSymbol {
+  int prev;
+  int next;
+  std::size_t start;  // into the text being merged
+  std::size_t n;      // 0 once merged into its left neighbour
+};
+
+// `text` as one symbol per UTF-8 character (a truncated sequence at the end is one symbol), linked in order,
+// into `out` (cleared; its storage is reused from piece to piece).
+inline void utf8_symbols(std::string_view text, std::vector<MergeSymbol>& out) {
+  out.clear();
+  for (std::size_t off = 0; off < text.size();) {
+    const std::size_t n =
+        std::min(text.size() - off, unicode::utf8_sequence_length(static_cast<unsigned char>(text[off])));
+    const int index = static_cast<int>(out.size());
+    out.push_back({index - 1, off + n == text.size() ? -1 : index + 1, off, n});
+    off += n;
+  }
+}
 
 }  // namespace rlx::llm::detail

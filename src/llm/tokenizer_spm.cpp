@@ -12,12 +12,7 @@
 namespace rlx::llm::detail {
 namespace {
 
-struct Symbol {
-  int prev;
-  int next;
-  std::size_t start;
-  std::size_t n;
-};
+using Symbol = MergeSymbol;
 
 struct Bigram {
   int left;
@@ -37,13 +32,7 @@ class Session {
   Session(const TokenizerData& d, std::string_view text) : d_(d), text_(text) {}
 
   void encode(std::vector<std::int32_t>& out) {
-    for (std::size_t off = 0; off < text_.size();) {
-      const std::size_t n =
-          std::min(text_.size() - off, unicode::utf8_sequence_length(static_cast<unsigned char>(text_[off])));
-      const int index = static_cast<int>(symbols_.size());
-      symbols_.push_back({index - 1, off + n == text_.size() ? -1 : index + 1, off, n});
-      off += n;
-    }
+    utf8_symbols(text_, symbols_);
     for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) add_bigram(i - 1, i);
     while (!queue_.empty()) {
       const Bigram b = queue_.top();
