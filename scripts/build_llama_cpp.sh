@@ -11,6 +11,8 @@
 #   tools      llama-bench, llama-tokenize and llama-quantize in DIR/llama.cpp/build/bin (minutes
 #              on 2 cores; for the benchmarks and cross-checks, not for `make test`)
 #   tokenize   llama-tokenize alone (the tokenizer cross-check, tests/llm/test_tokenizer_llama_cpp.cpp)
+#   logits     DIR/llama.cpp/build/bin/llama_logits: bench/llama_logits.cpp over libllama, llama.cpp's logits at
+#              every position (the fast-mode accuracy comparison, bench/llm_accuracy.py); builds the tools first
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), LLAMA_CPP_PYTHON_VERSION (the pinned
 # sdist; change it deliberately, since the reference quantizers may change between releases), JOBS (2).
@@ -24,8 +26,8 @@ what=quant-ref
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) BUILD="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
-    source | quant-ref | tools | tokenize | all) what="$1"; shift ;;
-    *) echo "usage: $0 [--build-dir DIR] [source|quant-ref|tools|tokenize|all]" >&2; exit 2 ;;
+    source | quant-ref | tools | tokenize | logits | all) what="$1"; shift ;;
+    *) echo "usage: $0 [--build-dir DIR] [source|quant-ref|tools|tokenize|logits|all]" >&2; exit 2 ;;
   esac
 done
 
@@ -97,10 +99,20 @@ build_tokenize() {
 }
 
 fetch_source
+build_logits() {
+  build_tools
+  local lib="$OUT/build"
+  echo "[llama.cpp] building llama_logits" >&2
+  nice -n 10 "${CXX:-c++}" -O2 -std=c++17 -I"$LLAMA/include" -I"$LLAMA/ggml/include" "$ROOT/bench/llama_logits.cpp" \
+    "$lib/src/libllama.a" "$lib/ggml/src/libggml.a" "$lib/ggml/src/libggml-cpu.a" "$lib/ggml/src/libggml-base.a" \
+    -fopenmp -lpthread -ldl -o "$lib/bin/llama_logits"
+}
+
 case "$what" in
   source) ;;
   quant-ref) build_quant_ref ;;
   tools) build_tools ;;
   tokenize) build_tokenize ;;
+  logits) build_logits ;;
   all) build_quant_ref; build_tools ;;
 esac

@@ -15,7 +15,7 @@ int generate(const GenerateArgs& args) {
     kind = llm::chat_template_from_name(args.chat_template);
     if (!kind) throw Error("--chat-template: unknown template '" + args.chat_template + "'");
   }
-  llm::Llm model = llm::Llm::load(args.model, {.context = args.context}, kind);
+  llm::Llm model = llm::Llm::load(args.model, {.context = args.context, .exact = args.exact}, kind);
   std::string text = args.prompt;
   if (args.chat) {
     std::vector<llm::ChatMessage> messages;

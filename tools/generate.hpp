@@ -16,6 +16,7 @@ struct GenerateArgs {
   bool chat = false;         // the prompt is a user message in the model's chat template
   std::string system;        // with chat: a system message (else the template's default)
   std::int64_t context = 0;  // 0: LoadOptions' default
+  bool exact = false;        // LoadOptions::exact
   llm::SamplerConfig sampling;
   std::string chat_template;  // "" detects it from the file
 };

@@ -184,6 +184,8 @@ int main(int argc, char** argv) try {
   generate->add_option("--repeat-last-n", gen.sampling.repeat_last_n, "The penalty's window (default 64)");
   generate->add_option("--seed", gen.sampling.seed, "Sampling seed (default 0)");
   generate->add_option("-c,--ctx", gen.context, "Context length the cache holds (default min(the model's, 512))");
+  generate->add_flag("--exact", gen.exact,
+                     "Exact mode: f32 activations into the quantized matmuls (default: 8-bit blocks, as llama.cpp)");
 
   std::string quant_in, quant_out, quant_type;
   auto* quantize = app.add_subcommand(

@@ -16,14 +16,15 @@ from . import _pyrlx as _C
 class LLM:
     """A Llama-family GGUF model with its tokenizer and chat template, on the CPU.
 
-    exact=True runs the exact mode (float32 activations, weights dequantized to float32). It is the only mode
-    today: the quantized kernels of the fast mode are not in yet, so exact=False runs it too.
+    The weights stay in the file's blocks, read in place from its mapping. The default fast mode rounds each
+    activation row per block to 8 bits and takes integer dot products, as llama.cpp does; exact=True feeds the
+    quantized matmuls float32 activations instead (each weight row dequantized exactly), for checking.
     context: the positions the KV cache holds (0: min(the model's, 512)).
     """
 
     def __init__(self, path: str, exact: bool = False, context: int = 0):
         self.exact = exact
-        self._llm = _C._Llm.load(str(path), context)
+        self._llm = _C._Llm.load(str(path), context, exact)
         self.last_generation = None
 
     @property

@@ -132,11 +132,11 @@ void bind_llm(nb::module_& m) {
   nb::class_<llm::LlamaModel>(m, "_LlamaModel")
       .def_static(
           "load",
-          [](const std::filesystem::path& path, std::int64_t context, std::int64_t prefill_chunk) {
+          [](const std::filesystem::path& path, std::int64_t context, std::int64_t prefill_chunk, bool exact) {
             nb::gil_scoped_release unlocked;
-            return llm::LlamaModel::load(path, {.context = context, .prefill_chunk = prefill_chunk});
+            return llm::LlamaModel::load(path, {.context = context, .prefill_chunk = prefill_chunk, .exact = exact});
           },
-          "path"_a, "context"_a = 0, "prefill_chunk"_a = 64)
+          "path"_a, "context"_a = 0, "prefill_chunk"_a = 64, "exact"_a = false)
       .def_prop_ro("vocab", [](const llm::LlamaModel& m) { return m.config().vocab; })
       .def_prop_ro("context", &llm::LlamaModel::context)
       .def_prop_ro("position", &llm::LlamaModel::position)
@@ -175,11 +175,11 @@ void bind_llm(nb::module_& m) {
   nb::class_<llm::Llm>(m, "_Llm")
       .def_static(
           "load",
-          [](const std::filesystem::path& path, std::int64_t context) {
+          [](const std::filesystem::path& path, std::int64_t context, bool exact) {
             nb::gil_scoped_release unlocked;
-            return llm::Llm::load(path, {.context = context});
+            return llm::Llm::load(path, {.context = context, .exact = exact});
           },
-          "path"_a, "context"_a = 0)
+          "path"_a, "context"_a = 0, "exact"_a = false)
       .def("tokenize", &llm::Llm::tokenize, "text"_a, "add_special"_a = true)
       .def("detokenize", [](const llm::Llm& l, const std::vector<std::int32_t>& ids) { return l.detokenize(ids); })
       .def("chat_prompt",

@@ -64,7 +64,7 @@ ir::Graph const_fold(const ir::Graph& g) {
       vals.push_back(in.value.get());
       largest = std::max(largest, in.value->nbytes());
     }
-    auto bytes = std::size_t(n.shape.numel()) * ir::dtype_size(n.dtype);
+    auto bytes = ir::storage_bytes(n.dtype, n.shape.extents());
     if (bytes > kFoldLimitBytes && bytes > largest) return std::nullopt;
     ir::Tensor v;
     try {

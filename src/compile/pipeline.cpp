@@ -24,7 +24,7 @@ std::int64_t Buffer::numel() const {
   for (auto d : shape) n *= d;
   return n;
 }
-std::int64_t Buffer::nbytes() const { return numel() * std::int64_t(ir::dtype_size(dtype)); }
+std::int64_t Buffer::nbytes() const { return std::int64_t(ir::storage_bytes(dtype, shape)); }
 
 BufferId Kernel::input_buffer(const ir::Node& input) const {
   return inputs.at(std::stoul(input.attrs.get_str("name").substr(2)));  // lower_to_lir names them "in<i>"

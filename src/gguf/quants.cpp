@@ -1,360 +1,70 @@
-// Dispatch, the float types and the 32-element blocks of rlx/gguf/quants.hpp. Each quantizer
-// follows ggml's quantize_row_*_ref operation by operation (gguf.quants does the same operations
-// in numpy for these types), so that every float rounds the same way; docs/quants.md.
-#include <cmath>
+#include "rlx/gguf/quants.hpp"
+
 #include <string>
 
-#include "gguf/quants_impl.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/quants.hpp"
 
 namespace rlx::gguf {
-namespace detail {
-
-int round_clamp(float v, int lo, int hi) {
-  if (std::isnan(v)) return 0;
-  const float r = std::round(v);
-  if (r <= static_cast<float>(lo)) return lo;
-  if (r >= static_cast<float>(hi)) return hi;
-  return static_cast<int>(r);
-}
 
 namespace {
 
-// ---- dequantize: x = d * q (+ m), in f32, as gguf.quants and ggml's dequantize_row_* ----
+using ir::DType;
 
-void dequantize_q4_0(const std::byte* in, float* y, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, y += kQK4) {
-    const auto b = load_block<BlockQ4_0>(in + i * sizeof(BlockQ4_0));
-    const float d = f16_to_f32(b.d);
-    for (int j = 0; j < kQK4 / 2; ++j) {
-      y[j] = static_cast<float>((b.qs[j] & 0x0f) - 8) * d;
-      y[j + kQK4 / 2] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
-    }
-  }
-}
-
-void dequantize_q4_1(const std::byte* in, float* y, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, y += kQK4) {
-    const auto b = load_block<BlockQ4_1>(in + i * sizeof(BlockQ4_1));
-    const float d = f16_to_f32(b.d), m = f16_to_f32(b.m);
-    for (int j = 0; j < kQK4 / 2; ++j) {
-      y[j] = static_cast<float>(b.qs[j] & 0x0f) * d + m;
-      y[j + kQK4 / 2] = static_cast<float>(b.qs[j] >> 4) * d + m;
-    }
-  }
-}
-
-// The five-bit quant j of a Q5 block: four bits from qs, the fifth from bit j of qh.
-inline int q5(const std::uint8_t* qs, std::uint32_t qh, int j) {
-  const int low = j < kQK4 / 2 ? (qs[j] & 0x0f) : (qs[j - kQK4 / 2] >> 4);
-  return low | static_cast<int>((qh >> j) & 1u) << 4;
-}
-
-void dequantize_q5_0(const std::byte* in, float* y, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, y += kQK4) {
-    const auto b = load_block<BlockQ5_0>(in + i * sizeof(BlockQ5_0));
-    const float d = f16_to_f32(b.d);
-    std::uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    for (int j = 0; j < kQK4; ++j) y[j] = static_cast<float>(q5(b.qs, qh, j) - 16) * d;
-  }
-}
-
-void dequantize_q5_1(const std::byte* in, float* y, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, y += kQK4) {
-    const auto b = load_block<BlockQ5_1>(in + i * sizeof(BlockQ5_1));
-    const float d = f16_to_f32(b.d), m = f16_to_f32(b.m);
-    std::uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    for (int j = 0; j < kQK4; ++j) y[j] = static_cast<float>(q5(b.qs, qh, j)) * d + m;
-  }
-}
-
-void dequantize_q8_0(const std::byte* in, float* y, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, y += kQK4) {
-    const auto b = load_block<BlockQ8_0>(in + i * sizeof(BlockQ8_0));
-    const float d = f16_to_f32(b.d);
-    for (int j = 0; j < kQK4; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
-  }
-}
-
-void dequantize_q8_1(const std::byte* in, float* y, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, y += kQK4) {
-    const auto b = load_block<BlockQ8_1>(in + i * sizeof(BlockQ8_1));
-    const float d = f16_to_f32(b.d);
-    for (int j = 0; j < kQK4; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
-  }
-}
-
-// ---- quantize: ggml's quantize_row_*_ref ----
-
-// The element of largest magnitude, the first one on ties (ggml's `amax < fabsf(v)` scan and
-// numpy's argmax agree on that).
-inline float signed_absmax(const float* x, int n) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  return max;
-}
-inline float absmax(const float* x, int n) {
-  float amax = 0.0f;
-  for (int j = 0; j < n; ++j) amax = std::fabs(x[j]) > amax ? std::fabs(x[j]) : amax;
-  return amax;
-}
-// min and max as ggml's strict comparisons find them (the first of equal values: -0 and +0 can
-// differ from numpy's reduction there, the only place gguf.quants and ggml disagree).
-inline void min_max(const float* x, int n, float& min, float& max) {
-  min = 3.402823466e+38f;
-  max = -3.402823466e+38f;
-  for (int j = 0; j < n; ++j) {
-    if (x[j] < min) min = x[j];
-    if (x[j] > max) max = x[j];
-  }
-}
-inline float inverse(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
-
-void quantize_q4_0(const float* x, std::byte* out, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, x += kQK4) {
-    const float d = signed_absmax(x, kQK4) / -8.0f;
-    const float id = inverse(d);
-    BlockQ4_0 b{};
-    b.d = f32_to_f16(d);
-    for (int j = 0; j < kQK4 / 2; ++j) {
-      const int lo = trunc_clamp(x[j] * id + 8.5f, 0, 15);
-      const int hi = trunc_clamp(x[j + kQK4 / 2] * id + 8.5f, 0, 15);
-      b.qs[j] = static_cast<std::uint8_t>(lo | hi << 4);
-    }
-    store_block(b, out + i * sizeof b);
-  }
-}
-
-void quantize_q4_1(const float* x, std::byte* out, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, x += kQK4) {
-    float min, max;
-    min_max(x, kQK4, min, max);
-    const float d = (max - min) / 15.0f;
-    const float id = inverse(d);
-    BlockQ4_1 b{};
-    b.d = f32_to_f16(d);
-    b.m = f32_to_f16(min);
-    for (int j = 0; j < kQK4 / 2; ++j) {
-      const int lo = trunc_clamp((x[j] - min) * id + 0.5f, 0, 15);
-      const int hi = trunc_clamp((x[j + kQK4 / 2] - min) * id + 0.5f, 0, 15);
-      b.qs[j] = static_cast<std::uint8_t>(lo | hi << 4);
-    }
-    store_block(b, out + i * sizeof b);
-  }
-}
-
-// Packs 32 five-bit quants: low nibbles as Q4_0, fifth bits into qh.
-template <class Block>
-void pack_q5(Block& b, const int* q) {
-  std::uint32_t qh = 0;
-  for (int j = 0; j < kQK4 / 2; ++j) {
-    b.qs[j] = static_cast<std::uint8_t>((q[j] & 0x0f) | (q[j + kQK4 / 2] & 0x0f) << 4);
-    qh |= static_cast<std::uint32_t>((q[j] >> 4) & 1) << j;
-    qh |= static_cast<std::uint32_t>((q[j + kQK4 / 2] >> 4) & 1) << (j + kQK4 / 2);
-  }
-  std::memcpy(b.qh, &qh, 4);
-}
-
-void quantize_q5_0(const float* x, std::byte* out, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, x += kQK4) {
-    const float d = signed_absmax(x, kQK4) / -16.0f;
-    const float id = inverse(d);
-    BlockQ5_0 b{};
-    b.d = f32_to_f16(d);
-    int q[kQK4];
-    for (int j = 0; j < kQK4; ++j) q[j] = trunc_clamp(x[j] * id + 16.5f, 0, 31);
-    pack_q5(b, q);
-    store_block(b, out + i * sizeof b);
-  }
-}
-
-void quantize_q5_1(const float* x, std::byte* out, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, x += kQK4) {
-    float min, max;
-    min_max(x, kQK4, min, max);
-    const float d = (max - min) / 31.0f;
-    const float id = inverse(d);
-    BlockQ5_1 b{};
-    b.d = f32_to_f16(d);
-    b.m = f32_to_f16(min);
-    int q[kQK4];
-    // ggml casts without a clamp here; (x - min) * id + 0.5 stays below 32 for finite inputs.
-    for (int j = 0; j < kQK4; ++j) q[j] = trunc_clamp((x[j] - min) * id + 0.5f, 0, 31);
-    pack_q5(b, q);
-    store_block(b, out + i * sizeof b);
-  }
-}
-
-void quantize_q8_0(const float* x, std::byte* out, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, x += kQK4) {
-    const float d = absmax(x, kQK4) / 127.0f;
-    const float id = inverse(d);
-    BlockQ8_0 b{};
-    b.d = f32_to_f16(d);
-    for (int j = 0; j < kQK4; ++j) b.qs[j] = static_cast<std::int8_t>(round_clamp(x[j] * id, -128, 127));
-    store_block(b, out + i * sizeof b);
-  }
-}
-
-void quantize_q8_1(const float* x, std::byte* out, std::size_t nblocks) {
-  for (std::size_t i = 0; i < nblocks; ++i, x += kQK4) {
-    const float d = absmax(x, kQK4) / 127.0f;
-    const float id = inverse(d);
-    BlockQ8_1 b{};
-    b.d = f32_to_f16(d);
-    int sum = 0;
-    for (int j = 0; j < kQK4; ++j) {
-      b.qs[j] = static_cast<std::int8_t>(round_clamp(x[j] * id, -128, 127));
-      sum += b.qs[j];
-    }
-    b.s = f32_to_f16(static_cast<float>(sum) * d);
-    store_block(b, out + i * sizeof b);
-  }
-}
-
-// ---- the float types ----
-
-void dequantize_f32(const std::byte* in, float* y, std::size_t n) { std::memcpy(y, in, n * sizeof(float)); }
-void quantize_f32(const float* x, std::byte* out, std::size_t n) { std::memcpy(out, x, n * sizeof(float)); }
-
-void dequantize_f16(const std::byte* in, float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint16_t h;
-    std::memcpy(&h, in + 2 * i, 2);
-    y[i] = f16_to_f32(h);
-  }
-}
-void quantize_f16(const float* x, std::byte* out, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint16_t h = f32_to_f16(x[i]);
-    std::memcpy(out + 2 * i, &h, 2);
-  }
-}
-void dequantize_bf16(const std::byte* in, float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint16_t h;
-    std::memcpy(&h, in + 2 * i, 2);
-    y[i] = bf16_to_f32(h);
-  }
-}
-void quantize_bf16(const float* x, std::byte* out, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint16_t h = f32_to_bf16(x[i]);
-    std::memcpy(out + 2 * i, &h, 2);
-  }
-}
-
-}  // namespace
-}  // namespace detail
-
-namespace {
-
-using DequantFn = void (*)(const std::byte*, float*, std::size_t);
-using QuantFn = void (*)(const float*, std::byte*, std::size_t);
-
-struct Codec {
-  DequantFn dequantize = nullptr;
-  QuantFn quantize = nullptr;
-  bool is_float = false;  // F32/F16/BF16: the row functions take elements, and any value quantizes
+// ggml's types and the dtypes that hold the same bytes.
+constexpr std::pair<GgmlType, DType> kSame[] = {
+    {GgmlType::F32, DType::F32},   {GgmlType::F16, DType::F16},   {GgmlType::BF16, DType::BF16},
+    {GgmlType::Q4_0, DType::Q4_0}, {GgmlType::Q4_1, DType::Q4_1}, {GgmlType::Q5_0, DType::Q5_0},
+    {GgmlType::Q5_1, DType::Q5_1}, {GgmlType::Q8_0, DType::Q8_0}, {GgmlType::Q8_1, DType::Q8_1},
+    {GgmlType::Q2_K, DType::Q2_K}, {GgmlType::Q3_K, DType::Q3_K}, {GgmlType::Q4_K, DType::Q4_K},
+    {GgmlType::Q5_K, DType::Q5_K}, {GgmlType::Q6_K, DType::Q6_K}, {GgmlType::Q8_K, DType::Q8_K},
 };
 
-Codec codec(GgmlType t) {
-  using namespace detail;
-  switch (t) {
-    case GgmlType::F32: return {dequantize_f32, quantize_f32, true};
-    case GgmlType::F16: return {dequantize_f16, quantize_f16, true};
-    case GgmlType::BF16: return {dequantize_bf16, quantize_bf16, true};
-    case GgmlType::Q4_0: return {dequantize_q4_0, quantize_q4_0};
-    case GgmlType::Q4_1: return {dequantize_q4_1, quantize_q4_1};
-    case GgmlType::Q5_0: return {dequantize_q5_0, quantize_q5_0};
-    case GgmlType::Q5_1: return {dequantize_q5_1, quantize_q5_1};
-    case GgmlType::Q8_0: return {dequantize_q8_0, quantize_q8_0};
-    case GgmlType::Q8_1: return {dequantize_q8_1, quantize_q8_1};
-    case GgmlType::Q2_K: return {dequantize_q2_k, quantize_q2_k};
-    case GgmlType::Q3_K: return {dequantize_q3_k, quantize_q3_k};
-    case GgmlType::Q4_K: return {dequantize_q4_k, quantize_q4_k};
-    case GgmlType::Q5_K: return {dequantize_q5_k, quantize_q5_k};
-    case GgmlType::Q6_K: return {dequantize_q6_k, quantize_q6_k};
-    case GgmlType::Q8_K: return {dequantize_q8_k, quantize_q8_k};
-    default: return {};
-  }
-}
-
 std::string type_name(GgmlType t) {
-  for (const auto& info : kGgmlTypes)
-    if (info.type == t) return std::string(info.name);
+  if (auto info = ggml_type_info(static_cast<std::uint32_t>(t))) return std::string(info->name);
   return "type " + std::to_string(static_cast<std::uint32_t>(t));
 }
 
-std::size_t block_bytes(GgmlType t) { return ggml_type_info(t).block_bytes; }
-
-// The codec of t, or an rlx::Error "<what> IQ2_XXS is not supported".
-Codec supported(GgmlType t, const char* what) {
-  const Codec c = codec(t);
-  if (c.dequantize == nullptr)
-    throw Error(std::string(what) + " " + type_name(t) +
-                " is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, "
-                "Q5_K, Q6_K, Q8_K)");
-  return c;
-}
-
-std::size_t checked_bytes(GgmlType t, std::size_t n, const char* what) {
-  const std::size_t block = ggml_type_info(t).block_elems;
-  if (n % block != 0)
-    throw Error(std::string(what) + " " + type_name(t) + ": " + std::to_string(n) +
-                " elements is not a multiple of its block of " + std::to_string(block));
-  return n / block * block_bytes(t);
+DType codec_dtype(GgmlType t, const char* what) {
+  if (auto d = to_dtype(t)) return *d;
+  throw Error(std::string(what) + " " + type_name(t) +
+              " is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, "
+              "Q5_K, Q6_K, Q8_K)");
 }
 
 }  // namespace
 
-bool can_dequantize(GgmlType t) { return codec(t).dequantize != nullptr; }
-bool can_quantize(GgmlType t) { return codec(t).quantize != nullptr; }
+std::optional<DType> to_dtype(GgmlType t) {
+  for (const auto& [g, d] : kSame)
+    if (g == t) return d;
+  return std::nullopt;
+}
+
+GgmlType to_ggml(DType t) {
+  for (const auto& [g, d] : kSame)
+    if (d == t) return g;
+  throw Error("dtype " + std::string(ir::dtype_name(t)) + " has no GGUF tensor type here (f32, f16, bf16 and the " +
+              "block types have)");
+}
+
+bool can_dequantize(GgmlType t) { return to_dtype(t).has_value(); }
+bool can_quantize(GgmlType t) { return to_dtype(t).has_value(); }
 
 std::size_t quantized_bytes(GgmlType t, std::size_t n) {
-  if (!ggml_type_info(static_cast<std::uint32_t>(t)))
-    throw Error("unknown ggml type " + std::to_string(static_cast<std::uint32_t>(t)));
-  return checked_bytes(t, n, "elements of");
+  const auto info = ggml_type_info(static_cast<std::uint32_t>(t));
+  if (!info) throw Error("unknown ggml type " + std::to_string(static_cast<std::uint32_t>(t)));
+  if (n % info->block_elems != 0)
+    throw Error("elements of " + type_name(t) + ": " + std::to_string(n) + " elements is not a multiple of its block of " +
+                std::to_string(info->block_elems));
+  return n / info->block_elems * info->block_bytes;
 }
 
 void dequantize(GgmlType t, std::span<const std::byte> blocks, std::span<float> out) {
-  const Codec c = supported(t, "dequantize of");
-  const std::size_t want = checked_bytes(t, out.size(), "dequantize of");
-  if (blocks.size() != want)
-    throw Error("dequantize of " + type_name(t) + ": " + std::to_string(out.size()) + " elements take " +
-                std::to_string(want) + " bytes (blocks of " + std::to_string(ggml_type_info(t).block_elems) + " in " +
-                std::to_string(block_bytes(t)) + " bytes), but the input has " + std::to_string(blocks.size()));
-  if (out.empty()) return;
-  const std::size_t units = c.is_float ? out.size() : out.size() / ggml_type_info(t).block_elems;
-  c.dequantize(blocks.data(), out.data(), units);
+  ir::dequantize(codec_dtype(t, "dequantize of"), blocks, out);
 }
 
 void quantize(GgmlType t, std::span<const float> in, std::span<std::byte> out) {
-  const Codec c = supported(t, "quantize to");
-  const std::size_t want = checked_bytes(t, in.size(), "quantize to");
-  if (out.size() != want)
-    throw Error("quantize to " + type_name(t) + ": " + std::to_string(in.size()) + " elements take " +
-                std::to_string(want) + " bytes (blocks of " + std::to_string(ggml_type_info(t).block_elems) + " in " +
-                std::to_string(block_bytes(t)) + " bytes), but the output has " + std::to_string(out.size()));
-  if (in.empty()) return;
-  if (!c.is_float) {
-    for (std::size_t i = 0; i < in.size(); ++i)
-      if (!std::isfinite(in[i]))
-        throw Error("quantize to " + type_name(t) + ": element " + std::to_string(i) + " is " +
-                    (std::isnan(in[i]) ? "nan"
-                     : in[i] > 0       ? "inf"
-                                       : "-inf") +
-                    " (block types quantize finite values only)");
-  }
-  const std::size_t units = c.is_float ? in.size() : in.size() / ggml_type_info(t).block_elems;
-  c.quantize(in.data(), out.data(), units);
+  ir::quantize(codec_dtype(t, "quantize to"), in, out);
 }
 
 }  // namespace rlx::gguf

@@ -7,19 +7,24 @@
 
 namespace rlx::ir {
 
-std::size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F64:
-    case DType::I64: return 8;
-    case DType::F32:
-    case DType::I32: return 4;
-    case DType::F16:
-    case DType::BF16: return 2;
-    case DType::I8:
-    case DType::U8:
-    case DType::Bool: return 1;
+std::size_t storage_bytes(DType t, std::span<const std::int64_t> shape) {
+  std::size_t n = 1;
+  for (std::int64_t d : shape) n *= std::size_t(d);
+  if (!is_block_quantized(t)) return n * dtype_size(t);
+  const BlockLayout b = block_layout(t);
+  if (shape.empty() || shape.back() <= 0 || std::size_t(shape.back()) % b.elems != 0) {
+    std::string dims;
+    for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+    throw Error(std::string(dtype_name(t)) + "[" + dims + "]: a block-quantized tensor's last extent must be a " +
+                "positive multiple of its block of " + std::to_string(b.elems));
   }
-  return 0;
+  return n / b.elems * b.bytes;
+}
+
+std::size_t dtype_size(DType t) {
+  if (!is_block_quantized(t)) return block_bytes(t);
+  throw Error(std::string(dtype_name(t)) + " is block-quantized: " + std::to_string(block_elems(t)) +
+              " elements share " + std::to_string(block_bytes(t)) + " bytes, so an element has no size of its own");
 }
 
 std::string_view dtype_name(DType t) {
@@ -33,6 +38,18 @@ std::string_view dtype_name(DType t) {
     case DType::I32: return "i32";
     case DType::I64: return "i64";
     case DType::Bool: return "bool";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q8_0: return "q8_0";
+    case DType::Q8_1: return "q8_1";
+    case DType::Q2_K: return "q2_k";
+    case DType::Q3_K: return "q3_k";
+    case DType::Q4_K: return "q4_k";
+    case DType::Q5_K: return "q5_k";
+    case DType::Q6_K: return "q6_k";
+    case DType::Q8_K: return "q8_k";
   }
   return "?";
 }
@@ -40,7 +57,11 @@ std::string_view dtype_name(DType t) {
 DType parse_dtype(std::string_view s) {
   for (DType t : kAllDTypes)
     if (dtype_name(t) == s) return t;
-  throw Error("unknown dtype '" + std::string(s) + "' (expected f32, f16, bf16, f64, i8, u8, i32, i64 or bool)");
+  for (DType t : kBlockDTypes)
+    if (dtype_name(t) == s) return t;
+  throw Error("unknown dtype '" + std::string(s) +
+              "' (expected f32, f16, bf16, f64, i8, u8, i32, i64, bool, or a block type: q4_0, q4_1, q5_0, q5_1, "
+              "q8_0, q8_1, q2_k, q3_k, q4_k, q5_k, q6_k, q8_k)");
 }
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
@@ -103,6 +124,8 @@ double round_to_dtype(double v, DType t) {
     case DType::Bool: return v != 0 ? 1.0 : 0.0;
     default: break;
   }
+  // A block type's elements round together (rlx::ir::quantize); one alone is kept as its f32.
+  if (is_block_quantized(t)) return static_cast<float>(v);
   if (std::isnan(v)) return 0;
   double tr = std::trunc(v);
   // Wrap around like a two's complement store of the truncated integer.

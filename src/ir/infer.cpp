@@ -60,7 +60,13 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
     for (const auto& spec : op_attr_schema(op))
       if (spec.required && !attrs.has(spec.key)) require(false, "missing attribute '" + std::string(spec.key) + "'");
 
-    const auto& rule = op_def(op).infer;
+    const OpDef& def = op_def(op);
+    for (int i = 0; i < n_in; ++i)
+      if (is_block_quantized(in(i).dtype) &&
+          std::find(def.block_operands.begin(), def.block_operands.end(), std::size_t(i)) == def.block_operands.end())
+        require(false, "operand " + std::to_string(i) + " is " + std::string(dtype_name(in(i).dtype)) +
+                           ", a block-quantized type: only dequantize, quantized_matmul and embedding read one");
+    const auto& rule = def.infer;
     require(bool(rule), "has no inference rule in the op table");
     std::vector<TypeInfo> ins;
     for (int i = 0; i < n_in; ++i) ins.push_back({in(i).dtype, in(i).shape});
@@ -83,6 +89,14 @@ TypeInfo infer_type(const Graph& g, OpKind op, std::span<const NodeId> inputs, c
     check_shape(t.shape, "the result");
   } catch (const Error& e) {
     fail(g, op, inputs, e.what());
+  }
+  // A block-typed result (a declared leaf, quantize) needs whole blocks in each row.
+  if (is_block_quantized(t.dtype) && t.shape.is_static()) {
+    try {
+      (void)storage_bytes(t.dtype, t.shape.extents());
+    } catch (const Error& e) {
+      fail(g, op, inputs, e.what());
+    }
   }
   // A declaration that inference contradicts is an error, whichever op it is on (never silently replaced).
   if (declared && (declared->dtype != t.dtype || declared->shape != t.shape))

@@ -49,6 +49,7 @@ std::string_view op_class_name(OpClass c) {
     case OpClass::Composite: return "composite";
     case OpClass::Custom: return "custom";
     case OpClass::ControlFlow: return "control_flow";
+    case OpClass::Quant: return "quant";
   }
   return "?";
 }

@@ -5,6 +5,7 @@
 
 #include "rlx/error.hpp"
 #include "rlx/ir/limits.hpp"
+#include "rlx/ir/quants.hpp"
 #include "rlx/ir/shape.hpp"
 
 namespace rlx::ir {
@@ -13,9 +14,17 @@ namespace {
 // Checked before the vector allocates: a huge shape is an rlx::Error, not a
 // bad_alloc or 8 GiB zero-filled and then refused.
 std::size_t checked_bytes(const std::vector<std::int64_t>& shape, DType dtype) {
-  const std::int64_t bytes = checked_numel(shape, "a tensor") * std::int64_t(dtype_size(dtype));
+  (void)checked_numel(shape, "a tensor");
+  const auto bytes = std::int64_t(storage_bytes(dtype, shape));
   limits::check_allocation(bytes, "a tensor of " + Shape(shape).str());
   return std::size_t(bytes);
+}
+
+// A block type's elements are its rows' blocks dequantized (rlx/ir/quants.hpp).
+std::vector<float> dequantized(const Tensor& t) {
+  std::vector<float> out(std::size_t(t.numel()));
+  dequantize(t.dtype(), std::span(t.data(), t.nbytes()), out);
+  return out;
 }
 }  // namespace
 
@@ -38,6 +47,11 @@ Tensor Tensor::from_f64(DType dtype, std::vector<std::int64_t> shape, std::span<
   if (static_cast<std::int64_t>(values.size()) != t.numel())
     throw Error("tensor has " + std::to_string(t.numel()) + " elements, got " + std::to_string(values.size()) +
                 " values");
+  if (is_block_quantized(dtype)) {  // the rows quantize together
+    std::vector<float> f(values.begin(), values.end());
+    quantize(dtype, f, std::span(t.data(), t.nbytes()));
+    return t;
+  }
   for (std::size_t i = 0; i < values.size(); ++i) t.set(static_cast<std::int64_t>(i), values[i]);
   return t;
 }
@@ -48,9 +62,19 @@ Tensor Tensor::scalar(DType dtype, double value) {
   return t;
 }
 
-std::int64_t Tensor::numel() const { return static_cast<std::int64_t>(data_.size() / dtype_size(dtype_)); }
+std::int64_t Tensor::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape_) n *= d;
+  return n;
+}
 
 double Tensor::get(std::int64_t i) const {
+  if (is_block_quantized(dtype_)) {  // the element's block, dequantized
+    const auto [elems, bytes] = block_layout(dtype_);
+    std::vector<float> block(elems);
+    dequantize(dtype_, std::span(data_.data() + std::size_t(i) / elems * bytes, bytes), block);
+    return block[std::size_t(i) % elems];
+  }
   const std::byte* p = data_.data() + static_cast<std::size_t>(i) * dtype_size(dtype_);
   auto load = [p]<class T>(T) {
     T v;
@@ -67,11 +91,15 @@ double Tensor::get(std::int64_t i) const {
     case DType::I32: return load(std::int32_t{});
     case DType::I64: return static_cast<double>(load(std::int64_t{}));
     case DType::Bool: return load(std::uint8_t{}) != 0;
+    default: break;  // the block types: above
   }
   return 0;
 }
 
 void Tensor::set(std::int64_t i, double v) {
+  if (is_block_quantized(dtype_))
+    throw Error("set element " + std::to_string(i) + " of a " + std::string(dtype_name(dtype_)) +
+                " tensor: a block type's elements quantize together (Tensor::from_f64, rlx::ir::quantize)");
   std::byte* p = data_.data() + static_cast<std::size_t>(i) * dtype_size(dtype_);
   auto store = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
   double r = round_to_dtype(v, dtype_);
@@ -85,10 +113,15 @@ void Tensor::set(std::int64_t i, double v) {
     case DType::I32: store(static_cast<std::int32_t>(r)); break;
     case DType::I64: store(static_cast<std::int64_t>(r)); break;
     case DType::Bool: store(static_cast<std::uint8_t>(r != 0)); break;
+    default: break;  // the block types: refused above
   }
 }
 
 std::vector<double> Tensor::to_f64() const {
+  if (is_block_quantized(dtype_)) {
+    const std::vector<float> f = dequantized(*this);
+    return {f.begin(), f.end()};
+  }
   std::vector<double> out(static_cast<std::size_t>(numel()));
   for (std::int64_t i = 0; i < numel(); ++i) out[static_cast<std::size_t>(i)] = get(i);
   return out;

@@ -16,8 +16,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 Llm Llm::load(const std::filesystem::path& path, const LoadOptions& options,
               std::optional<ChatTemplateKind> chat_template) {
-  const gguf::File file = gguf::File::open(path);
-  Tokenizer tok = Tokenizer::from_gguf(file);
+  const auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
+  Tokenizer tok = Tokenizer::from_gguf(*file);
   LlamaModel model = LlamaModel::load(file, options);
   if (tok.vocab_size() != model.config().vocab)
     throw Error(fmt::format("gguf '{}': the tokenizer has {} tokens, the model's embedding {}", path.string(),

@@ -11,6 +11,7 @@
 
 #include "rlx/error.hpp"
 #include "rlx/gguf/quants.hpp"
+#include "rlx/ir/quants.hpp"
 
 namespace rlx::llm {
 
@@ -48,12 +49,25 @@ NodeId repeat_kv(ir::Graph& g, NodeId kv, i64 kv_heads, i64 heads, i64 context, 
   return g.reshape(e, Shape{1, heads, context, dim});
 }
 
+// y = x W^T for a weight stored as GGUF stores it, [out, in]: quantized_matmul on a block-quantized W
+// (read in its blocks), matmul with W transposed on an f32 one.
+FlowValue linear(FlowCtx& ctx, const LlamaConfig& c, const std::string& act, FlowValue x, const std::string& name,
+                 i64 out) {
+  const std::string w = name + ".weight";
+  const ir::Shape& xs = x.shape();
+  const DType t = c.weight_dtype(w);
+  FlowValue wv = ctx.param(w, Shape{out, xs[xs.rank() - 1].size}, t);
+  ir::Graph& g = ctx.hir();
+  if (ir::is_block_quantized(t)) return ctx.value(g.quantized_matmul(x.id(), wv.id(), act));
+  return ctx.value(g.matmul(x.id(), g.permute(wv.id(), {1, 0})));
+}
+
 struct Embed : flow::LayerStage {
   LlamaConfig c;
   explicit Embed(LlamaConfig config) : c(std::move(config)) {}
   std::string_view name() const override { return "token_embd"; }
   std::pair<FlowValue, flow::StageArtifacts> emit_layer(FlowCtx& ctx, FlowValue tokens) const override {
-    FlowValue table = ctx.param("token_embd.weight", Shape{c.vocab, c.n_embd});
+    FlowValue table = ctx.param("token_embd.weight", Shape{c.vocab, c.n_embd}, c.weight_dtype("token_embd.weight"));
     FlowValue x = ctx.value(ctx.hir().embedding(table.id(), tokens.id()));
     return {x, flow::StageArtifacts::hidden_only(x.shape())};
   }
@@ -61,20 +75,24 @@ struct Embed : flow::LayerStage {
 
 // Pre-norm attention with rotary positions and grouped KV heads, then a SwiGLU MLP.
 struct Block : flow::LayerStage {
-  LlamaConfig c;
+  const LlamaConfig& c;
+  std::string act;
   i64 layer, tokens, context;
   std::string label;
-  Block(LlamaConfig config, i64 i, i64 t, i64 ctx)
-      : c(std::move(config)), layer(i), tokens(t), context(ctx), label(fmt::format("blk.{}", i)) {}
+  Block(const LlamaConfig& config, std::string_view activations, i64 i, i64 t, i64 ctx)
+      : c(config), act(activations), layer(i), tokens(t), context(ctx), label(fmt::format("blk.{}", i)) {}
   std::string_view name() const override { return label; }
 
   std::pair<FlowValue, flow::StageArtifacts> emit_layer(FlowCtx& ctx, FlowValue x) const override {
     ir::Graph& g = ctx.hir();
     const i64 H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, T = tokens, C = context;
     FlowValue h = ctx.rms_norm(x, layer_key(layer, "attn_norm"), c.rms_eps);
-    NodeId q = g.reshape(ctx.linear(h, layer_key(layer, "attn_q"), H * D).id(), Shape{T, H, D});
-    NodeId k = g.reshape(ctx.linear(h, layer_key(layer, "attn_k"), Hkv * D).id(), Shape{T, Hkv, D});
-    NodeId v = g.reshape(ctx.linear(h, layer_key(layer, "attn_v"), Hkv * D).id(), Shape{T, Hkv, D});
+    auto lin = [&](FlowValue in, std::string_view what, i64 out) {
+      return linear(ctx, c, act, in, layer_key(layer, what), out);
+    };
+    NodeId q = g.reshape(lin(h, "attn_q", H * D).id(), Shape{T, H, D});
+    NodeId k = g.reshape(lin(h, "attn_k", Hkv * D).id(), Shape{T, Hkv, D});
+    NodeId v = g.reshape(lin(h, "attn_v", Hkv * D).id(), Shape{T, Hkv, D});
     NodeId cos = ctx.input("rope_cos").id(), sin = ctx.input("rope_sin").id();
     q = rope(g, q, cos, sin, T, H, D);
     k = rope(g, k, cos, sin, T, Hkv, D);
@@ -93,21 +111,23 @@ struct Block : flow::LayerStage {
     NodeId att = g.attention(q4, repeat_kv(g, kc, Hkv, H, C, D), repeat_kv(g, vc, Hkv, H, C, D), ctx.input("mask").id(),
                              false, 1 / std::sqrt(double(D)));
     NodeId merged = g.reshape(g.permute(g.reshape(att, Shape{H, T, D}), {1, 0, 2}), Shape{T, H * D});
-    FlowValue o = ctx.linear(ctx.value(merged), layer_key(layer, "attn_output"), c.n_embd);
+    FlowValue o = lin(ctx.value(merged), "attn_output", c.n_embd);
     x = ctx.residual(x, o);
     FlowValue f = ctx.rms_norm(x, layer_key(layer, "ffn_norm"), c.rms_eps);
-    FlowValue gate = ctx.silu(ctx.linear(f, layer_key(layer, "ffn_gate"), c.n_ff));
-    FlowValue up = ctx.linear(f, layer_key(layer, "ffn_up"), c.n_ff);
-    x = ctx.residual(x, ctx.linear(ctx.mul(gate, up), layer_key(layer, "ffn_down"), c.n_embd));
+    FlowValue gate = ctx.silu(lin(f, "ffn_gate", c.n_ff));
+    FlowValue up = lin(f, "ffn_up", c.n_ff);
+    x = ctx.residual(x, lin(ctx.mul(gate, up), "ffn_down", c.n_embd));
     return {x, flow::StageArtifacts::hidden_only(x.shape())};
   }
 };
 
 struct Head : flow::LayerStage {
-  LlamaConfig c;
+  const LlamaConfig& c;
+  std::string act;
   i64 tokens;
   bool all_positions;
-  Head(LlamaConfig config, i64 t, bool all) : c(std::move(config)), tokens(t), all_positions(all) {}
+  Head(const LlamaConfig& config, std::string_view activations, i64 t, bool all)
+      : c(config), act(activations), tokens(t), all_positions(all) {}
   std::string_view name() const override { return "output"; }
   std::pair<FlowValue, flow::StageArtifacts> emit_layer(FlowCtx& ctx, FlowValue x) const override {
     FlowValue h = ctx.rms_norm(x, "output_norm", c.rms_eps);
@@ -115,12 +135,13 @@ struct Head : flow::LayerStage {
       // The row of the last real token, picked by the host's one-hot "last" [1, T].
       h = ctx.matmul(ctx.input("last"), h);
     }
-    FlowValue logits = ctx.linear(h, "output", c.vocab);
+    // A tied output reads the token embedding's rows, in their blocks.
+    FlowValue logits = linear(ctx, c, act, h, c.tied_output ? "token_embd" : "output", c.vocab);
     return {logits, flow::StageArtifacts::hidden_only(logits.shape())};
   }
 };
 
-flow::BuiltModel build(const LlamaConfig& c, i64 tokens, i64 context, bool all_positions) {
+flow::BuiltModel build(const LlamaConfig& c, i64 tokens, i64 context, bool all_positions, std::string_view act) {
   auto m = flow::ModelFlow::create(c.arch);
   m.input("tokens", Shape{tokens}, DType::I32)
       .input("rope_cos", Shape{tokens, c.head_dim / 2})
@@ -134,39 +155,10 @@ flow::BuiltModel build(const LlamaConfig& c, i64 tokens, i64 context, bool all_p
     m.input(v_cache(i), Shape{c.n_head_kv, context, c.head_dim});
   }
   m.layer_stage(Embed(c));
-  for (i64 i = 0; i < c.n_layer; ++i) m.layer_stage(Block(c, i, tokens, context));
-  m.layer_stage(Head(c, tokens, all_positions));
+  for (i64 i = 0; i < c.n_layer; ++i) m.layer_stage(Block(c, act, i, tokens, context));
+  m.layer_stage(Head(c, act, tokens, all_positions));
   m.output("logits");
   return m.build();
-}
-
-// A GGUF tensor as float32 in row-major order (numpy's view: the reverse of ggml's dims).
-ir::Tensor dequantized(const gguf::File& f, const std::string& name) {
-  const gguf::TensorView t = f.tensor(name);
-  std::vector<std::int64_t> shape(t.info->dims.rbegin(), t.info->dims.rend());
-  ir::Tensor out(DType::F32, shape);
-  gguf::dequantize(t.info->type, t.bytes, {out.data_as<float>(), std::size_t(out.numel())});
-  return out;
-}
-
-// [rows, cols] -> [cols, rows]: GGUF stores a linear layer's weight as [out, in], linear() takes [in, out].
-ir::Tensor transposed(const ir::Tensor& w) {
-  const i64 rows = w.shape()[0], cols = w.shape()[1];
-  ir::Tensor out(DType::F32, {cols, rows});
-  const float* src = w.data_as<float>();
-  float* dst = out.data_as<float>();
-  constexpr i64 kTile = 32;  // tiles keep both sides in cache
-  for (i64 r0 = 0; r0 < rows; r0 += kTile)
-    for (i64 c0 = 0; c0 < cols; c0 += kTile)
-      for (i64 r = r0; r < std::min(rows, r0 + kTile); ++r)
-        for (i64 c = c0; c < std::min(cols, c0 + kTile); ++c) dst[c * rows + r] = src[r * cols + c];
-  return out;
-}
-
-void check_shape(const ir::Tensor& t, std::vector<i64> want, const std::string& name) {
-  if (t.shape() != want)
-    throw Error(fmt::format("gguf: tensor '{}' is [{}], the model's metadata needs [{}]", name,
-                            fmt::join(t.shape(), ", "), fmt::join(want, ", ")));
 }
 
 }  // namespace
@@ -205,8 +197,15 @@ LlamaConfig LlamaConfig::from_gguf(const gguf::File& file) {
   return c;
 }
 
+DType LlamaConfig::weight_dtype(std::string_view name) const {
+  auto it = weight_dtypes.find(name);
+  return it == weight_dtypes.end() ? DType::F32 : it->second;
+}
+
 struct LlamaModel::Impl {
-  Impl(CompiledGraph p, CompiledGraph d, i64 c) : prefill(std::move(p)), decode(std::move(d)), chunk(c) {}
+  Impl(std::shared_ptr<const gguf::File> f, CompiledGraph p, CompiledGraph d, i64 c)
+      : file(std::move(f)), prefill(std::move(p)), decode(std::move(d)), chunk(c) {}
+  std::shared_ptr<const gguf::File> file;  // the mapping the params are read from
   CompiledGraph prefill, decode;
   CompiledGraph* cache_owner = &decode;  // the graph whose handles hold the cache
   i64 chunk = 0;
@@ -216,53 +215,71 @@ LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
 LlamaModel& LlamaModel::operator=(LlamaModel&&) noexcept = default;
 LlamaModel::~LlamaModel() = default;
 
-flow::BuiltModel LlamaModel::build_graph(const LlamaConfig& config, std::int64_t tokens, std::int64_t context) {
-  return build(config, tokens, context, true);
+flow::BuiltModel LlamaModel::build_graph(const LlamaConfig& config, std::int64_t tokens, std::int64_t context,
+                                         std::string_view activations) {
+  return build(config, tokens, context, true, activations);
 }
 
 LlamaModel LlamaModel::load(const std::filesystem::path& path, const LoadOptions& options) {
-  return load(gguf::File::open(path), options);
+  return load(std::make_shared<const gguf::File>(gguf::File::open(path)), options);
 }
 
-LlamaModel LlamaModel::load(const gguf::File& file, const LoadOptions& options) {
+LlamaModel LlamaModel::load(std::shared_ptr<const gguf::File> file, const LoadOptions& options) {
+  if (!file) throw Error("llm: load needs a GGUF file");
   LlamaModel m;
-  m.config_ = LlamaConfig::from_gguf(file);
-  const LlamaConfig& c = m.config_;
+  m.config_ = LlamaConfig::from_gguf(*file);
+  LlamaConfig& c = m.config_;
   m.context_ = options.context > 0 ? options.context : std::min<i64>(c.context, 512);
   if (m.context_ > c.context)
     throw Error(fmt::format("llm: a context of {} exceeds the model's {}", m.context_, c.context));
   if (options.prefill_chunk < 1) throw Error("llm: prefill_chunk must be >= 1");
   const i64 chunk = std::min(options.prefill_chunk, m.context_);
-  Session session(options.device);
-  auto impl = std::make_unique<Impl>(session.compile(build(c, chunk, m.context_, true).graph),
-                                     session.compile(build(c, 1, m.context_, false).graph), chunk);
 
-  // Weights: dequantized to float32 (linear layers transposed to [in, out]) into both graphs.
-  auto set = [&](const std::string& param, const ir::Tensor& t) {
-    impl->prefill.set_param(param, t);
-    impl->decode.set_param(param, t);
-  };
-  const ir::Tensor embd = dequantized(file, "token_embd.weight");
-  check_shape(embd, {c.vocab, c.n_embd}, "token_embd.weight");
-  set("token_embd.weight", embd);
-  set("output.weight", c.tied_output ? transposed(embd) : transposed(dequantized(file, "output.weight")));
-  set("output_norm.weight", dequantized(file, "output_norm.weight"));
+  // Every weight the graph reads, with the shape the metadata gives it (numpy's order: [out, in] for a linear
+  // layer) and its dtype there: its block type as stored, f32 for the float types.
   const i64 q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim;
-  const std::map<std::string, std::vector<i64>> linear{{"attn_q", {q, c.n_embd}},        {"attn_k", {kv, c.n_embd}},
-                                                       {"attn_v", {kv, c.n_embd}},       {"attn_output", {c.n_embd, q}},
-                                                       {"ffn_gate", {c.n_ff, c.n_embd}}, {"ffn_up", {c.n_ff, c.n_embd}},
-                                                       {"ffn_down", {c.n_embd, c.n_ff}}};
-  for (i64 i = 0; i < c.n_layer; ++i) {
-    for (const auto& [what, shape] : linear) {
-      const std::string name = layer_key(i, what + ".weight");
-      const ir::Tensor w = dequantized(file, name);
-      check_shape(w, shape, name);
-      set(name, transposed(w));
-    }
-    for (const char* norm : {"attn_norm.weight", "ffn_norm.weight"}) {
-      const ir::Tensor w = dequantized(file, layer_key(i, norm));
-      check_shape(w, {c.n_embd}, layer_key(i, norm));
-      set(layer_key(i, norm), w);
+  std::vector<std::pair<std::string, std::vector<i64>>> weights{{"token_embd.weight", {c.vocab, c.n_embd}},
+                                                                {"output_norm.weight", {c.n_embd}}};
+  if (!c.tied_output) weights.push_back({"output.weight", {c.vocab, c.n_embd}});
+  const std::pair<const char*, std::vector<i64>> per_layer[] = {
+      {"attn_q.weight", {q, c.n_embd}},        {"attn_k.weight", {kv, c.n_embd}},
+      {"attn_v.weight", {kv, c.n_embd}},       {"attn_output.weight", {c.n_embd, q}},
+      {"ffn_gate.weight", {c.n_ff, c.n_embd}}, {"ffn_up.weight", {c.n_ff, c.n_embd}},
+      {"ffn_down.weight", {c.n_embd, c.n_ff}}, {"attn_norm.weight", {c.n_embd}},
+      {"ffn_norm.weight", {c.n_embd}}};
+  for (i64 i = 0; i < c.n_layer; ++i)
+    for (const auto& [what, shape] : per_layer) weights.push_back({layer_key(i, what), shape});
+  for (const auto& [name, shape] : weights) {
+    const gguf::TensorView t = file->tensor(name);
+    const std::vector<i64> dims(t.info->dims.rbegin(), t.info->dims.rend());
+    if (dims != shape)
+      throw Error(fmt::format("gguf: tensor '{}' is [{}], the model's metadata needs [{}]", name, fmt::join(dims, ", "),
+                              fmt::join(shape, ", ")));
+    const auto dtype = gguf::to_dtype(t.info->type);
+    if (!dtype)
+      throw Error(fmt::format("gguf: tensor '{}' is {}, a type RLX does not read", name, t.info->type_info().name));
+    // Vectors (norms) and f16/bf16 matrices are f32 in the graph; a block type stays in its blocks.
+    c.weight_dtypes[name] = ir::is_block_quantized(*dtype) && shape.size() == 2 ? *dtype : DType::F32;
+  }
+
+  const std::string_view act = options.exact ? "f32" : "q8";
+  Session session(options.device);
+  auto impl = std::make_unique<Impl>(file, session.compile(build(c, chunk, m.context_, true, act).graph),
+                                     session.compile(build(c, 1, m.context_, false, act).graph), chunk);
+  // Weights: read in place from the mapping where the dtype matches (both graphs share them), converted otherwise.
+  const std::shared_ptr<const void> owner = file;
+  for (const auto& [name, shape] : weights) {
+    const gguf::TensorView t = file->tensor(name);
+    const DType want = c.weight_dtype(name);
+    if (gguf::to_dtype(t.info->type) == want) {
+      const ir::TensorView v{want, shape, t.bytes.data(), t.bytes.size()};
+      impl->prefill.share_param(name, v, owner);
+      impl->decode.share_param(name, v, owner);
+    } else {
+      ir::Tensor f(DType::F32, shape);
+      gguf::dequantize(t.info->type, t.bytes, {f.data_as<float>(), std::size_t(f.numel())});
+      impl->prefill.set_param(name, f);
+      impl->decode.set_param(name, f);
     }
   }
   // The cache: a handle per layer and kind, written back by every run.

@@ -458,12 +458,14 @@ TypeInfo window_infer(const InferArgs& a, std::size_t spatial, bool pool) {
   return {t, Shape(std::move(out))};
 }
 
+// A block-quantized table's rows come out dequantized, as f32.
 TypeInfo embedding_infer(const InferArgs& a) {
   a.require(shape0(a).rank() == 2, "table must be [vocab, dim]");
   a.require(ir::is_integer(a.inputs[1].dtype), "ids must be integers");
   auto out = a.inputs[1].shape.dims();
   out.push_back(shape0(a)[1]);
-  return {a.inputs[0].dtype, Shape(std::move(out))};
+  const DType t = a.inputs[0].dtype;
+  return {ir::is_block_quantized(t) ? DType::F32 : t, Shape(std::move(out))};
 }
 
 TypeInfo attention_infer(const InferArgs& a) {
@@ -1117,8 +1119,12 @@ RLX_OP_FAMILY(nn) {
   define_op({.kind = OpKind::Embedding,
              .doc = "rows of `table` picked by `ids`",
              .operands = {"table", "ids"},
+             .block_operands = {0},
              .infer = embedding_infer,
-             .decompose = via([](const Ctx& c) { return c.g.index_select(c.in[0], c.in[1], 0); }),
+             .decompose = via([](const Ctx& c) {
+               const bool block = rlx::ir::is_block_quantized(c.arg(0).dtype);
+               return c.g.index_select(block ? c.g.dequantize(c.in[0]) : c.in[0], c.in[1], 0);
+             }),
              .reference = [](const ReferenceArgs& c) { return ref::embedding(c, c.x(0), c.x(1)); },
              .vmap = batch::embedding});
   define_op({.kind = OpKind::Attention,

@@ -212,7 +212,7 @@ std::filesystem::path calibration_path_for(Device device, const std::filesystem:
 
 GraphCost graph_cost(const ir::Graph& graph, const std::vector<std::pair<std::string, std::int64_t>>& bind) {
   const ir::Graph g = compile::passes::decompose(bind.empty() ? graph : ir::bind_symbols(graph, bind), {});
-  auto bytes = [](const ir::Node& n) { return ir::estimated_numel(n.shape) * double(ir::dtype_size(n.dtype)); };
+  auto bytes = [](const ir::Node& n) { return ir::estimated_numel(n.shape) * ir::element_bytes(n.dtype); };
   GraphCost c;
   std::vector<ir::TypeInfo> in;
   for (const auto& n : g.nodes()) {

@@ -24,6 +24,7 @@ constexpr std::pair<std::string_view, Bit> kBits[] = {
     {"rng", &ExecutableCapabilities::rng},
     {"copy_params", &ExecutableCapabilities::copy_params},
     {"kernel_times", &ExecutableCapabilities::kernel_times},
+    {"shared_params", &ExecutableCapabilities::shared_params},
 };
 }  // namespace
 
@@ -114,7 +115,7 @@ ExecutableCapabilities advisory_capabilities(Device device) {
   switch (device) {
     case Device::Cpu:
       c.persistent_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng = c.copy_params =
-          c.kernel_times = true;
+          c.kernel_times = c.shared_params = true;
       break;
     case Device::Cuda:
     case Device::Rocm:

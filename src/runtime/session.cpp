@@ -19,11 +19,7 @@ std::string type_str(ir::DType t, std::span<const std::int64_t> shape) {
   return s + "]";
 }
 
-std::size_t spec_bytes(const CompiledGraph::IoSpec& s) {
-  std::size_t n = ir::dtype_size(s.dtype);
-  for (auto d : s.shape) n *= static_cast<std::size_t>(d);
-  return n;
-}
+std::size_t spec_bytes(const CompiledGraph::IoSpec& s) { return ir::storage_bytes(s.dtype, s.shape); }
 
 void check_value(std::string_view what, const CompiledGraph::IoSpec& spec, const ir::TensorView& v) {
   if (v.dtype != spec.dtype || !std::equal(v.shape.begin(), v.shape.end(), spec.shape.begin(), spec.shape.end()))
@@ -55,19 +51,29 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const compile::CompileResult> resul
   for (const auto& [name, value] : result_->promoted_params) set_param(name, value);
 }
 
-void CompiledGraph::set_param(std::string_view name, const ir::TensorView& value) {
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].name != name) continue;
-    check_value("param", params_[i], value);
-    auto held = lock();
-    exe_->set_param(i, value.data, value.nbytes);
-    (*params_set_)[i] = true;
-    return;
-  }
+std::size_t CompiledGraph::param_index(std::string_view name, const char* method) const {
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].name == name) return i;
   std::string known;
   for (const auto& p : params_) known += (known.empty() ? "" : ", ") + p.name;
-  throw Error("set_param: the graph has no param named '" + std::string(name) + "' (" +
+  throw Error(std::string(method) + ": the graph has no param named '" + std::string(name) + "' (" +
               (known.empty() ? "it has none" : "params: " + known) + ")");
+}
+
+void CompiledGraph::set_param(std::string_view name, const ir::TensorView& value) {
+  const std::size_t i = param_index(name, "set_param");
+  check_value("param", params_[i], value);
+  auto held = lock();
+  exe_->set_param(i, value.data, value.nbytes);
+  (*params_set_)[i] = true;
+}
+
+void CompiledGraph::share_param(std::string_view name, const ir::TensorView& value, std::shared_ptr<const void> owner) {
+  const std::size_t i = param_index(name, "share_param");
+  check_value("param", params_[i], value);
+  auto held = lock();
+  exe_->share_param(i, value.data, value.nbytes, std::move(owner));
+  (*params_set_)[i] = true;
 }
 
 void CompiledGraph::bind_inputs(std::span<const NamedTensor> inputs) {

@@ -788,6 +788,16 @@ Variants pool_variants(OpKind op) {
   return r;
 }
 
+// A block-typed value: random values quantized (its elements are its blocks' values).
+Gen quantized(double lo = -2.0, double hi = 2.0) {
+  return [lo, hi](DType t, const Ints& s, std::mt19937_64& rng) {
+    const ir::Tensor f = testing::random_tensor(DType::F32, s, rng, lo, hi);
+    return ir::Tensor::from_f64(t, s, f.to_f64());
+  };
+}
+// Two blocks per row.
+std::int64_t two_blocks(DType t) { return 2 * std::int64_t(ir::block_elems(t)); }
+
 Variants embedding_variants() {
   Variants r;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64})
@@ -795,6 +805,57 @@ Variants embedding_variants() {
       for (const Ints& ids : {Ints{4}, Ints{2, 3}, Ints{}}) {
         V v("embedding " + dt(t) + " table, " + dt(it) + str(ids) + " ids");
         r.push_back(v.out({v.g().embedding(v.in("table", t, {10, 6}), v.in("ids", it, ids, ints_in(0, 9)))}));
+      }
+  // A block-quantized table (a model's token embedding): the rows come out dequantized, as f32.
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    V v("embedding " + dt(t) + " block table, i32[2, 3] ids");
+    v.v.gens["table"] = quantized();
+    auto table = v.g().param("table", Shape{10, two_blocks(t)}, t);
+    r.push_back(v.out({v.g().embedding(table, v.in("ids", DType::I32, {2, 3}, ints_in(-10, 9)))}));
+  }
+  return r;
+}
+
+// ---- block-quantized storage ---------------------------------------------------
+Variants dequantize_variants() {
+  Variants r;
+  for (DType t : ir::kBlockDTypes)
+    for (const Ints& lead : {Ints{}, Ints{3}, Ints{2, 1}}) {
+      Ints s = lead;
+      s.push_back(two_blocks(t));
+      V v("dequantize " + dt(t) + str(s));
+      r.push_back(v.out({v.g().dequantize(v.in("x", t, s, quantized()))}));
+    }
+  return r;
+}
+
+// The quantized value read back: each row's blocks from ggml's reference quantizer.
+Variants quantize_variants() {
+  Variants r;
+  for (DType t : ir::kBlockDTypes) {
+    const Ints s{3, two_blocks(t)};
+    V v("quantize f32" + str(s) + " to " + dt(t));
+    r.push_back(v.out({v.g().dequantize(v.g().quantize(v.in("x", DType::F32, s, uniform(-3, 3)), t))}));
+  }
+  return r;
+}
+
+// x [.., K] against a weight [5, K] in each block type, with f32 and q8 activations; the weight is a param,
+// as a model's is.
+Variants quantized_matmul_variants() {
+  Variants r;
+  for (DType t : ir::kBlockDTypes)
+    for (const char* act : {"f32", "q8"})
+      for (const Ints& lead : {Ints{}, Ints{4}, Ints{2, 3}}) {
+        if (std::string_view(act) == "q8" && (t == DType::Q8_1 || t == DType::Q8_K)) continue;  // activation formats
+        const std::int64_t K = two_blocks(t);
+        Ints xs = lead;
+        xs.push_back(K);
+        V v(std::string("quantized_matmul ") + act + " activations, x" + str(xs) + ", w " + dt(t) + "[5, " +
+            std::to_string(K) + "]");
+        v.v.gens["w"] = quantized(-1, 1);
+        auto w = v.g().param("w", Shape{5, K}, t);
+        r.push_back(v.tol({1e-4, 1e-4}).out({v.g().quantized_matmul(v.in("x", DType::F32, xs), w, act)}));
       }
   return r;
 }
@@ -1040,6 +1101,9 @@ const std::vector<OpCase>& parity_table() {
         {OpKind::MaxPool2d, [] { return pool_variants(OpKind::MaxPool2d); }},
         {OpKind::AvgPool2d, [] { return pool_variants(OpKind::AvgPool2d); }},
         {OpKind::Embedding, embedding_variants},
+        {OpKind::Dequantize, dequantize_variants},
+        {OpKind::Quantize, quantize_variants},
+        {OpKind::QuantizedMatmul, quantized_matmul_variants},
         {OpKind::Attention, attention_variants},
         {OpKind::SoftmaxBackward, [] { return softmax_backward_variants(OpKind::SoftmaxBackward); }},
         {OpKind::LogSoftmaxBackward, [] { return softmax_backward_variants(OpKind::LogSoftmaxBackward); }},
@@ -1155,6 +1219,10 @@ constexpr CGap kCGaps[] = {
     {OpKind::If, "run-time condition", "control flow: an if on a run-time condition stays a host branch"},
     {OpKind::While, "", "control flow: a while loop stays a host loop over its body"},
     {OpKind::Custom, "host kernel", "a custom op with a host kernel and no lowering has no C code"},
+    {OpKind::Dequantize, "", "block-quantized types have no C type"},
+    {OpKind::Quantize, "", "block-quantized types have no C type"},
+    {OpKind::QuantizedMatmul, "", "block-quantized types have no C type"},
+    {OpKind::Embedding, "block table", "block-quantized types have no C type"},
 };
 
 const CGap* c_gap(OpKind op, const std::string& label) {

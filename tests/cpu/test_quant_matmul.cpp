@@ -14,30 +14,31 @@
 
 #include "backends/cpu/quant_matmul.hpp"
 #include "rlx/error.hpp"
-#include "rlx/gguf/quants.hpp"
+#include "rlx/ir/quants.hpp"
+#include "rlx/reference/interpreter.hpp"
+#include "rlx/runtime/session.hpp"
 #include "support/testing.hpp"
 
 namespace rlx::backends::cpu {
 namespace {
 
-using gguf::GgmlType;
+using ir::DType;
 
-const std::vector<GgmlType> kFastTypes = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                                          GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                                          GgmlType::Q5_K, GgmlType::Q6_K};
+const std::vector<DType> kFastTypes = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                                       DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-std::string name(GgmlType t) { return std::string(gguf::ggml_type_info(t).name); }
-std::int64_t block(GgmlType t) { return gguf::ggml_type_info(t).block_elems; }
+std::string name(DType t) { return std::string(ir::dtype_name(t)); }
+std::int64_t block(DType t) { return std::int64_t(ir::block_elems(t)); }
 
 struct Weights {
   std::vector<std::byte> q;
   std::vector<float> deq;  // rows x cols, exactly as gguf dequantizes them
 };
 
-// Random rows quantized with rlx::gguf::quantize; each row gets its own magnitude so that the
+// Random rows quantized with rlx::ir::quantize; each row gets its own magnitude so that the
 // scales vary.
-Weights make_weights(GgmlType t, std::int64_t rows, std::int64_t cols, std::mt19937_64& rng, float scale = 1.0f) {
+Weights make_weights(DType t, std::int64_t rows, std::int64_t cols, std::mt19937_64& rng, float scale = 1.0f) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_real_distribution<float> mag(0.25f, 2.0f);
   std::vector<float> f(static_cast<std::size_t>(rows * cols));
@@ -46,10 +47,10 @@ Weights make_weights(GgmlType t, std::int64_t rows, std::int64_t cols, std::mt19
     for (std::int64_t k = 0; k < cols; ++k) f[r * cols + k] = m * nd(rng);
   }
   Weights w;
-  w.q.resize(gguf::quantized_bytes(t, f.size()));
-  gguf::quantize(t, f, w.q);
+  w.q.resize(ir::quantized_bytes(t, f.size()));
+  ir::quantize(t, f, w.q);
   w.deq.resize(f.size());
-  gguf::dequantize(t, w.q, w.deq);
+  ir::dequantize(t, w.q, w.deq);
   return w;
 }
 
@@ -61,7 +62,7 @@ std::vector<float> make_x(std::int64_t n, std::mt19937_64& rng, float scale = 1.
 }
 
 // The fast mode's activations, quantized by the scalar table and dequantized here (d * q).
-std::vector<float> quantized_x(GgmlType t, const std::vector<float>& x, std::int64_t cols, std::int64_t n) {
+std::vector<float> quantized_x(DType t, const std::vector<float>& x, std::int64_t cols, std::int64_t n) {
   const std::size_t bytes = quant_act_bytes(t, cols);
   std::vector<std::byte> q(bytes * static_cast<std::size_t>(n));
   quant_activations_with(quant_table("generic"), t, x.data(), cols, n, q.data());
@@ -69,8 +70,8 @@ std::vector<float> quantized_x(GgmlType t, const std::vector<float>& x, std::int
   for (std::int64_t j = 0; j < n; ++j) {
     const std::byte* row = q.data() + static_cast<std::size_t>(j) * bytes;
     float* o = out.data() + j * cols;
-    if (quant_act_type(t) == GgmlType::Q8_K) {
-      gguf::dequantize(GgmlType::Q8_K, std::span(row, bytes), std::span(o, static_cast<std::size_t>(cols)));
+    if (quant_act_type(t) == DType::Q8_K) {
+      ir::dequantize(DType::Q8_K, std::span(row, bytes), std::span(o, static_cast<std::size_t>(cols)));
     } else {
       for (std::int64_t b = 0; b < cols / 32; ++b) {
         ActQ8 a;
@@ -104,7 +105,7 @@ Ref reference(const Weights& w, const std::vector<float>& x, std::int64_t rows, 
   return r;
 }
 
-std::vector<float> run(const QuantTable& table, GgmlType t, const Weights& w, std::int64_t rows, std::int64_t cols,
+std::vector<float> run(const QuantTable& table, DType t, const Weights& w, std::int64_t rows, std::int64_t cols,
                        const std::vector<float>& x, std::int64_t n, QuantMode mode) {
   std::vector<float> y(static_cast<std::size_t>(n * rows), kNaN);  // poisoned: every output must be written
   quant_gemm_with(table, t, w.q.data(), rows, cols, x.data(), n, y.data(), mode);
@@ -130,14 +131,14 @@ struct Shape {
   std::int64_t rows, cols, n;
 };
 
-std::vector<Shape> shapes_for(GgmlType t) {
+std::vector<Shape> shapes_for(DType t) {
   if (block(t) == 256) return {{1, 256, 1}, {37, 512, 1}, {19, 1024, 6}, {8, 4096, 1}};
   return {{1, 32, 1}, {37, 576, 1}, {19, 1536, 6}, {8, 4096, 1}, {5, 96, 70}};
 }
 
 TEST(QuantMatmul, ExactMatchesFloat64) {
   std::mt19937_64 rng(rlx::testing::test_seed());
-  for (GgmlType t : kFastTypes)
+  for (DType t : kFastTypes)
     for (const auto& isa : quant_isas())
       for (auto s : shapes_for(t)) {
         SCOPED_TRACE(name(t) + " " + isa + " " + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
@@ -151,7 +152,7 @@ TEST(QuantMatmul, ExactMatchesFloat64) {
 
 TEST(QuantMatmul, ExactTakesEveryDequantizableType) {
   std::mt19937_64 rng(rlx::testing::test_seed() + 1);
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     SCOPED_TRACE(name(t));
     auto w = make_weights(t, 7, 64, rng);
     auto x = make_x(2 * 64, rng);
@@ -164,7 +165,7 @@ TEST(QuantMatmul, ExactTakesEveryDequantizableType) {
 TEST(QuantMatmul, FastMatchesQuantizedActivations) {
   std::mt19937_64 rng(rlx::testing::test_seed() + 2);
   double worst = 0;
-  for (GgmlType t : kFastTypes)
+  for (DType t : kFastTypes)
     for (const auto& isa : quant_isas())
       for (auto s : shapes_for(t)) {
         SCOPED_TRACE(name(t) + " " + isa + " " + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
@@ -180,7 +181,7 @@ TEST(QuantMatmul, FastMatchesQuantizedActivations) {
 
 TEST(QuantMatmul, FastWithinActivationQuantizationError) {
   std::mt19937_64 rng(rlx::testing::test_seed() + 3);
-  for (GgmlType t : kFastTypes)
+  for (DType t : kFastTypes)
     for (auto s : shapes_for(t)) {
       SCOPED_TRACE(name(t) + " " + std::to_string(s.rows) + "x" + std::to_string(s.cols));
       auto w = make_weights(t, s.rows, s.cols, rng);
@@ -212,7 +213,7 @@ TEST(QuantMatmul, IsaVariantsMatchScalar) {
   std::printf("[rlx] quant ISAs on this CPU:");
   for (const auto& isa : isas) std::printf(" %s", isa.c_str());
   std::printf("\n");
-  for (GgmlType t : kFastTypes)
+  for (DType t : kFastTypes)
     for (auto s : shapes_for(t)) {
       auto w = make_weights(t, s.rows, s.cols, rng);
       auto x = make_x(s.n * s.cols, rng);
@@ -229,7 +230,7 @@ TEST(QuantMatmul, IsaVariantsMatchScalar) {
 
 TEST(QuantMatmul, GemmRowsEqualGemv) {
   std::mt19937_64 rng(rlx::testing::test_seed() + 5);
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     SCOPED_TRACE(name(t));
     const std::int64_t rows = 21, cols = 512, n = 71;  // crosses the 4-row and 64-row activation groups
     auto w = make_weights(t, rows, cols, rng);
@@ -249,20 +250,19 @@ TEST(QuantMatmul, ActivationQuantizer) {
   auto x = make_x(4096, rng, 3.0f);
   for (const auto& isa : quant_isas()) {
     SCOPED_TRACE(isa);
-    // Q8_K: bit for bit what rlx::gguf::quantize makes (ggml's reference quantizer).
-    std::vector<std::byte> mine(quant_act_bytes(GgmlType::Q4_K, 4096)),
-        ref(gguf::quantized_bytes(GgmlType::Q8_K, 4096));
-    quant_activations_with(quant_table(isa), GgmlType::Q4_K, x.data(), 4096, 1, mine.data());
-    gguf::quantize(GgmlType::Q8_K, x, ref);
+    // Q8_K: bit for bit what rlx::ir::quantize makes (ggml's reference quantizer).
+    std::vector<std::byte> mine(quant_act_bytes(DType::Q4_K, 4096)), ref(ir::quantized_bytes(DType::Q8_K, 4096));
+    quant_activations_with(quant_table(isa), DType::Q4_K, x.data(), 4096, 1, mine.data());
+    ir::quantize(DType::Q8_K, x, ref);
     ASSERT_EQ(mine, ref);
     // ActQ8: |x - d q| <= d / 2, |q| <= 127, the exact sum, and ggml's Q8_0 quants but for ties.
-    std::vector<std::byte> a8(quant_act_bytes(GgmlType::Q4_0, 4096)), q80(gguf::quantized_bytes(GgmlType::Q8_0, 4096));
-    quant_activations_with(quant_table(isa), GgmlType::Q4_0, x.data(), 4096, 1, a8.data());
-    gguf::quantize(GgmlType::Q8_0, x, q80);
+    std::vector<std::byte> a8(quant_act_bytes(DType::Q4_0, 4096)), q80(ir::quantized_bytes(DType::Q8_0, 4096));
+    quant_activations_with(quant_table(isa), DType::Q4_0, x.data(), 4096, 1, a8.data());
+    ir::quantize(DType::Q8_0, x, q80);
     for (int b = 0; b < 4096 / 32; ++b) {
       ActQ8 a;
       std::memcpy(&a, a8.data() + b * sizeof a, sizeof a);
-      gguf::BlockQ8_0 g;
+      ir::BlockQ8_0 g;
       std::memcpy(&g, q80.data() + b * sizeof g, sizeof g);
       int sum = 0;
       for (int k = 0; k < 32; ++k) {
@@ -272,14 +272,14 @@ TEST(QuantMatmul, ActivationQuantizer) {
         EXPECT_LE(std::abs(a.qs[k] - g.qs[k]), 1);
       }
       EXPECT_EQ(a.sum, sum);
-      EXPECT_EQ(gguf::f32_to_f16(a.d), g.d);
+      EXPECT_EQ(ir::f32_to_f16(a.d), g.d);
     }
   }
 }
 
 TEST(QuantMatmul, EdgeCases) {
   std::mt19937_64 rng(rlx::testing::test_seed() + 7);
-  for (GgmlType t : kFastTypes)
+  for (DType t : kFastTypes)
     for (const auto& isa : quant_isas()) {
       SCOPED_TRACE(name(t) + " " + isa);
       const QuantTable& table = quant_table(isa);
@@ -299,10 +299,10 @@ TEST(QuantMatmul, EdgeCases) {
         for (std::int64_t k = 2 * bl; k < cols; ++k) f[k] = xs[k];  // row 0: blocks 0, 1 zero
         for (std::int64_t k = cols; k < 2 * cols; ++k) f[k] = xs[k - cols];
         Weights w;
-        w.q.resize(gguf::quantized_bytes(t, f.size()));
-        gguf::quantize(t, f, w.q);
+        w.q.resize(ir::quantized_bytes(t, f.size()));
+        ir::quantize(t, f, w.q);
         w.deq.resize(f.size());
-        gguf::dequantize(t, w.q, w.deq);
+        ir::dequantize(t, w.q, w.deq);
         auto x = make_x(cols, rng);
         for (std::int64_t k = 2 * bl; k < cols; ++k) x[k] = 0.0f;  // activation block 2 zero
         for (QuantMode mode : {QuantMode::Fast, QuantMode::Exact}) {
@@ -329,7 +329,7 @@ TEST(QuantMatmul, EdgeCases) {
 
 TEST(QuantMatmul, ThreadCountDoesNotChangeResults) {
   std::mt19937_64 rng(rlx::testing::test_seed() + 8);
-  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K}) {
+  for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q4_K}) {
     SCOPED_TRACE(name(t));
     const std::int64_t rows = 301, cols = 512, n = 9;
     auto w = make_weights(t, rows, cols, rng);
@@ -356,23 +356,57 @@ void expect_error(const std::function<void()>& fn, const std::string& needle) {
 TEST(QuantMatmul, BadShapesThrow) {
   std::vector<std::byte> w(4096);
   std::vector<float> x(1024, 1.0f), y(64, kNaN);
-  expect_error([&] { quant_gemv(GgmlType::Q4_0, w.data(), 2, 48, x.data(), y.data()); }, "Q4_0");
-  expect_error([&] { quant_gemv(GgmlType::Q4_0, w.data(), 2, 48, x.data(), y.data()); }, "cols = 48");
-  expect_error([&] { quant_gemv(GgmlType::Q4_K, w.data(), 1, 576, x.data(), y.data()); }, "block (256)");
-  expect_error([&] { quant_gemv(GgmlType::Q6_K, w.data(), 1, 0, x.data(), y.data(), QuantMode::Exact); }, "Q6_K");
-  expect_error([&] { quant_gemm(GgmlType::Q8_0, w.data(), 0, 32, x.data(), 1, y.data()); }, "rows (0)");
-  expect_error([&] { quant_gemm(GgmlType::Q8_0, w.data(), 1, 32, x.data(), 0, y.data()); }, "n (0)");
+  expect_error([&] { quant_gemv(DType::Q4_0, w.data(), 2, 48, x.data(), y.data()); }, "q4_0");
+  expect_error([&] { quant_gemv(DType::Q4_0, w.data(), 2, 48, x.data(), y.data()); }, "cols = 48");
+  expect_error([&] { quant_gemv(DType::Q4_K, w.data(), 1, 576, x.data(), y.data()); }, "block (256)");
+  expect_error([&] { quant_gemv(DType::Q6_K, w.data(), 1, 0, x.data(), y.data(), QuantMode::Exact); }, "q6_k");
+  expect_error([&] { quant_gemm(DType::Q8_0, w.data(), 0, 32, x.data(), 1, y.data()); }, "rows (0)");
+  expect_error([&] { quant_gemm(DType::Q8_0, w.data(), 1, 32, x.data(), 0, y.data()); }, "n (0)");
 }
 
 TEST(QuantMatmul, UnsupportedTypesThrow) {
   std::vector<std::byte> w(4096);
   std::vector<float> x(1024, 1.0f), y(64, kNaN);
-  expect_error([&] { quant_gemv(GgmlType::F16, w.data(), 2, 64, x.data(), y.data()); }, "F16");
-  expect_error([&] { quant_gemv(GgmlType::Q8_K, w.data(), 2, 256, x.data(), y.data()); }, "Q8_K");
-  expect_error([&] { quant_gemv(GgmlType::IQ2_XXS, w.data(), 1, 256, x.data(), y.data(), QuantMode::Exact); },
-               "IQ2_XXS");
+  expect_error([&] { quant_gemv(DType::F16, w.data(), 2, 64, x.data(), y.data()); }, "f16");
+  expect_error([&] { quant_gemv(DType::Q8_K, w.data(), 2, 256, x.data(), y.data()); }, "q8_k");
+  expect_error([&] { quant_gemv(DType::I32, w.data(), 1, 256, x.data(), y.data(), QuantMode::Exact); }, "i32");
   expect_error([] { (void)quant_table("sse9"); }, "sse9");
-  for (GgmlType t : kFastTypes) EXPECT_TRUE(quant_fast_supported(t)) << name(t);
+  for (DType t : kFastTypes) EXPECT_TRUE(quant_fast_supported(t)) << name(t);
+}
+
+}  // namespace
+}  // namespace rlx::backends::cpu
+
+namespace rlx::backends::cpu {
+namespace {
+
+// quantized_matmul through a compiled graph at a model's sizes (SmolLM2's 576 x 1536), one row (decode) and a
+// chunk of rows (prefill), against the float64 reference: the op, its kernel choice and its threading together.
+TEST(QuantizedMatmulOp, ModelSizedGraphsMatchTheReference) {
+  std::mt19937_64 rng(testing::test_seed());
+  struct Size {
+    std::int64_t n, k;
+  };
+  for (DType t : {DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (Size sz : {Size{1536, 768}, Size{192, 576}, Size{576, 1536}})
+      for (const char* act : {"f32", "q8"})
+        for (std::int64_t m : {1, 5, 16}) {
+          if (sz.k % std::int64_t(ir::block_elems(t)) != 0) continue;
+          ir::Graph g("qmm");
+          auto x = g.input("x", ir::Shape{m, sz.k}, DType::F32);
+          auto w = g.param("w", ir::Shape{sz.n, sz.k}, t);
+          g.add_output(g.quantized_matmul(x, w, act));
+          const ir::Tensor wf = testing::random_tensor(DType::F32, {sz.n, sz.k}, rng, -1, 1);
+          const ir::Tensor wq = ir::Tensor::from_f64(t, {sz.n, sz.k}, wf.to_f64());
+          const ir::Tensor xv = testing::random_tensor(DType::F32, {m, sz.k}, rng, -2, 2);
+          Session s(Device::Cpu);
+          CompiledGraph cg = s.compile(g);
+          cg.set_param("w", wq);
+          const ir::Tensor got = cg.run({{"x", xv}})[0];
+          const ir::Tensor want = reference::run(g, {{"x", xv}}, {{"w", wq}})[0];
+          EXPECT_TRUE(testing::tensors_close(got, want, {1e-3, 1e-4}))
+              << ir::dtype_name(t) << " " << act << " [" << m << ", " << sz.k << "] x [" << sz.n << ", " << sz.k << "]";
+        }
 }
 
 }  // namespace

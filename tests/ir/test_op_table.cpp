@@ -45,7 +45,9 @@ TEST(OpTable, EveryOpHasItsEntry) {
     EXPECT_TRUE(d.vmap || d.has_decomposition()) << ir::op_name(k) << " has no batching rule";
     const bool no_derivative = ir::is_comparison(k) || k == OpKind::And || k == OpKind::Or || k == OpKind::Not ||
                                k == OpKind::ArgMax || k == OpKind::ArgMin || k == OpKind::Floor || k == OpKind::Ceil ||
-                               k == OpKind::Round || k == OpKind::Sign;
+                               k == OpKind::Round || k == OpKind::Sign ||
+                               // block-quantized storage: no tangent space of its own
+                               k == OpKind::Dequantize || k == OpKind::Quantize;
     const bool reverse = d.partial || d.vjp || d.has_decomposition(),
                forward = d.partial || d.jvp || d.has_decomposition();
     EXPECT_EQ(reverse && forward, !no_derivative) << ir::op_name(k);

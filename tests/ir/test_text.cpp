@@ -131,6 +131,11 @@ Graph all_ops_graph() {
   g.max_pool2d(img, {2, 2}, {2, 2});
   g.avg_pool2d(img, {3, 3}, {1, 1}, {1, 1});
   const NodeId emb = g.embedding(g.param("table", {10, 4}), g.input("ids", {2, 3}, DType::I64));
+  // Block-quantized storage: a q4_0 weight, its dequantized values, a quantized copy and the product.
+  const NodeId qw = g.param("qw", {3, 32}, DType::Q4_0);
+  g.dequantize(g.quantize(g.input("qx", {2, 32}), DType::Q8_0));
+  g.add_output(g.quantized_matmul(g.input("mx", {2, 32}), qw, "q8"), "qmm");
+  g.dequantize(qw);
   const NodeId q = g.input("q", {1, 2, 3, 4});
   const NodeId att = g.attention(q, q, q, g.input("amask", {1, 2, 3, 3}, DType::Bool), true, 0.5);
   rlx::testing::register_test_ops();

@@ -21,7 +21,8 @@ class Generate : public ::testing::Test {
       skip_ = new std::string(why);
       return;
     }
-    llm_ = new Llm(Llm::load(*p, {.context = 256, .prefill_chunk = 32}));
+    // The exact mode: what greedy decoding says is then the model's, not the activation rounding's.
+    llm_ = new Llm(Llm::load(*p, {.context = 256, .prefill_chunk = 32, .exact = true}));
   }
   static void TearDownTestSuite() {
     delete llm_;

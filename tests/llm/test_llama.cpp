@@ -2,6 +2,7 @@
 // independent float64 forward pass (tests/llm/llama_reference.py, numpy over
 // gguf's dequantizers), the KV cache across runs, and bad input.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -28,7 +29,7 @@ class Llama : public ::testing::Test {
       return;
     }
     path_ = new fs::path(*p);
-    model_ = new LlamaModel(LlamaModel::load(*p, {.context = 128, .prefill_chunk = 16}));
+    model_ = new LlamaModel(LlamaModel::load(*p, {.context = 128, .prefill_chunk = 16, .exact = true}));
   }
   static void TearDownTestSuite() {
     delete model_;
@@ -119,6 +120,61 @@ TEST_F(Llama, DecodingThroughTheCacheEqualsOneRun) {
     EXPECT_LE(err, 2e-3f) << "position " << p;
   }
   EXPECT_EQ(model_->position(), std::int64_t(ids.size()));
+}
+
+// Resident memory, from /proc/self/statm.
+double rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  double pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * double(sysconf(_SC_PAGESIZE));
+}
+
+// The fast mode (the default): weights in their blocks, read in place from the file's mapping by both compiled
+// graphs; activations rounded per block to 8 bits. It stays close to the float64 reference, and loading it (and
+// running it, which touches every weight) costs at most the file, the KV cache and 64 MB.
+TEST_F(Llama, FastModeReadsTheFileInPlaceAndStaysClose) {
+  const double before = rss_bytes();
+  LlamaModel fast = LlamaModel::load(*path_, {.context = 128, .prefill_chunk = 16});
+  const std::vector<std::int32_t> ids{1, 9690, 314, 253, 2, 77, 1024, 300, 4000, 15};
+  const std::vector<float> got = fast.forward(ids);
+  const double grown = rss_bytes() - before;
+  const LlamaConfig& c = fast.config();
+  const double kv = 2.0 * double(c.n_layer * c.n_head_kv * fast.context() * c.head_dim) * sizeof(float);
+  const double file = double(fs::file_size(*path_));
+  EXPECT_LE(grown, file + kv + 64e6) << "RSS grew by " << grown / 1e6 << " MB (file " << file / 1e6 << " MB, KV "
+                                     << kv / 1e6 << " MB)";
+  const std::vector<double> want = reference(ids);
+  const auto vocab = std::size_t(c.vocab);
+  std::size_t agree = 0;
+  for (std::size_t p = 0; p < ids.size(); ++p) {
+    double err = 0;
+    std::size_t top_got = 0, top_want = 0;
+    for (std::size_t j = 0; j < vocab; ++j) {
+      const double d = std::fabs(double(got[p * vocab + j]) - want[p * vocab + j]);
+      err = std::isnan(d) ? INFINITY : std::max(err, d);
+      if (got[p * vocab + j] > got[p * vocab + top_got]) top_got = j;
+      if (want[p * vocab + j] > want[p * vocab + top_want]) top_want = j;
+    }
+    // llama.cpp's Q4_1 path is up to about 1.5 away from an exact forward on this model (issue 14).
+    EXPECT_LE(err, 1.5) << "position " << p;
+    agree += top_got == top_want;
+  }
+  EXPECT_GE(agree, ids.size() - 2);
+  // A token at a time through the cache: as close to the reference as the run over the sequence. (Not equal to
+  // it: the two graphs' f32 rounding differs in the last bits, and the 8-bit activation rounding turns that into
+  // differences of its own size, as in llama.cpp.)
+  fast.reset();
+  (void)fast.forward(std::span(ids).first(4));
+  for (std::size_t p = 4; p < ids.size(); ++p) {
+    const std::vector<float> one = fast.forward(std::span(ids).subspan(p, 1), false);
+    double e = 0;
+    for (std::size_t j = 0; j < vocab; ++j) {
+      const double d = std::fabs(double(one[j]) - want[p * vocab + j]);
+      e = std::isnan(d) ? INFINITY : std::max(e, d);
+    }
+    EXPECT_LE(e, 1.5) << "position " << p;
+  }
 }
 
 TEST_F(Llama, BadInputIsAClearError) {

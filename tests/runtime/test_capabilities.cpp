@@ -223,7 +223,7 @@ TEST(CpuCapabilities, ClaimsWhatItImplementsAndMatchesTheAdvisoryBits) {
   const auto caps = c.capabilities();
   EXPECT_EQ(caps.names(),
             (std::vector<std::string_view>{"clone", "persistent_handles", "kv_resident", "typed_io", "async_pipeline",
-                                           "read_outputs", "rng", "copy_params", "kernel_times"}));
+                                           "read_outputs", "rng", "copy_params", "kernel_times", "shared_params"}));
   EXPECT_FALSE(caps.gpu_handles);    // host memory
   EXPECT_FALSE(caps.active_extent);  // kernels are planned for one static extent
   EXPECT_EQ(runtime::advisory_capabilities(Device::Cpu), caps);

@@ -24,9 +24,9 @@ BELOW = {
     "reference": {"ir"},
     "compile": {"reference"},
     "runtime": {"compile"},
-    "backends": {"runtime", "gguf"},  # gguf: the block structs the quantized matmul kernels read (issue 14)
+    "backends": {"runtime"},
     "flow": {"ir"},
-    "gguf": {"ir"},  # the GGUF container and ggml's block types (issue 14)
+    "gguf": {"ir"},  # the GGUF container; the block types and their codecs are IR dtypes (rlx/ir/quants.hpp)
     "llm": {"gguf", "flow", "runtime"},  # GGUF language models: tokenizer, Llama, generation
     "models": {"flow", "gguf"},
     "autodiff": {"compile"},

@@ -28,6 +28,9 @@
 //           max_pool2d/avg_pool2d{kernel,stride,padding} (avg counts padding),
 //           embedding(table, ids), attention{causal,scale}(q,k,v [B,H,S,D], mask?) where a
 //           bool mask keeps True positions and a float mask is added to the scores.
+//   block-quantized storage (rlx/ir/quants.hpp): dequantize(x) -> f32, quantize{to}(x),
+//           quantized_matmul{activations}(x [.., K], w [N, K] of a block type) -> [.., N], the
+//           product with w's rows (as GGUF stores a linear layer); embedding reads a block table too.
 //   custom{op, ...}: an op from the extension registry (rlx/ir/custom_op.hpp).
 //   control flow (rlx/ir/control_flow.hpp), bodies held as graph attributes, one sibling node per
 //           result {result=k}: scan{body,length,num_carries,num_consts,reverse}(carries, xs, consts)
@@ -185,6 +188,12 @@ class Graph {
   NodeId avg_pool2d(NodeId x, std::vector<std::int64_t> kernel, std::vector<std::int64_t> stride,
                     std::vector<std::int64_t> padding = {0, 0});
   NodeId embedding(NodeId table, NodeId ids);
+  NodeId dequantize(NodeId x) { return add(OpKind::Dequantize, {x}); }
+  NodeId quantize(NodeId x, DType to) { return add(OpKind::Quantize, {x}, {{"to", to}}); }
+  // activations: "f32" (exact) or "q8" (each row of x rounded per block to 8 bits first, as llama.cpp).
+  NodeId quantized_matmul(NodeId x, NodeId w, std::string activations = "f32") {
+    return add(OpKind::QuantizedMatmul, {x, w}, {{"activations", std::move(activations)}});
+  }
   NodeId attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask = std::nullopt, bool causal = false,
                    double scale = 0.0);
 

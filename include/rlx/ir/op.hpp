@@ -29,6 +29,7 @@ enum class OpClass : std::uint8_t {
   Composite,    // HIR-only: decomposed to primitives unless a backend claims it
   Custom,       // an op from the extension registry (rlx/ir/custom_op.hpp), by name
   ControlFlow,  // scan, if, while: bodies are subgraphs held as attributes (rlx/ir/control_flow.hpp)
+  Quant,        // block-quantized storage (rlx/ir/quants.hpp): dequantize, quantize; a backend runs them natively
 };
 
 // X(Enum, "text name", OpClass, min_inputs, max_inputs)
@@ -112,6 +113,9 @@ enum class OpClass : std::uint8_t {
   X(MaxPool2d, "max_pool2d", Composite, 1, 1)                    \
   X(AvgPool2d, "avg_pool2d", Composite, 1, 1)                    \
   X(Embedding, "embedding", Composite, 2, 2)                     \
+  X(QuantizedMatmul, "quantized_matmul", Composite, 2, 2)        \
+  X(Dequantize, "dequantize", Quant, 1, 1)                       \
+  X(Quantize, "quantize", Quant, 1, 1)                           \
   X(Attention, "attention", Composite, 3, 4)                     \
   X(SoftmaxBackward, "softmax_backward", Composite, 2, 2)        \
   X(LogSoftmaxBackward, "log_softmax_backward", Composite, 2, 2) \

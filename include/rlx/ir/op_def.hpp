@@ -106,6 +106,8 @@ struct OpDef {
   std::string_view doc;
   // Operand names in order; a trailing '?' marks an optional one (docs, pyrlx's generated builders).
   std::vector<std::string_view> operands;
+  // The operands that may be block-quantized (rlx/ir/dtype.hpp); infer refuses a block type anywhere else.
+  std::vector<std::size_t> block_operands;
   // Attribute keys, types and defaults: a default lives here and nowhere else,
   // and Graph fills it into every node that omits the key.
   std::vector<AttrSpec> attrs;

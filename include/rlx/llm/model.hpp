@@ -4,6 +4,11 @@
 // flow blocks (one LayerStage per transformer block), and a KV cache resident
 // in the compiled graphs between runs (persistent handles fed back by each run).
 //
+// The weights stay in the file's blocks: each block-quantized tensor is a param
+// of its block dtype read in place from the mapping (share_param), shared by
+// both compiled graphs, and its layer runs quantized_matmul. Only f16/bf16
+// tensors are converted (to f32).
+//
 //   auto model = rlx::llm::LlamaModel::load("SmolLM2-135M-Instruct.Q4_1.gguf");
 //   auto logits = model.forward({1, 2, 3});  // [3, vocab] for positions 0..2 (the cache now holds them)
 //   auto next = model.forward({4});          // [1, vocab] for position 3
@@ -11,6 +16,7 @@
 // Errors are rlx::Error naming the key or the tensor.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,6 +43,10 @@ struct LlamaConfig {
   std::int64_t vocab = 0;      // the token embedding's rows
   std::int64_t context = 0;    // <arch>.context_length (the model's limit)
   bool tied_output = false;    // no output.weight: the logits reuse the token embedding
+  // The dtype each weight has in the graph: its block type as stored, or f32 (f32, f16 and bf16 tensors).
+  // Empty (build_graph's default): every weight f32.
+  std::map<std::string, ir::DType, std::less<>> weight_dtypes;
+  ir::DType weight_dtype(std::string_view name) const;
 
   static LlamaConfig from_gguf(const gguf::File& file);
 };
@@ -49,6 +59,10 @@ struct LoadOptions {
   // Prompt tokens per prefill run: a prompt runs in chunks of this many (the last one padded).
   std::int64_t prefill_chunk = 64;
   Device device = Device::Cpu;
+  // The exact mode, for checking: f32 activations into every quantized matmul (each weight row dequantized
+  // exactly, then f32 dot products). The default fast mode rounds each activation row per block to 8 bits and
+  // takes integer dot products, as llama.cpp does (quantized_matmul{activations="q8"}).
+  bool exact = false;
 };
 
 // The model's two compiled graphs (a prefill chunk and one-token decode) over
@@ -56,7 +70,8 @@ struct LoadOptions {
 class LlamaModel {
  public:
   static LlamaModel load(const std::filesystem::path& path, const LoadOptions& options = {});
-  static LlamaModel load(const gguf::File& file, const LoadOptions& options = {});
+  // The model reads its weights from `file`'s mapping, which it keeps alive.
+  static LlamaModel load(std::shared_ptr<const gguf::File> file, const LoadOptions& options = {});
   LlamaModel(LlamaModel&&) noexcept;
   LlamaModel& operator=(LlamaModel&&) noexcept;
   ~LlamaModel();
@@ -72,8 +87,9 @@ class LlamaModel {
   // position only ([vocab]) when `all_positions` is false.
   std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_positions = true);
 
-  // The graph of one run of `tokens` tokens (for inspection and tests).
-  static flow::BuiltModel build_graph(const LlamaConfig& config, std::int64_t tokens, std::int64_t context);
+  // The graph of one run of `tokens` tokens (for inspection and tests); `activations` is quantized_matmul's.
+  static flow::BuiltModel build_graph(const LlamaConfig& config, std::int64_t tokens, std::int64_t context,
+                                      std::string_view activations = "q8");
 
  private:
   LlamaModel() = default;

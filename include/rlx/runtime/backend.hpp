@@ -38,6 +38,7 @@ struct ExecutableCapabilities {
   bool rng = false;                             // set_rng / rng
   bool copy_params = false;                     // copy_params_from
   bool kernel_times = false;                    // set_profiling / kernel_times: each kernel's time in the last run
+  bool shared_params = false;                   // share_param reads the caller's memory in place (else it copies)
   std::vector<std::string_view> names() const;  // the bits that are set, in declaration order
   static const std::vector<std::string_view>& all_names();
   bool has(std::string_view name) const;  // by name; throws rlx::Error on an unknown name
@@ -69,6 +70,13 @@ class ExecutableGraph {
   virtual ~ExecutableGraph() = default;
   // Writes a param (already checked against the LIR buffer's dtype and shape).
   virtual void set_param(std::size_t param_index, const void* data, std::size_t nbytes) = 0;
+  // Like set_param, but the executable may read `data` in place for as long as it lives, holding
+  // `owner` (a model file's mapping) to keep it valid: weights shared by every graph compiled from
+  // one file, and never copied. The default copies (shared_params says which one happens).
+  virtual void share_param(std::size_t param_index, const void* data, std::size_t nbytes,
+                           std::shared_ptr<const void> owner) {
+    set_param(param_index, data, nbytes);
+  }
   // Runs once. `inputs[i]` points at LIR input i's bytes; `outputs[j]` at a
   // caller-owned buffer of LIR output j's size. Must not allocate.
   virtual void run(std::span<const void* const> inputs, std::span<void* const> outputs) = 0;

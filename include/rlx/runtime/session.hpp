@@ -35,6 +35,10 @@ class CompiledGraph {
   // Params: checked against the declared dtype and shape (rlx::Error otherwise).
   void set_param(std::string_view name, const ir::TensorView& value);
   void set_param(std::string_view name, const ir::Tensor& value) { set_param(name, ir::view(value)); }
+  // The param read from `value`'s memory in place where the backend can (capability shared_params),
+  // which `owner` keeps alive as long as the graph and its clones need it; a copy elsewhere. For
+  // weights mapped from a model file: every graph compiled from the file shares one copy, the OS's.
+  void share_param(std::string_view name, const ir::TensorView& value, std::shared_ptr<const void> owner);
   // Runs with named inputs; returns the outputs as new tensors.
   std::vector<ir::Tensor> run(std::span<const NamedTensor> inputs);
   std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor, std::less<>>& inputs);
@@ -120,6 +124,8 @@ class CompiledGraph {
   // the pending outputs, the handles, and the executable's arena and params)
   // holds this lock.
   std::unique_lock<std::mutex> lock() const { return std::unique_lock(*mutex_); }
+  // The index of param `name`; rlx::Error naming `method` and the params otherwise.
+  std::size_t param_index(std::string_view name, const char* method) const;
   // Checks inputs and fills in_ptrs_; the caller holds the lock. One call runs
   // at a time, so the scratch vectors make runs allocation-free.
   void bind_inputs(std::span<const NamedTensor> inputs);

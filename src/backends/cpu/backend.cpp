@@ -99,6 +99,12 @@ struct Plan {
 struct ParamStore {
   std::vector<AlignedBytes> data;
   std::vector<AlignedBytes> packed;  // per Plan::packs
+  // share_param: a param read in place from the caller's memory (null: from data), and what keeps it alive.
+  std::vector<const std::byte*> shared;
+  std::vector<std::shared_ptr<const void>> owners;
+  std::uint64_t version = 0;  // bumped by share_param: executables re-read their param pointers
+
+  const std::byte* base(std::size_t i) const { return shared[i] ? shared[i] : data[i].data(); }
 };
 
 // (Re)packs plan.packs[i] from its source's current bytes.
@@ -106,7 +112,7 @@ void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
   const PackedOperand& op = plan.packs[i];
   const Ref& r = plan.refs[std::size_t(op.buffer)];
   const std::byte* base =
-      r.base == Base::Param ? store.data[std::size_t(r.index)].data() : plan.constants[std::size_t(r.index)].data();
+      r.base == Base::Param ? store.base(std::size_t(r.index)) : plan.constants[std::size_t(r.index)].data();
   const auto* b = reinterpret_cast<const float*>(base + r.offset);
   auto* dst = reinterpret_cast<float*>(store.packed[i].data());
   const KernelTable& isa = *plan.isa;
@@ -120,7 +126,7 @@ void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
                plan.threads);
 }
 
-std::size_t nbytes_of(const compile::Buffer& b) { return std::size_t(numel(b.shape)) * ir::dtype_size(b.dtype); }
+std::size_t nbytes_of(const compile::Buffer& b) { return ir::storage_bytes(b.dtype, b.shape); }
 
 class CpuExecutable final : public runtime::ExecutableGraph {
  public:
@@ -136,18 +142,25 @@ class CpuExecutable final : public runtime::ExecutableGraph {
         out_scratch_(plan_->outputs.size()) {
     for (const auto& k : plan_->kernels) kernels_.push_back(k.get());
     set_backend_name("cpu");
+    resolve_pointers();
+  }
+
+  // ptrs_ for every buffer not bound per run (arena, params, constants, packed copies).
+  void resolve_pointers() {
     for (std::size_t i = 0; i < plan_->refs.size(); ++i) {
       const Ref& r = plan_->refs[i];
       std::byte* base = nullptr;
       switch (r.base) {
         case Base::Arena: base = arena_.data(); break;
-        case Base::Param: base = params_->data[std::size_t(r.index)].data(); break;
+        // Kernels only read params (the const_cast below never leads to a write).
+        case Base::Param: base = const_cast<std::byte*>(params_->base(std::size_t(r.index))); break;
         case Base::Constant: base = plan_->constants[std::size_t(r.index)].data(); break;
         default: continue;  // bound per run
       }
       ptrs_[i] = base + r.offset;
     }
     for (std::size_t i = 0; i < plan_->packs.size(); ++i) ptrs_[plan_->refs.size() + i] = params_->packed[i].data();
+    params_version_ = params_->version;
   }
 
   void set_param(std::size_t index, const void* data, std::size_t nbytes) override {
@@ -158,7 +171,38 @@ class CpuExecutable final : public runtime::ExecutableGraph {
     if (nbytes != plan_->param_bytes[index])
       throw Error("cpu: param " + std::to_string(index) + " expects " + std::to_string(plan_->param_bytes[index]) +
                   " bytes, got " + std::to_string(nbytes));
+    if (params_->shared[index]) {  // back to a copy of its own
+      params_->shared[index] = nullptr;
+      params_->owners[index].reset();
+      params_->data[index] = AlignedBytes(nbytes, "a CPU param");
+      ++params_->version;
+      resolve_pointers();
+    }
     if (nbytes) std::memcpy(params_->data[index].data(), data, nbytes);
+    repack(index);
+  }
+
+  // Aligned data, or a block type's (its kernels copy blocks out, never assuming alignment), is read in
+  // place; anything else is copied, since the SIMD kernels load params at kAlign.
+  void share_param(std::size_t index, const void* data, std::size_t nbytes,
+                   std::shared_ptr<const void> owner) override {
+    require_idle("share_param");
+    const bool in_place =
+        index < plan_->param_io.size() && nbytes == plan_->param_bytes[index] &&
+        (reinterpret_cast<std::uintptr_t>(data) % kAlign == 0 || ir::is_block_quantized(plan_->param_io[index].dtype));
+    if (!in_place || nbytes == 0) {
+      set_param(index, data, nbytes);
+      return;
+    }
+    params_->shared[index] = static_cast<const std::byte*>(data);
+    params_->owners[index] = std::move(owner);
+    params_->data[index] = AlignedBytes(0, "a CPU param");  // the copy is not needed any more
+    ++params_->version;
+    resolve_pointers();
+    repack(index);
+  }
+
+  void repack(std::size_t index) {
     for (std::size_t i = 0; i < plan_->packs.size(); ++i) {
       const Ref& r = plan_->refs[std::size_t(plan_->packs[i].buffer)];
       if (r.base == Base::Param && std::size_t(r.index) == index) pack_operand(*plan_, *params_, i);
@@ -173,7 +217,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   runtime::ExecutableCapabilities capabilities() const override {
     runtime::ExecutableCapabilities c;
     c.clone = c.persistent_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =
-        c.copy_params = c.kernel_times = true;
+        c.copy_params = c.kernel_times = c.shared_params = true;
     return c;
   }
 
@@ -312,11 +356,11 @@ class CpuExecutable final : public runtime::ExecutableGraph {
     if (cpu->plan_->param_bytes != plan_->param_bytes)
       throw Error("cpu: copy_params_from: the source's params differ in number or size");
     for (std::size_t i = 0; i < plan_->param_bytes.size(); ++i)
-      set_param(i, cpu->params_->data[i].data(), plan_->param_bytes[i]);
+      set_param(i, cpu->params_->base(i), plan_->param_bytes[i]);
   }
 
  private:
-  static std::size_t io_bytes(const Plan::Io& io) { return std::size_t(numel(io.shape)) * ir::dtype_size(io.dtype); }
+  static std::size_t io_bytes(const Plan::Io& io) { return ir::storage_bytes(io.dtype, io.shape); }
 
   void require_idle(const char* method) const {
     if (pending_.valid())
@@ -326,7 +370,10 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   // `value` converted to `io`'s dtype, or nullopt when it has that dtype already.
   static std::optional<ir::Tensor> converted(const Plan::Io& io, const ir::TensorView& value, const std::string& what) {
     const std::size_t n = std::size_t(numel(io.shape));
-    if (value.nbytes != n * ir::dtype_size(value.dtype) || (n && !value.data))
+    if (value.dtype != io.dtype && (ir::is_block_quantized(value.dtype) || ir::is_block_quantized(io.dtype)))
+      throw Error("cpu: " + what + " expects " + std::string(ir::dtype_name(io.dtype)) + ", got " +
+                  std::string(ir::dtype_name(value.dtype)) + " (block-quantized values are not converted)");
+    if (value.nbytes != ir::storage_bytes(value.dtype, io.shape) || (n && !value.data))
       throw Error("cpu: " + what + " expects " + std::to_string(n) + " elements of " +
                   std::string(ir::dtype_name(value.dtype)) + ", got " + std::to_string(value.nbytes) + " bytes");
     if (value.dtype == io.dtype) return std::nullopt;
@@ -357,6 +404,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       }
       ptrs_[std::size_t(buffer)] = static_cast<std::byte*>(const_cast<void*>(base)) + r.offset;
     }
+    if (params_version_ != params_->version) resolve_pointers();  // a clone's sibling shared a param
     const RunCtx ctx{ptrs_.data(), shared_.data(), threads_.data(), stride_, plan_->threads, plan_->isa};
     if (micros_.empty()) {
       for (const CpuKernel* k : kernels_) k->run(ctx);
@@ -410,6 +458,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   std::vector<std::unique_ptr<CpuKernel>> reseeded_;
   runtime::RngOptions rng_;
   std::vector<std::optional<AlignedBytes>> handles_;        // per input
+  std::uint64_t params_version_ = 0;                        // params_->version that ptrs_ reflects
   std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output) copied after each run
   std::vector<std::optional<AlignedBytes>> out_scratch_;    // per output, for outputs not read back
   std::vector<const void*> pending_in_;
@@ -456,6 +505,10 @@ class CpuBackend final : public runtime::Backend {
       t.native_ops.insert(op);
       t.f32_compute_ops.insert(op);
     }
+    // The block-quantized ops (kernel_quant.cpp): the weight stays in its blocks; embedding picks rows of any
+    // table (a block table's rows dequantized as they are copied).
+    t.native_ops.insert(OpKind::QuantizedMatmul);
+    t.native_ops.insert(OpKind::Embedding);
     t.f32_compute_ops.insert(OpKind::MatMul);
     t.matmul_transposed_b = true;
     t.matmul_multi_output_epilogue = true;
@@ -516,6 +569,8 @@ class CpuBackend final : public runtime::Backend {
       params->data.emplace_back(n,
                                 "a CPU param");  // not cleared: CompiledGraph refuses to run until set_param wrote it
     }
+    params->shared.assign(params->data.size(), nullptr);
+    params->owners.resize(params->data.size());
 
     // Arena outputs that own their storage are written straight into the caller's memory.
     std::vector<int> out_of(lir.buffers.size(), -1);

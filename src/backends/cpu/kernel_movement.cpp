@@ -358,6 +358,7 @@ class ScatterAddKernel final : public CpuKernel {
         break;
       }
       case ir::DType::Bool: *d = std::byte(*d != std::byte{0} || *s != std::byte{0}); break;
+      default: break;  // the block types: infer keeps them out of these kernels
     }
   }
 

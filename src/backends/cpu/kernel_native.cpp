@@ -498,6 +498,8 @@ std::unique_ptr<CpuKernel> make_attention(const BuildCtx& b, const ir::Node& n) 
 
 std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
   const ir::Node& n = b.anchor();
+  if (n.op == OpKind::QuantizedMatmul || n.op == OpKind::Embedding || ir::op_info(n.op).cls == ir::OpClass::Quant)
+    return build_quant(b);
   require_float(b, n);
   const bool f32 = n.dtype == DType::F32;
   const auto& xb = b.in_of(n.inputs.at(0));

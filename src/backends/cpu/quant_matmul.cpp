@@ -6,11 +6,11 @@
 #include "backends/cpu/thread_pool.hpp"
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
-#include "rlx/gguf/quants.hpp"
+#include "rlx/ir/quants.hpp"
 
 namespace rlx::backends::cpu {
 
-using gguf::GgmlType;
+using ir::DType;
 
 namespace {
 
@@ -20,10 +20,10 @@ bool cpu_has_avx512vnni() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
-std::string type_name(GgmlType t) { return std::string(gguf::ggml_type_info(t).name); }
+std::string type_name(DType t) { return std::string(ir::dtype_name(t)); }
 
-void check_shape(const char* what, GgmlType t, std::int64_t rows, std::int64_t cols, std::int64_t n) {
-  const auto block = static_cast<std::int64_t>(gguf::ggml_type_info(t).block_elems);
+void check_shape(const char* what, DType t, std::int64_t rows, std::int64_t cols, std::int64_t n) {
+  const auto block = static_cast<std::int64_t>(ir::block_elems(t));
   if (rows <= 0 || n <= 0)
     throw Error(std::string(what) + " of " + type_name(t) + ": rows (" + std::to_string(rows) + ") and n (" +
                 std::to_string(n) + ") must be positive");
@@ -45,35 +45,35 @@ std::byte* scratch(std::vector<std::byte>& v, std::size_t bytes) {
 
 }  // namespace
 
-bool quant_fast_supported(GgmlType t) {
+bool quant_fast_supported(DType t) {
   switch (t) {
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::Q8_0:
-    case GgmlType::Q2_K:
-    case GgmlType::Q3_K:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K: return true;
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return true;
     default: return false;
   }
 }
 
-bool quant_exact_supported(GgmlType t) { return gguf::can_dequantize(t); }
+bool quant_exact_supported(DType t) { return ir::can_dequantize(t); }
 
-GgmlType quant_act_type(GgmlType t) {
+DType quant_act_type(DType t) {
   if (!quant_fast_supported(t))
     throw Error("quantized matmul: no fast kernel for " + type_name(t) +
                 " (fast: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
-  return gguf::ggml_type_info(t).block_elems == 256 ? GgmlType::Q8_K : GgmlType::Q8_0;
+  return ir::block_elems(t) == 256 ? DType::Q8_K : DType::Q8_0;
 }
 
-std::size_t quant_act_bytes(GgmlType t, std::int64_t cols) {
-  const GgmlType a = quant_act_type(t);
-  return a == GgmlType::Q8_K ? static_cast<std::size_t>(cols / 256) * sizeof(gguf::BlockQ8_K)
-                             : static_cast<std::size_t>(cols / 32) * sizeof(ActQ8);
+std::size_t quant_act_bytes(DType t, std::int64_t cols) {
+  const DType a = quant_act_type(t);
+  return a == DType::Q8_K ? static_cast<std::size_t>(cols / 256) * sizeof(ir::BlockQ8_K)
+                          : static_cast<std::size_t>(cols / 32) * sizeof(ActQ8);
 }
 
 std::vector<std::string> quant_isas() {
@@ -101,10 +101,10 @@ const QuantTable& select_quant_table() {
   return quant_table(quant_isas().front());
 }
 
-void quant_activations_with(const QuantTable& table, GgmlType t, const float* x, std::int64_t cols, std::int64_t n,
+void quant_activations_with(const QuantTable& table, DType t, const float* x, std::int64_t cols, std::int64_t n,
                             std::byte* out, int max_threads) {
   check_shape("quantized activations", t, 1, cols, n);
-  const GgmlType act = quant_act_type(t);
+  const DType act = quant_act_type(t);
   const auto bytes = static_cast<std::int64_t>(quant_act_bytes(t, cols));
   parallel_for(
       n, std::max<std::int64_t>(1, 16384 / cols),
@@ -114,14 +114,13 @@ void quant_activations_with(const QuantTable& table, GgmlType t, const float* x,
       max_threads);
 }
 
-void quant_gemm_with(const QuantTable& table, GgmlType t, const std::byte* w, std::int64_t rows, std::int64_t cols,
+void quant_gemm_with(const QuantTable& table, DType t, const std::byte* w, std::int64_t rows, std::int64_t cols,
                      const float* x, std::int64_t n, float* y, QuantMode mode, int max_threads) {
   if (mode == QuantMode::Exact && !quant_exact_supported(t))
     throw Error("quantized matmul (exact): " + type_name(t) + " cannot be dequantized");
   if (mode == QuantMode::Fast) (void)quant_act_type(t);  // throws naming t when it has no fast kernel
   check_shape(mode == QuantMode::Fast ? "quantized matmul" : "quantized matmul (exact)", t, rows, cols, n);
-  const auto info = gguf::ggml_type_info(t);
-  const std::size_t row_bytes = gguf::quantized_bytes(t, static_cast<std::size_t>(cols));
+  const std::size_t row_bytes = ir::quantized_bytes(t, static_cast<std::size_t>(cols));
   const std::int64_t grain = row_grain(row_bytes);
   if (mode == QuantMode::Exact) {
     parallel_for(
@@ -130,8 +129,8 @@ void quant_gemm_with(const QuantTable& table, GgmlType t, const std::byte* w, st
           thread_local std::vector<std::byte> buf;
           auto* row = reinterpret_cast<float*>(scratch(buf, static_cast<std::size_t>(cols) * sizeof(float)));
           for (std::int64_t r = r0; r < r1; ++r) {
-            gguf::dequantize(t, std::span(w + r * static_cast<std::int64_t>(row_bytes), row_bytes),
-                             std::span(row, static_cast<std::size_t>(cols)));
+            ir::dequantize(t, std::span(w + r * static_cast<std::int64_t>(row_bytes), row_bytes),
+                           std::span(row, static_cast<std::size_t>(cols)));
             for (std::int64_t j = 0; j < n; ++j) y[j * rows + r] = table.dot_f32(row, x + j * cols, cols);
           }
         },
@@ -142,7 +141,7 @@ void quant_gemm_with(const QuantTable& table, GgmlType t, const std::byte* w, st
   thread_local std::vector<std::byte> act_buf;
   std::byte* act = scratch(act_buf, static_cast<std::size_t>(act_bytes * n));
   quant_activations_with(table, t, x, cols, n, act, max_threads);
-  const std::int64_t nb = cols / static_cast<std::int64_t>(info.block_elems);
+  const std::int64_t nb = cols / static_cast<std::int64_t>(ir::block_elems(t));
   parallel_for(
       rows, grain,
       [&](std::int64_t r0, std::int64_t r1) {
@@ -152,12 +151,12 @@ void quant_gemm_with(const QuantTable& table, GgmlType t, const std::byte* w, st
       max_threads);
 }
 
-void quant_gemv(GgmlType t, const std::byte* w, std::int64_t rows, std::int64_t cols, const float* x, float* y,
+void quant_gemv(DType t, const std::byte* w, std::int64_t rows, std::int64_t cols, const float* x, float* y,
                 QuantMode mode) {
   quant_gemm_with(select_quant_table(), t, w, rows, cols, x, 1, y, mode);
 }
 
-void quant_gemm(GgmlType t, const std::byte* w, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t n,
+void quant_gemm(DType t, const std::byte* w, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t n,
                 float* y, QuantMode mode) {
   quant_gemm_with(select_quant_table(), t, w, rows, cols, x, n, y, mode);
 }

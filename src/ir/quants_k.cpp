@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "gguf/quants_impl.hpp"
+#include "ir/quants_impl.hpp"
 
-namespace rlx::gguf::detail {
+namespace rlx::ir::detail {
 namespace {
 
 constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS: a sub-block below it is all zero
@@ -533,4 +533,4 @@ void dequantize_q8_k(const std::byte* in, float* y, std::size_t nblocks) {
   }
 }
 
-}  // namespace rlx::gguf::detail
+}  // namespace rlx::ir::detail

@@ -1,13 +1,13 @@
 #pragma once
-// Internals of rlx/gguf/quants.hpp shared by src/gguf/quants.cpp (dispatch, the float types and the
-// 32-element blocks) and src/gguf/quants_k.cpp (the K-quants and Q8_K). Each row function takes
+// Internals of rlx/ir/quants.hpp shared by src/ir/quants.cpp (dispatch, the float types and the
+// 32-element blocks) and src/ir/quants_k.cpp (the K-quants and Q8_K). Each row function takes
 // whole blocks; the dispatcher has checked the sizes and, for quantize, that the inputs are finite.
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
-#include "rlx/gguf/quants.hpp"
+#include "rlx/ir/quants.hpp"
 
 // Every float operation here must round as written, as in ggml's C source: the results are
 // compared bit for bit. No contraction of a*b+c into an FMA (only possible where the target has
@@ -18,10 +18,10 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 #if defined(__FAST_MATH__)
-#error "src/gguf/quants*.cpp must not be built with -ffast-math: the quantizers are compared bit for bit"
+#error "src/ir/quants*.cpp must not be built with -ffast-math: the quantizers are compared bit for bit"
 #endif
 
-namespace rlx::gguf::detail {
+namespace rlx::ir::detail {
 
 template <class Block>
 inline Block load_block(const std::byte* p) {
@@ -66,4 +66,4 @@ void dequantize_q5_k(const std::byte* in, float* y, std::size_t nblocks);
 void dequantize_q6_k(const std::byte* in, float* y, std::size_t nblocks);
 void dequantize_q8_k(const std::byte* in, float* y, std::size_t nblocks);
 
-}  // namespace rlx::gguf::detail
+}  // namespace rlx::ir::detail
