@@ -54,8 +54,8 @@ std::size_t quantized_bytes(GgmlType t, std::size_t n) {
   const auto info = ggml_type_info(static_cast<std::uint32_t>(t));
   if (!info) throw Error("unknown ggml type " + std::to_string(static_cast<std::uint32_t>(t)));
   if (n % info->block_elems != 0)
-    throw Error("elements of " + type_name(t) + ": " + std::to_string(n) + " elements is not a multiple of its block of " +
-                std::to_string(info->block_elems));
+    throw Error("elements of " + type_name(t) + ": " + std::to_string(n) +
+                " elements is not a multiple of its block of " + std::to_string(info->block_elems));
   return n / info->block_elems * info->block_bytes;
 }
 

@@ -70,8 +70,8 @@ TypeInfo quantized_matmul_infer(const InferArgs& a) {
                 std::string(ir::dtype_name(a.inputs[1].dtype)) + " is an activation format (use \"f32\")");
   a.require(w.rank() == 2, "w must be [N, K]");
   a.require(x.rank() >= 1, "x needs rank >= 1");
-  a.require(x[x.rank() - 1] == w[1], "contraction dims differ (x's " + x[x.rank() - 1].str() + " vs w's " +
-                                         w[1].str() + ")");
+  a.require(x[x.rank() - 1] == w[1],
+            "contraction dims differ (x's " + x[x.rank() - 1].str() + " vs w's " + w[1].str() + ")");
   auto dims = x.dims();
   dims.back() = w[0];
   return {DType::F32, Shape(std::move(dims))};
@@ -89,7 +89,8 @@ F64Value quantize_reference(const ReferenceArgs& c) {
   F64Value r = c.result(x.ext);
   std::vector<float> f(x.v.begin(), x.v.end());
   for (std::size_t i = 0; i < f.size(); ++i)
-    if (!std::isfinite(f[i])) c.fail("element " + std::to_string(i) + " is not finite (block types hold finite values)");
+    if (!std::isfinite(f[i]))
+      c.fail("element " + std::to_string(i) + " is not finite (block types hold finite values)");
   std::vector<std::byte> blocks(ir::quantized_bytes(c.n.dtype, f.size()));
   ir::quantize(c.n.dtype, f, blocks);
   ir::dequantize(c.n.dtype, blocks, f);
@@ -128,7 +129,8 @@ NodeId quantized_matmul_decompose(const ir::DecomposeArgs& a) {
     if (ir::block_elems(wt) == 256) {
       x = g.dequantize(g.quantize(x, DType::Q8_K));
     } else {
-      if (!xs.is_static()) throw Error("quantized_matmul{activations=q8}: the decomposition needs a static x, got " + xs.str());
+      if (!xs.is_static())
+        throw Error("quantized_matmul{activations=q8}: the decomposition needs a static x, got " + xs.str());
       auto blocks = xs.extents();
       blocks.back() /= 32;
       blocks.push_back(32);

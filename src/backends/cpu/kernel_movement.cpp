@@ -238,28 +238,6 @@ class PadKernel final : public CpuKernel {
   }
 };
 
-// Reads index element i of an integer buffer, wraps a negative index once
-// (Python style) and range-checks it.
-struct IndexReader {
-  ir::DType dtype = ir::DType::I64;
-  std::string where;
-  i64 raw(const std::byte* p, i64 i) const {
-    switch (dtype) {
-      case ir::DType::I8: return reinterpret_cast<const std::int8_t*>(p)[i];
-      case ir::DType::U8: return reinterpret_cast<const std::uint8_t*>(p)[i];
-      case ir::DType::I32: return reinterpret_cast<const std::int32_t*>(p)[i];
-      default: return reinterpret_cast<const std::int64_t*>(p)[i];
-    }
-  }
-  i64 operator()(const std::byte* p, i64 i, i64 extent, std::size_t axis) const {
-    i64 v = raw(p, i), w = v < 0 ? v + extent : v;
-    if (w < 0 || w >= extent)
-      throw Error(where + ": index " + std::to_string(v) + " out of range for extent " + std::to_string(extent) +
-                  " on axis " + std::to_string(axis));
-    return w;
-  }
-};
-
 class GatherKernel final : public CpuKernel {
  public:
   compile::BufferId x = 0, idx = 0, out = 0;

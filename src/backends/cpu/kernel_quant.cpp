@@ -49,8 +49,7 @@ class EmbeddingKernel final : public CpuKernel {
   i64 vocab = 0, count = 0;
   Rows row;
   std::size_t out_row_bytes = 0;
-  DType id_type = DType::I64;
-  std::string where;
+  IndexReader index;  // the ids: wrapped once Python style and range-checked, as gather's
 
   void run(const RunCtx& c) const override {
     const std::byte *src = c.ptrs[table], *ip = c.ptrs[ids];
@@ -60,17 +59,7 @@ class EmbeddingKernel final : public CpuKernel {
         count, 1,
         [&](i64 b, i64 e) {
           for (i64 i = b; i < e; ++i) {
-            i64 v = 0;
-            switch (id_type) {
-              case DType::I8: v = reinterpret_cast<const std::int8_t*>(ip)[i]; break;
-              case DType::U8: v = reinterpret_cast<const std::uint8_t*>(ip)[i]; break;
-              case DType::I32: v = reinterpret_cast<const std::int32_t*>(ip)[i]; break;
-              default: v = reinterpret_cast<const std::int64_t*>(ip)[i]; break;
-            }
-            const i64 r = v < 0 ? v + vocab : v;
-            if (r < 0 || r >= vocab)
-              throw Error(where + ": id " + std::to_string(v) + " is outside the table's " + std::to_string(vocab) +
-                          " rows");
+            const i64 r = index(ip, i, vocab, 0);
             const std::byte* s = src + std::size_t(r) * row.row_bytes;
             std::byte* d = dst + std::size_t(i) * out_row_bytes;
             if (block)
@@ -105,9 +94,10 @@ class CodecKernel final : public CpuKernel {
           for (i64 r = b; r < e; ++r) {
             if (to_block) {
               try {
-                ir::quantize(block, std::span(reinterpret_cast<const float*>(src + std::size_t(r) * floats),
-                                              std::size_t(row.cols)),
-                             std::span(dst + std::size_t(r) * row.row_bytes, row.row_bytes));
+                ir::quantize(
+                    block,
+                    std::span(reinterpret_cast<const float*>(src + std::size_t(r) * floats), std::size_t(row.cols)),
+                    std::span(dst + std::size_t(r) * row.row_bytes, row.row_bytes));
               } catch (const Error& err) {
                 throw Error(where + ": row " + std::to_string(r) + ": " + err.what());
               }
@@ -142,12 +132,12 @@ std::unique_ptr<CpuKernel> build_quant(const BuildCtx& b) {
     case ir::OpKind::Embedding: {
       auto k = std::make_unique<EmbeddingKernel>();
       const compile::Buffer &tb = b.in_of(n.inputs.at(0)), &ib = b.in_of(n.inputs.at(1));
-      k->table = tb.id, k->ids = ib.id, k->out = y.id, k->type = tb.dtype, k->id_type = ib.dtype;
+      k->table = tb.id, k->ids = ib.id, k->out = y.id, k->type = tb.dtype;
+      k->index = {ib.dtype, b.where()};
       k->vocab = tb.shape.at(0), k->count = numel(ib.shape);
       k->row = rows_of(tb);
       k->out_row_bytes = ir::storage_bytes(y.dtype, std::vector<i64>{k->row.cols});
       k->threads = b.threads;
-      k->where = b.where();
       return k;
     }
     case ir::OpKind::Dequantize:
