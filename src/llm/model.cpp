@@ -51,8 +51,8 @@ NodeId repeat_kv(ir::Graph& g, NodeId kv, i64 kv_heads, i64 heads, i64 context, 
 
 // y = x W^T for a weight stored as GGUF stores it, [out, in]: quantized_matmul on a block-quantized W
 // (read in its blocks), matmul with W transposed on an f32 one.
-FlowValue linear(FlowCtx& ctx, const LlamaConfig& c, const std::string& act, FlowValue x, const std::string& name,
-                 i64 out) {
+FlowValue linear(FlowCtx& ctx, const LlamaConfig& c, const std::string& act, const FlowValue& x,
+                 const std::string& name, i64 out) {
   const std::string w = name + ".weight";
   const ir::Shape& xs = x.shape();
   const DType t = c.weight_dtype(w);
@@ -87,7 +87,7 @@ struct Block : flow::LayerStage {
     ir::Graph& g = ctx.hir();
     const i64 H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, T = tokens, C = context;
     FlowValue h = ctx.rms_norm(x, layer_key(layer, "attn_norm"), c.rms_eps);
-    auto lin = [&](FlowValue in, std::string_view what, i64 out) {
+    auto lin = [&](const FlowValue& in, std::string_view what, i64 out) {
       return linear(ctx, c, act, in, layer_key(layer, what), out);
     };
     NodeId q = g.reshape(lin(h, "attn_q", H * D).id(), Shape{T, H, D});
@@ -224,7 +224,7 @@ LlamaModel LlamaModel::load(const std::filesystem::path& path, const LoadOptions
   return load(std::make_shared<const gguf::File>(gguf::File::open(path)), options);
 }
 
-LlamaModel LlamaModel::load(std::shared_ptr<const gguf::File> file, const LoadOptions& options) {
+LlamaModel LlamaModel::load(const std::shared_ptr<const gguf::File>& file, const LoadOptions& options) {
   if (!file) throw Error("llm: load needs a GGUF file");
   LlamaModel m;
   m.config_ = LlamaConfig::from_gguf(*file);

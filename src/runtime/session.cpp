@@ -68,11 +68,12 @@ void CompiledGraph::set_param(std::string_view name, const ir::TensorView& value
   (*params_set_)[i] = true;
 }
 
-void CompiledGraph::share_param(std::string_view name, const ir::TensorView& value, std::shared_ptr<const void> owner) {
+void CompiledGraph::share_param(std::string_view name, const ir::TensorView& value,
+                                const std::shared_ptr<const void>& owner) {
   const std::size_t i = param_index(name, "share_param");
   check_value("param", params_[i], value);
   auto held = lock();
-  exe_->share_param(i, value.data, value.nbytes, std::move(owner));
+  exe_->share_param(i, value.data, value.nbytes, owner);
   (*params_set_)[i] = true;
 }
 

@@ -71,7 +71,7 @@ class LlamaModel {
  public:
   static LlamaModel load(const std::filesystem::path& path, const LoadOptions& options = {});
   // The model reads its weights from `file`'s mapping, which it keeps alive.
-  static LlamaModel load(std::shared_ptr<const gguf::File> file, const LoadOptions& options = {});
+  static LlamaModel load(const std::shared_ptr<const gguf::File>& file, const LoadOptions& options = {});
   LlamaModel(LlamaModel&&) noexcept;
   LlamaModel& operator=(LlamaModel&&) noexcept;
   ~LlamaModel();

@@ -74,7 +74,7 @@ class ExecutableGraph {
   // `owner` (a model file's mapping) to keep it valid: weights shared by every graph compiled from
   // one file, and never copied. The default copies (shared_params says which one happens).
   virtual void share_param(std::size_t param_index, const void* data, std::size_t nbytes,
-                           std::shared_ptr<const void> owner) {
+                           const std::shared_ptr<const void>& /*owner: a copy needs no owner*/) {
     set_param(param_index, data, nbytes);
   }
   // Runs once. `inputs[i]` points at LIR input i's bytes; `outputs[j]` at a

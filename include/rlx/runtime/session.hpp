@@ -38,7 +38,7 @@ class CompiledGraph {
   // The param read from `value`'s memory in place where the backend can (capability shared_params),
   // which `owner` keeps alive as long as the graph and its clones need it; a copy elsewhere. For
   // weights mapped from a model file: every graph compiled from the file shares one copy, the OS's.
-  void share_param(std::string_view name, const ir::TensorView& value, std::shared_ptr<const void> owner);
+  void share_param(std::string_view name, const ir::TensorView& value, const std::shared_ptr<const void>& owner);
   // Runs with named inputs; returns the outputs as new tensors.
   std::vector<ir::Tensor> run(std::span<const NamedTensor> inputs);
   std::vector<ir::Tensor> run(const std::map<std::string, ir::Tensor, std::less<>>& inputs);

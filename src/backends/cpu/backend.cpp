@@ -185,7 +185,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   // Aligned data, or a block type's (its kernels copy blocks out, never assuming alignment), is read in
   // place; anything else is copied, since the SIMD kernels load params at kAlign.
   void share_param(std::size_t index, const void* data, std::size_t nbytes,
-                   std::shared_ptr<const void> owner) override {
+                   const std::shared_ptr<const void>& owner) override {
     require_idle("share_param");
     const bool in_place =
         index < plan_->param_io.size() && nbytes == plan_->param_bytes[index] &&
@@ -195,7 +195,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       return;
     }
     params_->shared[index] = static_cast<const std::byte*>(data);
-    params_->owners[index] = std::move(owner);
+    params_->owners[index] = owner;
     params_->data[index] = AlignedBytes(0, "a CPU param");  // the copy is not needed any more
     ++params_->version;
     resolve_pointers();
