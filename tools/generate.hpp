@@ -17,6 +17,7 @@ struct GenerateArgs {
   std::string system;        // with chat: a system message (else the template's default)
   std::int64_t context = 0;  // 0: LoadOptions' default
   bool exact = false;        // LoadOptions::exact
+  bool profile = false;      // print the last decode run's kernels by time
   llm::SamplerConfig sampling;
   std::string chat_template;  // "" detects it from the file
 };

@@ -187,6 +187,8 @@ int main(int argc, char** argv) try {
   generate->add_flag("--exact", gen.exact,
                      "Exact mode: f32 activations into the quantized matmuls (default: 8-bit blocks, as llama.cpp)");
 
+  generate->add_flag("--profile", gen.profile, "After the answer, the last decode run's kernels by time");
+
   std::string quant_in, quant_out, quant_type;
   auto* quantize = app.add_subcommand(
       "quantize", "Rewrite a GGUF model with its weights in another type, e.g. Q8_0, Q4_0, Q4_K (docs/gguf.md)");

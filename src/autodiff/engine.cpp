@@ -49,6 +49,7 @@ bool is_selector(const Graph& g, const Node& n, std::size_t input) {
     case OpKind::IndexSelect:
     case OpKind::ScatterAdd:
     case OpKind::Embedding: return input == 1;
+    case OpKind::DynamicUpdateSlice: return input == 2;
     case OpKind::Attention: return input == 3 && g.node(n.inputs[3]).dtype == DType::Bool;
     case OpKind::If:
       return input == 0;  // the condition picks a branch

@@ -339,6 +339,9 @@ NodeId Graph::index_select(NodeId x, NodeId idx, std::int64_t axis) {
 NodeId Graph::scatter_add(NodeId x, NodeId idx, NodeId upd, std::int64_t axis) {
   return add(OpKind::ScatterAdd, {x, idx, upd}, {{"axis", normalize_axis(axis, node(x).shape.rank())}});
 }
+NodeId Graph::dynamic_update_slice(NodeId x, NodeId update, NodeId start, std::int64_t axis) {
+  return add(OpKind::DynamicUpdateSlice, {x, update, start}, {{"axis", normalize_axis(axis, node(x).shape.rank())}});
+}
 NodeId Graph::squeeze(NodeId x, std::vector<std::int64_t> axes) {
   return add(OpKind::Squeeze, {x}, {{"axes", normalize_axes(std::move(axes), node(x).shape.rank())}});
 }

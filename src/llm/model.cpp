@@ -42,13 +42,6 @@ NodeId rope(ir::Graph& g, NodeId x, NodeId cos, NodeId sin, i64 tokens, i64 head
   return g.reshape(joined, Shape{tokens, heads, dim});
 }
 
-// [kv_heads, context, dim] -> [1, heads, context, dim]: each KV head serves heads / kv_heads query heads.
-NodeId repeat_kv(ir::Graph& g, NodeId kv, i64 kv_heads, i64 heads, i64 context, i64 dim) {
-  if (kv_heads == heads) return g.reshape(kv, Shape{1, heads, context, dim});
-  NodeId e = g.expand(g.reshape(kv, Shape{kv_heads, 1, context, dim}), Shape{kv_heads, heads / kv_heads, context, dim});
-  return g.reshape(e, Shape{1, heads, context, dim});
-}
-
 // y = x W^T for a weight stored as GGUF stores it, [out, in]: quantized_matmul on a block-quantized W
 // (read in its blocks), matmul with W transposed on an f32 one.
 FlowValue linear(FlowCtx& ctx, const LlamaConfig& c, const std::string& act, const FlowValue& x,
@@ -96,20 +89,18 @@ struct Block : flow::LayerStage {
     NodeId cos = ctx.input("rope_cos").id(), sin = ctx.input("rope_sin").id();
     q = rope(g, q, cos, sin, T, H, D);
     k = rope(g, k, cos, sin, T, Hkv, D);
-    // The cache keeps the rows no token of this run writes, and takes the new
-    // rows through the one-hot write matrix: [C, T] x [Hkv, T, D] -> [Hkv, C, D].
-    NodeId write = ctx.input("kv_write").id(), keep = ctx.input("kv_keep").id();
+    // The run's rows go into the cache at its position: [Hkv, T, D] into [Hkv, C, D] along axis 1. The
+    // cache is an input fed back from this output, so the CPU writes the T rows in place.
+    NodeId pos = ctx.input("kv_pos").id();
     auto update = [&](const std::string& name, NodeId fresh) {
-      NodeId cache = ctx.input(name).id();
-      NodeId rows = g.matmul(write, g.permute(fresh, {1, 0, 2}));
-      NodeId next = g.add(g.mul(cache, keep), rows);
+      NodeId next = g.dynamic_update_slice(ctx.input(name).id(), g.permute(fresh, {1, 0, 2}), pos, 1);
       ctx.publish_side_output(name + ".out", ctx.value(next));
-      return next;
+      return g.reshape(next, Shape{1, Hkv, C, D});
     };
     NodeId kc = update(k_cache(layer), k), vc = update(v_cache(layer), v);
     NodeId q4 = g.reshape(g.permute(q, {1, 0, 2}), Shape{1, H, T, D});
-    NodeId att = g.attention(q4, repeat_kv(g, kc, Hkv, H, C, D), repeat_kv(g, vc, Hkv, H, C, D), ctx.input("mask").id(),
-                             false, 1 / std::sqrt(double(D)));
+    // Grouped-query attention over the cache; the mask hides the rows not written yet, which the CPU skips.
+    NodeId att = g.attention(q4, kc, vc, ctx.input("mask").id(), false, 1 / std::sqrt(double(D)));
     NodeId merged = g.reshape(g.permute(g.reshape(att, Shape{H, T, D}), {1, 0, 2}), Shape{T, H * D});
     FlowValue o = lin(ctx.value(merged), "attn_output", c.n_embd);
     x = ctx.residual(x, o);
@@ -146,8 +137,7 @@ flow::BuiltModel build(const LlamaConfig& c, i64 tokens, i64 context, bool all_p
   m.input("tokens", Shape{tokens}, DType::I32)
       .input("rope_cos", Shape{tokens, c.head_dim / 2})
       .input("rope_sin", Shape{tokens, c.head_dim / 2})
-      .input("kv_write", Shape{context, tokens})
-      .input("kv_keep", Shape{context, 1})
+      .input("kv_pos", Shape{1}, DType::I32)
       .input("mask", Shape{1, 1, tokens, context}, DType::Bool);
   if (!all_positions) m.input("last", Shape{1, tokens});
   for (i64 i = 0; i < c.n_layer; ++i) {
@@ -203,12 +193,13 @@ DType LlamaConfig::weight_dtype(std::string_view name) const {
 }
 
 struct LlamaModel::Impl {
-  Impl(std::shared_ptr<const gguf::File> f, CompiledGraph p, CompiledGraph d, i64 c)
-      : file(std::move(f)), prefill(std::move(p)), decode(std::move(d)), chunk(c) {}
+  Impl(std::shared_ptr<const gguf::File> f, CompiledGraph p, CompiledGraph d, i64 c, i64 r)
+      : file(std::move(f)), prefill(std::move(p)), decode(std::move(d)), chunk(c), cache_rows(r) {}
   std::shared_ptr<const gguf::File> file;  // the mapping the params are read from
   CompiledGraph prefill, decode;
   CompiledGraph* cache_owner = &decode;  // the graph whose handles hold the cache
   i64 chunk = 0;
+  i64 cache_rows = 0;  // the context plus chunk - 1
 };
 
 LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
@@ -264,8 +255,11 @@ LlamaModel LlamaModel::load(const std::shared_ptr<const gguf::File>& file, const
 
   const std::string_view act = options.exact ? "f32" : "q8";
   Session session(options.device);
-  auto impl = std::make_unique<Impl>(file, session.compile(build(c, chunk, m.context_, true, act).graph),
-                                     session.compile(build(c, 1, m.context_, false, act).graph), chunk);
+  // The cache holds chunk - 1 rows past the context: a padded prefill chunk that starts near the end writes
+  // all of its rows (dynamic_update_slice would clamp the start instead), and the mask hides the extra ones.
+  const i64 rows = m.context_ + chunk - 1;
+  auto impl = std::make_unique<Impl>(file, session.compile(build(c, chunk, rows, true, act).graph),
+                                     session.compile(build(c, 1, rows, false, act).graph), chunk, rows);
   // Weights: read in place from the mapping where the dtype matches (both graphs share them), converted otherwise.
   const std::shared_ptr<const void> owner = file;
   for (const auto& [name, shape] : weights) {
@@ -283,7 +277,7 @@ LlamaModel LlamaModel::load(const std::shared_ptr<const gguf::File>& file, const
     }
   }
   // The cache: a handle per layer and kind, written back by every run.
-  const ir::Tensor zeros(DType::F32, {c.n_head_kv, m.context_, c.head_dim});
+  const ir::Tensor zeros(DType::F32, {c.n_head_kv, rows, c.head_dim});
   for (CompiledGraph* g : {&impl->prefill, &impl->decode})
     for (i64 i = 0; i < c.n_layer; ++i)
       for (const std::string& name : {k_cache(i), v_cache(i)}) {
@@ -295,6 +289,15 @@ LlamaModel LlamaModel::load(const std::shared_ptr<const gguf::File>& file, const
 }
 
 void LlamaModel::reset() { position_ = 0; }
+
+void LlamaModel::set_profiling(bool on) {
+  impl_->prefill.set_profiling(on);
+  impl_->decode.set_profiling(on);
+}
+
+std::vector<runtime::KernelTime> LlamaModel::kernel_times(bool decode) const {
+  return (decode ? impl_->decode : impl_->prefill).kernel_times();
+}
 
 std::vector<float> LlamaModel::forward(std::span<const std::int32_t> tokens, bool all_positions) {
   const LlamaConfig& c = config_;
@@ -310,7 +313,7 @@ std::vector<float> LlamaModel::forward(std::span<const std::int32_t> tokens, boo
     const bool single = tokens.size() - done == 1 && !all_positions;
     CompiledGraph& g = single ? impl_->decode : impl_->prefill;
     const i64 T = single ? 1 : impl_->chunk;
-    const i64 n = std::min<i64>(T, i64(tokens.size() - done)), C = context_, half = c.head_dim / 2;
+    const i64 n = std::min<i64>(T, i64(tokens.size() - done)), C = impl_->cache_rows, half = c.head_dim / 2;
     // The cache moves to the graph that runs next.
     if (impl_->cache_owner != &g) {
       for (i64 i = 0; i < c.n_layer; ++i)
@@ -319,8 +322,8 @@ std::vector<float> LlamaModel::forward(std::span<const std::int32_t> tokens, boo
       impl_->cache_owner = &g;
     }
     ir::Tensor ids(DType::I32, {T}), cos(DType::F32, {T, half}), sin(DType::F32, {T, half});
-    ir::Tensor write(DType::F32, {C, T}), keep(DType::F32, {C, 1}), mask(DType::Bool, {1, 1, T, C});
-    std::fill_n(keep.data_as<float>(), C, 1.0f);
+    ir::Tensor start(DType::I32, {1}), mask(DType::Bool, {1, 1, T, C});
+    start.data_as<std::int32_t>()[0] = std::int32_t(position_);
     auto* m = reinterpret_cast<bool*>(mask.data());
     for (i64 t = 0; t < T; ++t) {
       const bool real = t < n;
@@ -331,15 +334,13 @@ std::vector<float> LlamaModel::forward(std::span<const std::int32_t> tokens, boo
         cos.data_as<float>()[t * half + i] = float(std::cos(theta));
         sin.data_as<float>()[t * half + i] = float(std::sin(theta));
       }
-      if (real) {
-        write.data_as<float>()[pos * T + t] = 1;
-        keep.data_as<float>()[pos] = 0;
-      }
       for (i64 j = 0; j < C; ++j) m[t * C + j] = j <= pos;  // a padding row attends to position 0 only
     }
-    std::vector<runtime::NamedTensor> in{{"tokens", ir::view(ids)},   {"rope_cos", ir::view(cos)},
-                                         {"rope_sin", ir::view(sin)}, {"kv_write", ir::view(write)},
-                                         {"kv_keep", ir::view(keep)}, {"mask", ir::view(mask)}};
+    std::vector<runtime::NamedTensor> in{{"tokens", ir::view(ids)},
+                                         {"rope_cos", ir::view(cos)},
+                                         {"rope_sin", ir::view(sin)},
+                                         {"kv_pos", ir::view(start)},
+                                         {"mask", ir::view(mask)}};
     ir::Tensor last(DType::F32, {1, T});
     if (single) {
       last.data_as<float>()[0] = 1;

@@ -152,6 +152,27 @@ TypeInfo scatter_add(const InferArgs& a) {
   return x;
 }
 
+TypeInfo dynamic_update_slice(const InferArgs& a) {
+  require_rank(a);
+  const TypeInfo &x = a.inputs[0], &u = a.inputs[1], &start = a.inputs[2];
+  a.require(u.dtype == x.dtype,
+            "update is " + std::string(ir::dtype_name(u.dtype)) + ", x is " + std::string(ir::dtype_name(x.dtype)));
+  a.require(u.shape.rank() == x.shape.rank(), "update " + u.shape.str() + " needs x's rank (" + x.shape.str() + ")");
+  const std::size_t axis = axis_of(a, x.shape.rank());
+  for (std::size_t d = 0; d < x.shape.rank(); ++d) {
+    const Dim &ud = u.shape[d], &xd = x.shape[d];
+    if (d != axis)
+      a.require(ud == xd,
+                "update " + u.shape.str() + " and x " + x.shape.str() + " differ on axis " + std::to_string(d));
+    else if (ud.is_static() && xd.is_static())
+      a.require(ud.size <= xd.size, "update " + u.shape.str() + " is longer than x " + x.shape.str() + " on the axis");
+  }
+  a.require(ir::is_integer(start.dtype), "start must be an integer, got " + std::string(ir::dtype_name(start.dtype)));
+  a.require(start.shape.is_static() && ir::estimated_numel(start.shape) == 1,
+            "start must hold one index ([] or [1]), got " + start.shape.str());
+  return x;
+}
+
 TypeInfo squeeze(const InferArgs& a) {
   require_rank(a);
   const Shape& s = a.inputs[0].shape;
@@ -403,7 +424,45 @@ F64Value expand(const ReferenceArgs& c, const F64Value& x) {
   return r;
 }
 
+// start clamped to [0, X - U], as XLA.
+F64Value dynamic_update_slice(const ReferenceArgs& c, const F64Value& x, const F64Value& u, const F64Value& start) {
+  const auto axis = std::size_t(c.axis(c.attrs().get_int("axis"), x.rank()));
+  const std::int64_t hi = x.ext[axis] - u.ext[axis];
+  const auto s = std::int64_t(std::clamp(start.v.at(0), 0.0, double(std::max<std::int64_t>(hi, 0))));
+  const auto cs = ir::contiguous_strides(x.ext);
+  F64Value r(c.n.dtype, x.ext);
+  r.v = x.v;
+  for_each_index(u.ext, [&](const Extents& i, std::int64_t flat) {
+    std::int64_t off = 0;
+    for (std::size_t d = 0; d < i.size(); ++d) off += (d == axis ? i[d] + s : i[d]) * cs[d];
+    r.v[std::size_t(off)] = u.v[std::size_t(flat)];
+  });
+  return r;
+}
+
 }  // namespace ref
+
+// In primitives: each position along the axis takes the update's row (gathered at position - start) inside
+// [start, start + U), else x's.
+NodeId dynamic_update_slice_decompose(const ir::DecomposeArgs& a) {
+  ir::Graph& g = a.g;
+  const Shape xs = g.node(a.in[0]).shape, us = g.node(a.in[1]).shape;
+  const auto axis = std::size_t(a.attrs().get_int("axis"));
+  if (!xs[axis].is_static() || !us[axis].is_static())
+    throw Error("dynamic_update_slice: the decomposition needs a static extent on the axis, got x " + xs.str() +
+                " and update " + us.str());
+  const std::int64_t X = xs[axis].size, U = us[axis].size;
+  if (U == 0) return a.in[0];
+  const ir::DType i64 = ir::DType::I64;
+  NodeId start = g.clamp(g.cast(g.reshape(a.in[2], Shape(std::vector<Dim>{})), i64), 0, double(X - U));
+  std::vector<Dim> column(xs.rank(), Dim(1));
+  column[axis] = Dim(X);
+  NodeId rel = g.sub(g.iota(Shape(column), std::int64_t(axis), i64), start);
+  NodeId inside = g.binary(OpKind::And, g.binary(OpKind::Ge, rel, g.scalar(0, i64)),
+                           g.binary(OpKind::Lt, rel, g.scalar(double(U), i64)));
+  NodeId rows = g.gather(a.in[1], g.expand(g.clamp(rel, 0, double(U - 1)), xs), std::int64_t(axis));
+  return g.where(inside, rows, a.in[0]);
+}
 
 // ---- derivatives: every movement op is linear in its data operand ----
 namespace grad {
@@ -727,6 +786,14 @@ RLX_OP_FAMILY(movement) {
              .vjp = grad::scatter_add_vjp,
              .jvp = grad::scatter_add_jvp,
              .vmap = batch::lifted_along_axis});
+  define_op({.kind = OpKind::DynamicUpdateSlice,
+             .doc = "x with `update` written from the run-time index `start` along `axis` (XLA's; start clamped)",
+             .operands = {"x", "update", "start"},
+             .attrs = axis,
+             .infer = dynamic_update_slice,
+             .decompose = dynamic_update_slice_decompose,
+             .reference = [](const ReferenceArgs& c) { return ref::dynamic_update_slice(c, c.x(0), c.x(1), c.x(2)); },
+             .flops_per_element = 0});
   define_op({.kind = OpKind::Squeeze,
              .doc = "drops the size-1 `axes`",
              .operands = {"x"},

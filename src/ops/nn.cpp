@@ -218,10 +218,21 @@ NodeId pool2d(const Ctx& c, bool is_max) {
 // j <= i (top-left aligned, as torch's is_causal).
 NodeId attention(const Ctx& c) {
   Graph& g = c.g;
-  Shape qs = c.arg(0).shape, ks = c.arg(1).shape;  // copies: emitting nodes moves g's storage
+  Shape qs = c.arg(0).shape, ks = c.arg(1).shape, vs = c.arg(2).shape;  // copies: emitting nodes moves g's storage
   double scale = c.n.attrs.get_float("scale");
   if (scale == 0.0) scale = 1.0 / std::sqrt(double(c.static_dim(0, qs.rank() - 1)));
-  NodeId s = g.mul(g.matmul(c.in[0], g.transpose(c.in[1])), c.scalar(scale));
+  NodeId k = c.in[1], v = c.in[2];
+  if (!(qs[1] == ks[1])) {  // grouped KV heads: each repeated for its group of query heads
+    const Dim group(qs[1].size / ks[1].size);
+    auto repeat = [&](NodeId t, const Shape& s) {
+      NodeId e = g.expand(g.reshape(t, Shape(std::vector<Dim>{s[0], s[1], Dim(1), s[2], s[3]})),
+                          Shape(std::vector<Dim>{s[0], s[1], group, s[2], s[3]}));
+      return g.reshape(e, Shape(std::vector<Dim>{s[0], qs[1], s[2], s[3]}));
+    };
+    k = repeat(k, ks);
+    v = repeat(v, vs);
+  }
+  NodeId s = g.mul(g.matmul(c.in[0], g.transpose(k)), c.scalar(scale));
   std::optional<NodeId> neg_inf;
   auto masked = [&](NodeId keep) {
     if (!neg_inf) neg_inf = c.scalar(-std::numeric_limits<double>::infinity());
@@ -233,7 +244,7 @@ NodeId attention(const Ctx& c) {
     NodeId cols = g.iota(Shape(std::vector<Dim>{Dim(1), ks[ks.rank() - 2]}), 1);
     s = masked(g.binary(OpKind::Le, cols, rows));
   }
-  return g.matmul(softmax(g, s, -1), c.in[2]);
+  return g.matmul(softmax(g, s, -1), v);
 }
 
 NodeId linear(const Ctx& c) {
@@ -473,7 +484,10 @@ TypeInfo attention_infer(const InferArgs& a) {
   const DType t = a.inputs[0].dtype;
   a.require(ir::is_float(t) && a.inputs[1].dtype == t && a.inputs[2].dtype == t, "q, k, v must share a float dtype");
   a.require(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, "q, k, v must be [B, H, S, D]");
-  a.require(q[0] == k[0] && q[1] == k[1] && k[0] == v[0] && k[1] == v[1], "batch/head dims differ");
+  a.require(q[0] == k[0] && k[0] == v[0] && k[1] == v[1], "batch dims differ, or k's and v's heads");
+  // Grouped-query attention (torch's enable_gqa): each k/v head serves q's heads / k's heads query heads.
+  a.require(q[1] == k[1] || (q[1].is_static() && k[1].is_static() && k[1].size > 0 && q[1].size % k[1].size == 0),
+            "q's " + q[1].str() + " heads are not a multiple of k's and v's " + k[1].str());
   a.require(q[3] == k[3], "q and k head dims differ");
   a.require(k[2] == v[2], "k and v sequence lengths differ");
   if (a.inputs.size() == 4) {
@@ -742,10 +756,28 @@ F64Value embedding(const ReferenceArgs& c, const F64Value& table, const F64Value
 
 // softmax(q k^T * scale + mask) v over q[..., Sq, D], k[..., Sk, D], v[..., Sk, Dv].
 // causal hides key j from query i when j > i (top-left aligned, as torch).
-F64Value attention(const ReferenceArgs& c, const F64Value& q, const F64Value& k, const F64Value& v,
+// t [B, Hkv, S, D] with each head repeated `group` times: [B, Hkv * group, S, D] (grouped-query attention).
+F64Value repeat_heads(const F64Value& t, std::int64_t group) {
+  Extents ext = t.ext;
+  ext[1] *= group;
+  F64Value r(t.dtype, ext);
+  const std::int64_t plane = t.ext[2] * t.ext[3];
+  for (std::int64_t bh = 0; bh < ext[0] * ext[1]; ++bh) {
+    const std::int64_t src = (bh / ext[1]) * t.ext[1] + (bh % ext[1]) / group;
+    std::copy_n(t.v.begin() + src * plane, plane, r.v.begin() + bh * plane);
+  }
+  return r;
+}
+
+F64Value attention(const ReferenceArgs& c, const F64Value& q, const F64Value& k_in, const F64Value& v_in,
                    const F64Value* mask) {
-  if (q.rank() < 2 || k.rank() != q.rank() || v.rank() != q.rank())
+  if (q.rank() < 2 || k_in.rank() != q.rank() || v_in.rank() != q.rank())
     c.fail("attention needs q, k, v of equal rank >= 2");
+  const bool grouped = q.rank() == 4 && k_in.ext[1] != q.ext[1];
+  if (grouped && (k_in.ext[1] == 0 || q.ext[1] % k_in.ext[1] != 0 || v_in.ext[1] != k_in.ext[1]))
+    c.fail("attention: q's heads are not a multiple of k's and v's");
+  const std::int64_t group = grouped ? q.ext[1] / k_in.ext[1] : 1;
+  const F64Value k = grouped ? repeat_heads(k_in, group) : k_in, v = grouped ? repeat_heads(v_in, group) : v_in;
   std::size_t r2 = q.rank() - 2;
   std::int64_t Sq = q.ext[r2], D = q.ext[r2 + 1], Sk = k.ext[r2], Dv = v.ext[r2 + 1];
   if (k.ext[r2 + 1] != D || v.ext[r2] != Sk)

@@ -587,9 +587,23 @@ std::vector<Case> composite_cases() {
          return g.embedding(in(g, "table", {5, 3}), g.input("ids", {2, 3}, DType::I64));
        },
        {{"ids", ids({2, 3}, {4, 0, 4, 2, 2, 1})}}},
+      {"dynamic_update_slice",
+       [](Graph& g) {
+         return g.dynamic_update_slice(in(g, "x", {3, 5, 2}), in(g, "u", {3, 2, 2}), g.input("s", {}, DType::I64), 1);
+       },
+       {{"s", ids({}, {2})}}},
+      {"dynamic_update_slice_clamped",
+       [](Graph& g) {
+         return g.dynamic_update_slice(in(g, "x", {4, 3}), in(g, "u", {3, 3}), g.input("s", {1}, DType::I64), 0);
+       },
+       {{"s", ids({1}, {7})}}},
       {"attention",
        [](Graph& g) {
          return g.attention(in(g, "q", {1, 2, 3, 4}), in(g, "k", {1, 2, 3, 4}), in(g, "v", {1, 2, 3, 4}));
+       }},
+      {"attention_grouped_kv_heads",
+       [](Graph& g) {
+         return g.attention(in(g, "q", {1, 4, 3, 4}), in(g, "k", {1, 2, 5, 4}), in(g, "v", {1, 2, 5, 3}));
        }},
       {"attention_causal_scaled",
        [](Graph& g) {

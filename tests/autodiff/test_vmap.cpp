@@ -324,6 +324,15 @@ std::vector<Case> composite_cases() {
          g.add_output(g.embedding(in(g, "table", {5, 3}), in(g, "ids", {2, 3}, DType::I64)));
        },
        {{"ids", ints(0, 4)}}},
+      {"dynamic_update_slice",
+       [](Graph& g) {
+         g.add_output(g.dynamic_update_slice(in(g, "x", {3, 6}), in(g, "u", {3, 2}), in(g, "s", {}, DType::I64), 1));
+       },
+       {{"s", ints(-1, 6)}}},
+      {"attention_grouped_kv_heads",
+       [](Graph& g) {
+         g.add_output(g.attention(in(g, "q", {1, 4, 3, 4}), in(g, "k", {1, 2, 5, 4}), in(g, "v", {1, 2, 5, 3})));
+       }},
       {"attention",
        [](Graph& g) {
          g.add_output(g.attention(in(g, "q", {2, 2, 3, 4}), in(g, "k", {2, 2, 5, 4}), in(g, "v", {2, 2, 5, 3}),

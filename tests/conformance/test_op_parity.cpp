@@ -566,6 +566,27 @@ Variants gather_variants() {
   return r;
 }
 
+// start runs past both ends, so the clamp (XLA's) is exercised too.
+Variants dynamic_update_slice_variants() {
+  Variants r;
+  for (DType t : {DType::F32, DType::F16, DType::F64, DType::I64, DType::Bool})
+    for (DType it : {DType::I32, DType::I64}) {
+      V v("dynamic_update_slice " + dt(t) + " axis 0, " + dt(it) + " start");
+      r.push_back(v.out({v.g().dynamic_update_slice(v.in("x", t, {6, 3}), v.in("u", t, {2, 3}),
+                                                    v.in("s", it, {}, ints_in(-2, 7)), 0)}));
+    }
+  V w("dynamic_update_slice f32 [3, 9, 4] axis 1 (a KV cache), [1] start");
+  r.push_back(w.out({w.g().dynamic_update_slice(w.in("x", DType::F32, {3, 9, 4}), w.in("u", DType::F32, {3, 2, 4}),
+                                                w.in("s", DType::I32, {1}, ints_in(-1, 9)), 1)}));
+  V e("dynamic_update_slice f32 whole extent, last axis");
+  r.push_back(e.out({e.g().dynamic_update_slice(e.in("x", DType::F32, {2, 5}), e.in("u", DType::F32, {2, 5}),
+                                                e.in("s", DType::I64, {}, ints_in(0, 3)), -1)}));
+  V z("dynamic_update_slice f32 empty update");
+  r.push_back(z.out({z.g().dynamic_update_slice(z.in("x", DType::F32, {4, 2}), z.in("u", DType::F32, {0, 2}),
+                                                z.in("s", DType::I64, {}, ints_in(0, 3)), 0)}));
+  return r;
+}
+
 Variants index_select_variants() {
   Variants r;
   for (DType t : {DType::F32, DType::F16, DType::I64, DType::Bool})
@@ -870,6 +891,21 @@ Gen attention_mask() {
   };
 }
 
+// A KV cache's mask: each row keeps keys 0..p for its own random p, and nothing after (the CPU kernel stops at
+// the last kept key of a block of rows).
+Gen prefix_mask() {
+  return [](DType t, const Ints& s, std::mt19937_64& rng) {
+    ir::Tensor m(t, s);
+    const std::int64_t cols = s.back();
+    std::uniform_int_distribution<std::int64_t> last(0, cols - 1);
+    for (std::int64_t row = 0; row < m.numel() / cols; ++row) {
+      const std::int64_t p = last(rng);
+      for (std::int64_t j = 0; j < cols; ++j) m.set(row * cols + j, j <= p ? 1 : 0);
+    }
+    return m;
+  };
+}
+
 // Custom ops: one through its lowering (inlined, fused with its neighbours),
 // one through a host kernel.
 Variants custom_variants() {
@@ -891,7 +927,7 @@ Variants attention_variants() {
   Variants r;
   struct C {
     Ints q, k, v;
-    int mask;  // 0 none, 1 bool, 2 float
+    int mask;  // 0 none, 1 bool, 2 float, 3 bool keeping a prefix of each row
     Ints mask_shape;
     bool causal;
     double scale;
@@ -904,10 +940,17 @@ Variants attention_variants() {
                                         {{2, 2, 4, 8}, {2, 2, 6, 8}, {2, 2, 6, 8}, 2, {1, 1, 4, 6}, false, 0.0},
                                         {{1, 2, 3, 8}, {1, 2, 5, 8}, {1, 2, 5, 6}, 0, {}, true, 0.0},
                                         {{1, 1, 4, 4}, {1, 1, 4, 4}, {1, 1, 4, 4}, 1, {4, 4}, true, 0.25},
-                                        {{1, 2, 1, 16}, {1, 2, 7, 16}, {1, 2, 7, 16}, 2, {1, 2, 1, 7}, false, 0.0}}) {
+                                        {{1, 2, 1, 16}, {1, 2, 7, 16}, {1, 2, 7, 16}, 2, {1, 2, 1, 7}, false, 0.0},
+                                        {{1, 2, 4, 8}, {1, 2, 12, 8}, {1, 2, 12, 8}, 3, {1, 1, 4, 12}, false, 0.0},
+                                        // grouped KV heads (GQA), and one KV head for all (MQA)
+                                        {{1, 4, 3, 8}, {1, 2, 5, 8}, {1, 2, 5, 8}, 0, {}, false, 0.0},
+                                        {{2, 6, 2, 8}, {2, 2, 9, 8}, {2, 2, 9, 8}, 3, {2, 1, 2, 9}, false, 0.0},
+                                        {{1, 4, 3, 8}, {1, 2, 3, 8}, {1, 2, 3, 8}, 0, {}, true, 0.0},
+                                        {{1, 4, 1, 16}, {1, 1, 7, 16}, {1, 1, 7, 16}, 3, {1, 1, 1, 7}, false, 0.0}}) {
       V v("attention " + dt(t) + " q" + str(c.q) + " k" + str(c.k) + " v" + str(c.v) +
           (c.mask == 1   ? " bool mask "
            : c.mask == 2 ? " float mask "
+           : c.mask == 3 ? " prefix mask "
                          : "") +
           (c.mask ? str(c.mask_shape) : "") + (c.causal ? " causal" : "") +
           (c.scale != 0 ? " scale " + std::to_string(c.scale) : ""));
@@ -917,6 +960,7 @@ Variants attention_variants() {
       std::optional<NodeId> mask;
       if (c.mask == 1) mask = v.in("mask", DType::Bool, c.mask_shape, attention_mask());
       if (c.mask == 2) mask = v.in("mask", t, c.mask_shape, uniform(-2, 0));
+      if (c.mask == 3) mask = v.in("mask", DType::Bool, c.mask_shape, prefix_mask());
       r.push_back(v.out({v.g().attention(q, k, val, mask, c.causal, c.scale)}));
     }
   return r;
@@ -1101,6 +1145,7 @@ const std::vector<OpCase>& parity_table() {
         {OpKind::MaxPool2d, [] { return pool_variants(OpKind::MaxPool2d); }},
         {OpKind::AvgPool2d, [] { return pool_variants(OpKind::AvgPool2d); }},
         {OpKind::Embedding, embedding_variants},
+        {OpKind::DynamicUpdateSlice, dynamic_update_slice_variants},
         {OpKind::Dequantize, dequantize_variants},
         {OpKind::Quantize, quantize_variants},
         {OpKind::QuantizedMatmul, quantized_matmul_variants},

@@ -131,6 +131,7 @@ Graph all_ops_graph() {
   g.max_pool2d(img, {2, 2}, {2, 2});
   g.avg_pool2d(img, {3, 3}, {1, 1}, {1, 1});
   const NodeId emb = g.embedding(g.param("table", {10, 4}), g.input("ids", {2, 3}, DType::I64));
+  g.dynamic_update_slice(g.input("cache", {2, 8, 4}), g.input("rows", {2, 1, 4}), g.input("at", {1}, DType::I32), 1);
   // Block-quantized storage: a q4_0 weight, its dequantized values, a quantized copy and the product.
   const NodeId qw = g.param("qw", {3, 32}, DType::Q4_0);
   g.dequantize(g.quantize(g.input("qx", {2, 32}), DType::Q8_0));

@@ -154,6 +154,9 @@ class Graph {
   NodeId gather(NodeId x, NodeId idx, std::int64_t axis);
   NodeId index_select(NodeId x, NodeId idx, std::int64_t axis);
   NodeId scatter_add(NodeId x, NodeId idx, NodeId upd, std::int64_t axis);
+  // x with `update` written at index `start` (an integer scalar, read at run time) along `axis`, start
+  // clamped to [0, x's extent - update's] as XLA's DynamicUpdateSlice: a KV cache's append.
+  NodeId dynamic_update_slice(NodeId x, NodeId update, NodeId start, std::int64_t axis);
   NodeId squeeze(NodeId x, std::vector<std::int64_t> axes);
   NodeId unsqueeze(NodeId x, std::vector<std::int64_t> axes);
   NodeId flip(NodeId x, std::vector<std::int64_t> axes);

@@ -113,6 +113,7 @@ enum class OpClass : std::uint8_t {
   X(MaxPool2d, "max_pool2d", Composite, 1, 1)                    \
   X(AvgPool2d, "avg_pool2d", Composite, 1, 1)                    \
   X(Embedding, "embedding", Composite, 2, 2)                     \
+  X(DynamicUpdateSlice, "dynamic_update_slice", Composite, 3, 3) \
   X(QuantizedMatmul, "quantized_matmul", Composite, 2, 2)        \
   X(Dequantize, "dequantize", Quant, 1, 1)                       \
   X(Quantize, "quantize", Quant, 1, 1)                           \

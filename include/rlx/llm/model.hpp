@@ -52,9 +52,9 @@ struct LlamaConfig {
 };
 
 struct LoadOptions {
-  // Positions the KV cache holds (the compiled graphs' bound); 0: min(the model's context, 512). Each run
-  // costs O(context) today (the cache is rewritten whole and attention covers every row), so the default is
-  // short; raise it for long prompts.
+  // Positions the KV cache holds (the compiled graphs' bound); 0: min(the model's context, 512). A run costs
+  // the rows it writes and attends to, not the bound: the cache is updated in place (dynamic_update_slice over
+  // its handle) and attention stops at the last row the mask keeps. Memory is the bound's.
   std::int64_t context = 0;
   // Prompt tokens per prefill run: a prompt runs in chunks of this many (the last one padded).
   std::int64_t prefill_chunk = 64;
@@ -86,6 +86,11 @@ class LlamaModel {
   // cache; returns the logits, [n, vocab] row-major (float32), or of the last
   // position only ([vocab]) when `all_positions` is false.
   std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_positions = true);
+
+  // Per-kernel times: with profiling on, every run records its kernels' times; kernel_times returns the last
+  // prefill or decode run's, in LIR order (rlx generate --profile prints them).
+  void set_profiling(bool on);
+  std::vector<runtime::KernelTime> kernel_times(bool decode) const;
 
   // The graph of one run of `tokens` tokens (for inspection and tests); `activations` is quantized_matmul's.
   static flow::BuiltModel build_graph(const LlamaConfig& config, std::int64_t tokens, std::int64_t context,

@@ -82,6 +82,10 @@ struct Plan {
   std::vector<Ref> refs;                          // per buffer
   std::vector<std::pair<BufferId, Ref>> dynamic;  // entries bound per run (inputs, in-place outputs)
   std::vector<Output> outputs;
+  // Per output: the input it may be computed over in place (-1: none). A dynamic_update_slice whose x is an
+  // input that nothing else reads can write over it, so feeding the output back to that input's handle (a
+  // KV cache) costs the update's rows, not a copy of the whole tensor.
+  std::vector<std::int32_t> donor;
   std::size_t n_inputs = 0;
   std::vector<PackedOperand> packs;  // pointer table entries after the buffers' (gemm_pack.hpp)
   struct Io {
@@ -128,6 +132,31 @@ void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
 
 std::size_t nbytes_of(const compile::Buffer& b) { return ir::storage_bytes(b.dtype, b.shape); }
 
+// Plan::donor: output j may be computed over input i when a dynamic_update_slice writes it (in place, as an
+// output of its own) from x = input i whole, and no other kernel or output reads input i's bytes.
+std::vector<std::int32_t> donors(const compile::LirModule& lir, const Plan& plan,
+                                 std::span<const std::pair<BufferId, BufferId>> updates) {
+  std::vector<std::int32_t> donor(lir.outputs.size(), -1);
+  auto root_of = [&](BufferId id) {
+    const auto& b = lir.buffer(id);
+    return b.root < 0 ? id : b.root;
+  };
+  std::vector<int> readers(lir.buffers.size(), 0);
+  for (const auto& k : lir.kernels)
+    for (BufferId in : k.inputs) ++readers[std::size_t(root_of(in))];
+  for (BufferId out : lir.outputs) ++readers[std::size_t(root_of(out))];
+  for (const auto& [x, y] : updates) {
+    const auto& xb = lir.buffer(x);
+    const auto& root = lir.buffer(root_of(x));
+    if (root.role != BufferRole::Input || readers[std::size_t(root.id)] != 1 || xb.nbytes() != root.nbytes() ||
+        (xb.root >= 0 && xb.root != xb.id && xb.view_offset != 0))
+      continue;
+    for (std::size_t j = 0; j < lir.outputs.size(); ++j)
+      if (lir.outputs[j] == y && plan.outputs[j].in_place) donor[j] = root.external_index;
+  }
+  return donor;
+}
+
 class CpuExecutable final : public runtime::ExecutableGraph {
  public:
   CpuExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<ParamStore> params)
@@ -139,7 +168,8 @@ class CpuExecutable final : public runtime::ExecutableGraph {
         threads_(stride_ * std::size_t(ThreadPool::instance().size())),
         ptrs_(plan_->refs.size() + plan_->packs.size(), nullptr),
         handles_(plan_->n_inputs),
-        out_scratch_(plan_->outputs.size()) {
+        out_scratch_(plan_->outputs.size()),
+        donated_(plan_->outputs.size(), false) {
     for (const auto& k : plan_->kernels) kernels_.push_back(k.get());
     set_backend_name("cpu");
     resolve_pointers();
@@ -322,6 +352,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       throw Error("cpu: feed_handle: input " + std::to_string(index) + " needs a bound handle the size of output " +
                   std::to_string(output));
     feeds_.emplace_back(index, output);
+    if (plan_->donor[output] == std::int32_t(index)) donated_[output] = true;
   }
 
   void set_rng(const runtime::RngOptions& rng) override {
@@ -395,6 +426,8 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       const void* base = nullptr;
       if (r.base == Base::Input) {
         base = handles_[i] ? handles_[i]->data() : inputs[i];
+      } else if (donated_[i]) {
+        base = handles_[std::size_t(plan_->donor[i])]->data();  // computed over its own handle (feed_handle)
       } else {
         base = outputs[i];
         if (!base && sparse) {
@@ -418,7 +451,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
     }
     for (std::size_t j = 0; j < plan_->outputs.size(); ++j) {
       const Output& o = plan_->outputs[j];
-      if (o.in_place || o.bytes == 0 || (sparse && !outputs[j])) continue;
+      if ((o.in_place && !donated_[j]) || o.bytes == 0 || !outputs[j]) continue;
       const std::byte* src = ptrs_[std::size_t(o.buffer)];
       auto* dst = static_cast<std::byte*>(outputs[j]);
       constexpr std::size_t kPiece = 1 << 20;
@@ -431,7 +464,8 @@ class CpuExecutable final : public runtime::ExecutableGraph {
           plan_->threads);
     }
     for (const auto& [in, out] : feeds_)
-      std::memmove(handles_[in]->data(), ptrs_[std::size_t(plan_->outputs[out].buffer)], handles_[in]->size());
+      if (!donated_[out])
+        std::memmove(handles_[in]->data(), ptrs_[std::size_t(plan_->outputs[out].buffer)], handles_[in]->size());
   }
 
  public:
@@ -460,7 +494,8 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   std::vector<std::optional<AlignedBytes>> handles_;        // per input
   std::uint64_t params_version_ = 0;                        // params_->version that ptrs_ reflects
   std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output) copied after each run
-  std::vector<std::optional<AlignedBytes>> out_scratch_;    // per output, for outputs not read back
+  std::vector<bool> donated_;  // per output: fed to its Plan::donor's handle, so computed in that handle
+  std::vector<std::optional<AlignedBytes>> out_scratch_;  // per output, for outputs not read back
   std::vector<const void*> pending_in_;
   std::vector<void*> pending_out_;
   std::future<void> pending_;  // last: destroyed first, so a pending run finishes before the rest goes
@@ -509,6 +544,7 @@ class CpuBackend final : public runtime::Backend {
     // table (a block table's rows dequantized as they are copied).
     t.native_ops.insert(OpKind::QuantizedMatmul);
     t.native_ops.insert(OpKind::Embedding);
+    t.native_ops.insert(OpKind::DynamicUpdateSlice);  // any dtype: rows copied (kernel_movement.cpp)
     t.f32_compute_ops.insert(OpKind::MatMul);
     t.matmul_transposed_b = true;
     t.matmul_multi_output_epilogue = true;
@@ -534,8 +570,11 @@ class CpuBackend final : public runtime::Backend {
     for (BufferId id : lir.outputs) plan->output_io.push_back(io(id));
     PackRegistry packs{plan->isa, lir.buffers.size(), {}};
 
+    std::vector<std::pair<BufferId, BufferId>> updates_in_place;  // (x, y) of each dynamic_update_slice
     for (const auto& k : lir.kernels) {
       BuildCtx b{lir, k, plan->threads, stream, &packs};
+      if (k.kind == compile::KernelKind::Native && b.anchor().op == ir::OpKind::DynamicUpdateSlice)
+        updates_in_place.emplace_back(b.in_of(b.anchor().inputs.at(0)).id, b.out(0).id);
       std::unique_ptr<CpuKernel> ck;
       switch (k.kind) {
         case compile::KernelKind::Elementwise: ck = build_elementwise(b); break;
@@ -621,6 +660,8 @@ class CpuBackend final : public runtime::Backend {
       plan->refs[std::size_t(b.id)] = r;
       if (r.base == Base::Input || r.base == Base::Output) plan->dynamic.emplace_back(b.id, r);
     }
+
+    plan->donor = donors(lir, *plan, updates_in_place);
 
     if (!plan->random_kernels.empty()) {
       auto copy = std::make_shared<compile::LirModule>(lir);

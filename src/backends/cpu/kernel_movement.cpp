@@ -367,7 +367,45 @@ class ScatterAddKernel final : public CpuKernel {
   }
 };
 
+// x with the update's rows at start along the axis. When the executable runs it over its own input (a KV
+// cache handle donated to the output: Plan's donation), y is x and only the update's rows are written.
+class DynamicUpdateSliceKernel final : public CpuKernel {
+ public:
+  compile::BufferId x = 0, upd = 0, start = 0, y = 0;
+  IndexReader index;
+  std::size_t x_bytes = 0, row = 0;  // the rows: the bytes of one position along the axis, times the inner dims
+  i64 outer = 1, extent = 0, rows = 0;
+
+  void run(const RunCtx& c) const override {
+    std::byte* dst = c.ptrs[y];
+    if (dst != c.ptrs[x]) parallel_memcpy(dst, c.ptrs[x], x_bytes, c.max_threads);
+    const i64 s = std::clamp<i64>(index.raw(c.ptrs[start], 0), 0, extent - rows);
+    const std::byte* u = c.ptrs[upd];
+    for (i64 o = 0; o < outer; ++o)
+      std::memcpy(dst + std::size_t(o * extent + s) * row, u + std::size_t(o * rows) * row, std::size_t(rows) * row);
+  }
+};
+
 }  // namespace
+
+std::unique_ptr<CpuKernel> build_dynamic_update_slice(const BuildCtx& b) {
+  const ir::Node& n = b.anchor();
+  const auto &xb = b.in_of(n.inputs.at(0)), &ub = b.in_of(n.inputs.at(1)), &sb = b.in_of(n.inputs.at(2));
+  const std::size_t axis = std::size_t(ir::normalize_axis(n.attrs.get_int("axis"), xb.shape.size()));
+  auto k = std::make_unique<DynamicUpdateSliceKernel>();
+  k->x = xb.id, k->upd = ub.id, k->start = sb.id, k->y = b.out(0).id;
+  k->index = IndexReader{sb.dtype, b.where()};
+  k->x_bytes = ir::storage_bytes(xb.dtype, xb.shape);
+  k->row = ir::dtype_size(xb.dtype);
+  for (std::size_t d = 0; d < xb.shape.size(); ++d)
+    if (d < axis)
+      k->outer *= xb.shape[d];
+    else if (d > axis)
+      k->row *= std::size_t(xb.shape[d]);
+  k->extent = xb.shape[axis];
+  k->rows = ub.shape[axis];
+  return k;
+}
 
 std::unique_ptr<CpuKernel> build_movement(const BuildCtx& b) {
   const ir::Node& n = b.anchor();

@@ -305,7 +305,7 @@ class AttentionKernel final : public CpuKernel {
   compile::BufferId q = 0, k = 0, v = 0, y = 0;
   std::optional<compile::BufferId> mask;
   bool bool_mask = false, causal = false;
-  i64 B = 1, H = 1, Sq = 1, Sk = 1, D = 1, Dv = 1, qb = 1;
+  i64 B = 1, H = 1, Hkv = 1, Sq = 1, Sk = 1, D = 1, Dv = 1, qb = 1;
   i64 ms[4] = {0, 0, 0, 0};  // mask element strides over [B, H, Sq, Sk]
   double scale = 1;
 
@@ -320,10 +320,25 @@ class AttentionKernel final : public CpuKernel {
           T* sc = reinterpret_cast<T*>(c.thread_scratch());
           for (i64 u = b0; u < e0; ++u) {
             const i64 bh = u / blocks, bi = bh / H, hi = bh % H, i0 = (u % blocks) * qb, i1 = std::min(Sq, i0 + qb);
-            const i64 rows = i1 - i0, cols = causal ? std::min(Sk, i1) : Sk;
+            const i64 rows = i1 - i0, kvh = bi * Hkv + hi / (H / Hkv);
+            i64 cols = causal ? std::min(Sk, i1) : Sk;
+            // Keys past the last one a bool mask keeps for any of these rows are never read: a KV cache's
+            // unwritten tail costs nothing (a fully masked block keeps one column, which gives torch's NaN).
+            if (mp && bool_mask) {
+              i64 used = 1;
+              for (i64 i = i0; i < i1; ++i) {
+                const i64 base = bi * ms[0] + hi * ms[1] + i * ms[2];
+                for (i64 j = cols; j > used; --j)
+                  if (mp[base + (j - 1) * ms[3]] != std::byte{0}) {
+                    used = j;
+                    break;
+                  }
+              }
+              cols = std::min(cols, used);
+            }
             const T* Q = qp + (bh * Sq + i0) * D;
-            const T* K = kp + bh * Sk * D;
-            const T* V = vp + bh * Sk * Dv;
+            const T* K = kp + kvh * Sk * D;
+            const T* V = vp + kvh * Sk * Dv;
             T* O = yp + (bh * Sq + i0) * Dv;
             gemm<T>(true, rows, cols, D, T(scale), Q, D, K, D, sc, cols);
             for (i64 r = 0; r < rows; ++r) {
@@ -466,8 +481,9 @@ std::unique_ptr<CpuKernel> make_attention(const BuildCtx& b, const ir::Node& n) 
   k->q = qb.id, k->k = kb.id, k->v = vb.id, k->y = b.out(0).id;
   k->B = qb.shape[0], k->H = qb.shape[1], k->Sq = qb.shape[2], k->D = qb.shape[3];
   k->Sk = kb.shape[2], k->Dv = vb.shape[3];
-  if (kb.shape[0] != k->B || vb.shape[0] != k->B || kb.shape[1] != k->H || vb.shape[1] != k->H)
-    b.fail("attention batch/head dims differ between q, k and v");
+  k->Hkv = kb.shape[1];
+  if (kb.shape[0] != k->B || vb.shape[0] != k->B || vb.shape[1] != k->Hkv || k->Hkv < 1 || k->H % k->Hkv != 0)
+    b.fail("attention batch/head dims differ between q, k and v (q's heads must be a multiple of k's)");
   k->causal = n.attrs.bool_or("causal", false);
   k->scale = n.attrs.float_or("scale", 0.0);
   if (k->scale == 0) k->scale = 1 / std::sqrt(double(k->D));
@@ -500,6 +516,7 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
   const ir::Node& n = b.anchor();
   if (n.op == OpKind::QuantizedMatmul || n.op == OpKind::Embedding || ir::op_info(n.op).cls == ir::OpClass::Quant)
     return build_quant(b);
+  if (n.op == OpKind::DynamicUpdateSlice) return build_dynamic_update_slice(b);
   require_float(b, n);
   const bool f32 = n.dtype == DType::F32;
   const auto& xb = b.in_of(n.inputs.at(0));

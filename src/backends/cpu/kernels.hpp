@@ -101,9 +101,10 @@ std::unique_ptr<CpuKernel> build_reduce(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_movement(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_native(const BuildCtx& b);
-std::unique_ptr<CpuKernel> build_backward(const BuildCtx& b);
+std::unique_ptr<CpuKernel> build_dynamic_update_slice(const BuildCtx& b);  // kernel_movement.cpp
+std::unique_ptr<CpuKernel> build_backward(const BuildCtx& b);              // the backward ops (kernel_backward.cpp)
 // quantized_matmul, embedding, dequantize and quantize (kernel_quant.cpp)
-std::unique_ptr<CpuKernel> build_quant(const BuildCtx& b);  // the backward ops (kernel_backward.cpp)
+std::unique_ptr<CpuKernel> build_quant(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_leaf(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_custom(const BuildCtx& b);  // custom ops with a host kernel
 // scan / if / while as host loops over nested executables of this backend (kernel_control.cpp)

@@ -408,7 +408,7 @@ KernelCode gen_native(const GenCtx& c) {
       const std::size_t r2 = qs.size() - 2;
       if (!std::equal(qs.begin(), qs.begin() + std::ptrdiff_t(r2), ks.begin()) ||
           !std::equal(qs.begin(), qs.begin() + std::ptrdiff_t(r2), vs.begin()))
-        throw NoShader{"attention with broadcast batch dims"};
+        throw NoShader{"attention with broadcast batch dims or grouped KV heads"};
       const std::int64_t Sq = qs[r2], D = qs[r2 + 1], Sk = ks[r2], Dv = vs[r2 + 1];
       std::int64_t Bt = 1;
       for (std::size_t d = 0; d < r2; ++d) Bt *= qs[d];
