@@ -13,8 +13,8 @@ namespace rlx::tools {
 
 namespace {
 
-// The last decode run's kernels, grouped by what they compute (the fused ops after the kernel's number), largest first.
-void print_profile(const std::vector<runtime::KernelTime>& times) {
+// One run's kernels, grouped by what they compute (the fused ops after the kernel's number), largest first.
+void print_profile(std::string_view run, const std::vector<runtime::KernelTime>& times) {
   std::map<std::string, std::pair<double, int>> by_ops;
   double total = 0;
   for (const runtime::KernelTime& k : times) {
@@ -26,8 +26,8 @@ void print_profile(const std::vector<runtime::KernelTime>& times) {
   }
   std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_ops.begin(), by_ops.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  fmt::print("\n[one decode run: {} kernels, {:.0f} us]\n{:>10} {:>6} {:>5}  kernel\n", times.size(), total, "us",
-             "share", "count");
+  fmt::print("\n[{}: {} kernels, {:.0f} us]\n{:>10} {:>6} {:>5}  kernel\n", run, times.size(), total, "us", "share",
+             "count");
   for (std::size_t i = 0; i < rows.size() && i < 20; ++i)
     fmt::print("{:>10.0f} {:>5.1f}% {:>5}  {}\n", rows[i].second.first, 100 * rows[i].second.first / total,
                rows[i].second.second, rows[i].first);
@@ -62,7 +62,10 @@ int generate(const GenerateArgs& args) {
   fmt::print("\n\n[{} prompt tokens: prefill {:.1f} tok/s; {} generated: decode {:.1f} tok/s{}]\n", s.prompt_tokens,
              s.prefill_tokens_per_s(), s.generated_tokens, s.decode_tokens_per_s(),
              s.stopped_at_end_of_generation ? "; stopped at end of turn" : "");
-  if (args.profile) print_profile(model.model().kernel_times(true));
+  if (args.profile) {
+    print_profile("the last prefill chunk", model.model().kernel_times(false));
+    print_profile("the last decode run", model.model().kernel_times(true));
+  }
   return 0;
 }
 

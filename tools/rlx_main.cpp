@@ -187,7 +187,8 @@ int main(int argc, char** argv) try {
   generate->add_flag("--exact", gen.exact,
                      "Exact mode: f32 activations into the quantized matmuls (default: 8-bit blocks, as llama.cpp)");
 
-  generate->add_flag("--profile", gen.profile, "After the answer, the last decode run's kernels by time");
+  generate->add_flag("--profile", gen.profile,
+                     "After the answer, the kernels of the last prefill chunk and decode run, by time");
 
   std::string quant_in, quant_out, quant_type;
   auto* quantize = app.add_subcommand(

@@ -10,6 +10,7 @@
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernels.hpp"
+#include "backends/cpu/quant_matmul.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::backends::cpu {
@@ -304,6 +305,7 @@ class AttentionKernel final : public CpuKernel {
  public:
   compile::BufferId q = 0, k = 0, v = 0, y = 0;
   std::optional<compile::BufferId> mask;
+  const QuantTable* dot = &select_quant_table();  // its f32 dot product, for one query row
   bool bool_mask = false, causal = false;
   i64 B = 1, H = 1, Hkv = 1, Sq = 1, Sk = 1, D = 1, Dv = 1, qb = 1;
   i64 ms[4] = {0, 0, 0, 0};  // mask element strides over [B, H, Sq, Sk]
@@ -340,9 +342,24 @@ class AttentionKernel final : public CpuKernel {
             const T* K = kp + kvh * Sk * D;
             const T* V = vp + kvh * Sk * Dv;
             T* O = yp + (bh * Sq + i0) * Dv;
-            gemm<T>(true, rows, cols, D, T(scale), Q, D, K, D, sc, cols);
+            // f32: the ISA's GEMM over K^T packed per unit (BLAS's small-M path costs ~20x a decode step's
+            // work); f64: BLAS.
+            [[maybe_unused]] T* packed = sc + (qb * Sk + 15) / 16 * 16;  // 64-byte aligned
+            [[maybe_unused]] const KernelTable* isa = c.isa;
+            if constexpr (std::is_same_v<T, float>) {
+              if (rows == 1) {  // decode: one dot product per key, K read once and never packed
+                for (i64 j = 0; j < cols; ++j) sc[j] = dot->dot_f32(Q, K + j * D, D);
+              } else {
+                const i64 panels = (cols + isa->gemm_nr - 1) / isa->gemm_nr;
+                isa->gemm_pack_bt(K, D, D, cols, packed, 0, panels);
+                isa->gemm_packed(Q, D, packed, isa->gemm_nr, D * isa->gemm_nr, D, cols, sc, cols, 0, rows, 0, panels);
+              }
+            } else {
+              gemm<T>(true, rows, cols, D, T(1), Q, D, K, D, sc, cols);
+            }
             for (i64 r = 0; r < rows; ++r) {
               T* s = sc + r * cols;
+              for (i64 j = 0; j < cols; ++j) s[j] *= T(scale);
               const i64 i = i0 + r;
               if (mp) {
                 const i64 base = bi * ms[0] + hi * ms[1] + i * ms[2];
@@ -361,7 +378,17 @@ class AttentionKernel final : public CpuKernel {
               else
                 softmax_strided(s, s, cols, 1, false);
             }
-            gemm<T>(false, rows, Dv, cols, T(1), sc, cols, V, Dv, O, Dv);
+            if constexpr (std::is_same_v<T, float>) {
+              const i64 nr = isa->gemm_nr, panels = (Dv + nr - 1) / nr;
+              if (Dv % isa->simd_width == 0) {  // V read in place
+                isa->gemm_packed(sc, cols, V, Dv, nr, cols, Dv, O, Dv, 0, rows, 0, panels);
+              } else {
+                isa->gemm_pack_b(V, Dv, cols, Dv, packed, 0, panels);
+                isa->gemm_packed(sc, cols, packed, nr, cols * nr, cols, Dv, O, Dv, 0, rows, 0, panels);
+              }
+            } else {
+              gemm<T>(false, rows, Dv, cols, T(1), sc, cols, V, Dv, O, Dv);
+            }
           }
         },
         c.max_threads);
@@ -506,7 +533,14 @@ std::unique_ptr<CpuKernel> make_attention(const BuildCtx& b, const ir::Node& n) 
   // Query blocks keep the score tile (qb x Sk) in L2.
   k->qb = std::clamp<i64>(i64(256 * 1024 / sizeof(T)) / std::max<i64>(k->Sk, 1), 8, 256);
   k->qb = std::min(k->qb, std::max<i64>(k->Sq, 1));
-  k->thread_bytes = std::size_t(k->qb * std::max<i64>(k->Sk, 1)) * sizeof(T);
+  // The score tile, then (f32) the packed K^T or V of one unit.
+  k->thread_bytes = std::size_t((k->qb * std::max<i64>(k->Sk, 1) + 15) / 16 * 16) * sizeof(T);
+  if constexpr (std::is_same_v<T, float>) {
+    const KernelTable& isa = b.packs && b.packs->isa ? *b.packs->isa : select_kernels();
+    k->thread_bytes += std::max(packed_floats(isa, k->D, std::max<i64>(k->Sk, 1)),
+                                packed_floats(isa, std::max<i64>(k->Sk, 1), k->Dv)) *
+                       sizeof(float);
+  }
   return k;
 }
 
