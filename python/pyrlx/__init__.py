@@ -31,7 +31,7 @@ __all__ = [
     "DeviceRouter", "device_report", "fastest_device_for", "resolve_device", "devices_for", "advisory_capabilities",
     "backends_manifest",
     # GGUF models (docs/gguf.md, docs/llm.md)
-    "load_gguf", "GgufFile", "LLM", "quantize",
+    "load_gguf", "GgufFile", "LLM", "quantize", "convert_to_gguf",
 ]
 
 Error = _C.Error
@@ -1281,6 +1281,7 @@ def reference_run(g: Graph, inputs: dict, params: Optional[dict] = None) -> list
 
 # ---- backend selection: pyrlx/devices.py ----
 from .llm import LLM  # noqa: E402
+from .convert import convert_to_gguf  # noqa: E402
 from .devices import (  # noqa: E402  (it imports the names above)
     DeviceBenchResult, DeviceCandidate, DevicePolicy, DeviceReport, DeviceRouter, FlexibleSession, GraphDevices,
     advisory_capabilities, backends_manifest, device_report, devices_for, fastest_device_for, resolve_device)

@@ -26,8 +26,11 @@
 //           last dim, group_norm{num_groups,eps}(x [N,C,..], gamma?, beta?),
 //           conv1d/conv2d{stride,padding,dilation,groups}(x NC.., w [O, C/g, k..], b?),
 //           max_pool2d/avg_pool2d{kernel,stride,padding} (avg counts padding),
-//           embedding(table, ids), attention{causal,scale}(q,k,v [B,H,S,D], mask?) where a
-//           bool mask keeps True positions and a float mask is added to the scores.
+//           embedding(table, ids), attention{causal,scale}(q [B,H,Sq,D], k,v [B,Hkv,Sk,D], mask?) where
+//           a bool mask keeps True positions and a float mask is added to the scores; H a multiple of
+//           Hkv (grouped-query attention: KV head h / (H / Hkv) serves query head h),
+//           dynamic_update_slice{axis}(x, update, start): x with update written from the run-time
+//           integer scalar start along axis, start clamped to [0, x's extent - update's] (XLA's).
 //   block-quantized storage (rlx/ir/quants.hpp): dequantize(x) -> f32, quantize{to}(x),
 //           quantized_matmul{activations}(x [.., K], w [N, K] of a block type) -> [.., N], the
 //           product with w's rows (as GGUF stores a linear layer); embedding reads a block table too.

@@ -378,7 +378,8 @@ class DynamicUpdateSliceKernel final : public CpuKernel {
 
   void run(const RunCtx& c) const override {
     std::byte* dst = c.ptrs[y];
-    if (dst != c.ptrs[x]) parallel_memcpy(dst, c.ptrs[x], x_bytes, c.max_threads);
+    if (dst != c.ptrs[x] && x_bytes) parallel_memcpy(dst, c.ptrs[x], x_bytes, c.max_threads);
+    if (rows == 0 || row == 0) return;  // nothing to write (and a zero-size update may have no storage)
     const i64 s = std::clamp<i64>(index.raw(c.ptrs[start], 0), 0, extent - rows);
     const std::byte* u = c.ptrs[upd];
     for (i64 o = 0; o < outer; ++o)
