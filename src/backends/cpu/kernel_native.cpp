@@ -10,7 +10,6 @@
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernels.hpp"
-#include "backends/cpu/quant_matmul.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::backends::cpu {
@@ -305,7 +304,6 @@ class AttentionKernel final : public CpuKernel {
  public:
   compile::BufferId q = 0, k = 0, v = 0, y = 0;
   std::optional<compile::BufferId> mask;
-  const QuantTable* dot = &select_quant_table();  // its f32 dot product, for one query row
   bool bool_mask = false, causal = false;
   i64 B = 1, H = 1, Hkv = 1, Sq = 1, Sk = 1, D = 1, Dv = 1, qb = 1;
   i64 ms[4] = {0, 0, 0, 0};  // mask element strides over [B, H, Sq, Sk]
@@ -347,13 +345,9 @@ class AttentionKernel final : public CpuKernel {
             [[maybe_unused]] T* packed = sc + (qb * Sk + 15) / 16 * 16;  // 64-byte aligned
             [[maybe_unused]] const KernelTable* isa = c.isa;
             if constexpr (std::is_same_v<T, float>) {
-              if (rows == 1) {  // decode: one dot product per key, K read once and never packed
-                for (i64 j = 0; j < cols; ++j) sc[j] = dot->dot_f32(Q, K + j * D, D);
-              } else {
-                const i64 panels = (cols + isa->gemm_nr - 1) / isa->gemm_nr;
-                isa->gemm_pack_bt(K, D, D, cols, packed, 0, panels);
-                isa->gemm_packed(Q, D, packed, isa->gemm_nr, D * isa->gemm_nr, D, cols, sc, cols, 0, rows, 0, panels);
-              }
+              const i64 panels = (cols + isa->gemm_nr - 1) / isa->gemm_nr;
+              isa->gemm_pack_bt(K, D, D, cols, packed, 0, panels);
+              isa->gemm_packed(Q, D, packed, isa->gemm_nr, D * isa->gemm_nr, D, cols, sc, cols, 0, rows, 0, panels);
             } else {
               gemm<T>(true, rows, cols, D, T(1), Q, D, K, D, sc, cols);
             }
