@@ -57,6 +57,13 @@ def build(samples, work, meta):
     peak = work["machine_peak_fma"]["flops"] / min(samples[("machine_peak_fma", "fma_loop")]) / 1e9
     copy = work["machine_copy"]["bytes"] / min(samples[("machine_copy", "memcpy")]) / 1e9
     machine.update(peak_gflops=round(peak, 1), copy_gbps=round(copy, 1))
+    read = copy
+    if ("machine_read", "read_loop") in samples:
+        read = work["machine_read"]["bytes"] / min(samples[("machine_read", "read_loop")]) / 1e9
+        machine.update(read_gbps=round(read, 1))
+    if ("machine_peak_int8", "vpdpbusd_loop") in samples:
+        machine.update(peak_int8_gops=round(
+            work["machine_peak_int8"]["flops"] / min(samples[("machine_peak_int8", "vpdpbusd_loop")]) / 1e9, 1))
     records = []
     for (workload, impl), s in sorted(samples.items(), key=lambda kv: (order(kv[0][0]), kv[0][0], kv[0][1] != "rlx")):
         med = statistics.median(s)
@@ -66,9 +73,20 @@ def build(samples, work, meta):
         if "flops" in w:
             r["gflops"] = round(w["flops"] / med / 1e9, 2)
             r["pct_of_limit"] = round(100 * r["gflops"] / peak, 1)
-        if "bytes" in w:  # a workload that reports bytes is memory bound: copy bandwidth is its limit
+            r["limit"] = "peak"
+        if "bytes" in w:
             r["gbps"] = round(w["bytes"] / med / 1e9, 2)
+        # The limit a workload is held to: a quantized GEMM the int8 dot-product peak; a workload that streams
+        # weights it only reads (a GEMV, a decode step) the read bandwidth; any other that reports bytes the copy.
+        if workload.startswith("gemm_q") and "gflops" in r and "peak_int8_gops" in machine:
+            r["pct_of_limit"] = round(100 * r["gflops"] / machine["peak_int8_gops"], 1)
+            r["limit"] = "int8 peak"
+        elif "gbps" in r and workload.startswith(("gemv_", "llm_tg", "bandwidth_")):
+            r["pct_of_limit"] = round(100 * r["gbps"] / read, 1)
+            r["limit"] = "read"
+        elif "gbps" in r and not workload.startswith("gemm_"):
             r["pct_of_limit"] = round(100 * r["gbps"] / copy, 1)
+            r["limit"] = "copy"
         records.append(r)
     by = {(r["workload"], r["impl"]): r for r in records}
     ratios = []
@@ -94,10 +112,10 @@ def fmt_time(s):
 
 
 def throughput(r):
-    if "gbps" in r:
-        return f"{r['gbps']:.1f} GB/s ({r['pct_of_limit']:.0f}% copy)"
+    if "gbps" in r and r.get("limit") in ("copy", "read"):
+        return f"{r['gbps']:.1f} GB/s ({r['pct_of_limit']:.0f}% {r['limit']})"
     if "gflops" in r:
-        return f"{r['gflops']:.1f} GFLOP/s ({r['pct_of_limit']:.0f}% peak)"
+        return f"{r['gflops']:.1f} GFLOP/s ({r['pct_of_limit']:.0f}% {r['limit']})"
     return ""
 
 
@@ -105,7 +123,8 @@ def table(result):
     by = {(r["workload"], r["impl"]): r for r in result["records"]}
     m = result["machine"]
     lines = [f"{result['date']} | {m.get('cpu', '?')}, {m.get('cores', '?')} cores | "
-             f"peak {m['peak_gflops']} GFLOP/s f32 FMA, copy {m['copy_gbps']} GB/s (read+write) | "
+             f"peak {m['peak_gflops']} GFLOP/s f32 FMA, {m.get('peak_int8_gops', '?')} GOP/s int8 (vpdpbusd), "
+             f"copy {m['copy_gbps']} GB/s (read+write), read {m.get('read_gbps', '?')} GB/s | "
              f"load average at start {m.get('load_avg_1m_at_start', '?')}", "",
              "speed = peer median / RLX median: > 1 means RLX is faster.", "",
              "| workload | peer | RLX median | peer median | speed | RLX throughput | peer throughput |",

@@ -32,9 +32,11 @@ void check_shape(const char* what, DType t, std::int64_t rows, std::int64_t cols
                 " is not a positive multiple of the block (" + std::to_string(block) + ")");
 }
 
-// Rows per task: at least ~32 KB of weights, so the pool's hand-off stays small against the work.
+// Rows per task: at least ~32 KB of weights, so the pool's hand-off stays small against the work, and a
+// multiple of 16, the kernels' row tile (a task's boundary then never splits one).
 std::int64_t row_grain(std::size_t row_bytes) {
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(32768 / std::max<std::size_t>(row_bytes, 1)));
+  const auto rows = std::max<std::int64_t>(1, static_cast<std::int64_t>(32768 / std::max<std::size_t>(row_bytes, 1)));
+  return (rows + 15) / 16 * 16;
 }
 
 // Scratch that survives between calls on one thread (no allocation in steady state).
@@ -142,10 +144,13 @@ void quant_gemm_with(const QuantTable& table, DType t, const std::byte* w, std::
   std::byte* act = scratch(act_buf, static_cast<std::size_t>(act_bytes * n));
   quant_activations_with(table, t, x, cols, n, act, max_threads);
   const std::int64_t nb = cols / static_cast<std::int64_t>(ir::block_elems(t));
+  const auto scratch_bytes = static_cast<std::size_t>(table.scratch_bytes(t, cols, n));
   parallel_for(
       rows, grain,
       [&](std::int64_t r0, std::int64_t r1) {
-        if (!table.dot_rows(t, w, static_cast<std::int64_t>(row_bytes), r0, r1, nb, act, act_bytes, n, y, rows))
+        thread_local std::vector<std::byte> buf;
+        std::byte* s = scratch_bytes > 0 ? scratch(buf, scratch_bytes) : nullptr;
+        if (!table.dot_rows(t, w, static_cast<std::int64_t>(row_bytes), r0, r1, nb, act, act_bytes, n, y, rows, s))
           throw Error("quantized matmul: no fast kernel for " + type_name(t));
       },
       max_threads);

@@ -62,12 +62,16 @@ struct QuantTable {
   void (*quantize_act)(ir::DType act, const float* x, std::int64_t cols, std::byte* out);
   // Fast products of weight rows [r0, r1) with n quantized activation rows:
   // y[j * ldy + r] = dot(row r of w, activation j). Rows of w are row_bytes apart, activation rows
-  // act_bytes apart; nb is the number of blocks in a row. Returns false when t has no kernel.
+  // act_bytes apart; nb is the number of blocks in a row. scratch holds scratch_bytes(t, cols, n)
+  // bytes for this call alone (null when that is 0). Returns false when t has no kernel.
   bool (*dot_rows)(ir::DType t, const std::byte* w, std::int64_t row_bytes, std::int64_t r0, std::int64_t r1,
                    std::int64_t nb, const std::byte* act, std::int64_t act_bytes, std::int64_t n, float* y,
-                   std::int64_t ldy);
+                   std::int64_t ldy, std::byte* scratch);
   // sum_k a[k] * b[k] in f32 (the exact mode's inner product).
   float (*dot_f32)(const float* a, const float* b, std::int64_t n);
+  // The scratch dot_rows wants for n activation rows of cols (0: none). The AVX-512 VNNI table unpacks
+  // sixteen weight rows at a time into it (a panel) when n is large enough to pay for that.
+  std::int64_t (*scratch_bytes)(ir::DType t, std::int64_t cols, std::int64_t n);
 };
 
 namespace generic {
