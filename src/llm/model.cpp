@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "rlx/error.hpp"
 #include "rlx/gguf/quants.hpp"
@@ -28,18 +29,11 @@ std::string layer_key(std::int64_t i, std::string_view what) { return fmt::forma
 std::string k_cache(std::int64_t i) { return fmt::format("k_cache.{}", i); }
 std::string v_cache(std::int64_t i) { return fmt::format("v_cache.{}", i); }
 
-// Rotates adjacent pairs (x[2i], x[2i+1]) by the position's angle for pair i:
-// llama.cpp's "normal" rope, which GGUF's Llama Q and K weights are permuted for.
+// Rotates adjacent pairs (x[2i], x[2i+1]) by the position's angle for pair i: llama.cpp's "normal" rope, which
+// GGUF's Llama Q and K weights are permuted for. cos and sin are [tokens, dim / 2], shared by the heads.
 NodeId rope(ir::Graph& g, NodeId x, NodeId cos, NodeId sin, i64 tokens, i64 heads, i64 dim) {
-  const i64 half = dim / 2;
-  NodeId pairs = g.reshape(x, Shape{tokens, heads, half, 2});
-  NodeId x0 = g.reshape(g.narrow(pairs, 3, 0, 1), Shape{tokens, heads, half});
-  NodeId x1 = g.reshape(g.narrow(pairs, 3, 1, 1), Shape{tokens, heads, half});
-  NodeId c = g.reshape(cos, Shape{tokens, 1, half}), s = g.reshape(sin, Shape{tokens, 1, half});
-  NodeId o0 = g.sub(g.mul(x0, c), g.mul(x1, s));
-  NodeId o1 = g.add(g.mul(x0, s), g.mul(x1, c));
-  NodeId joined = g.concat({g.unsqueeze(o0, {3}), g.unsqueeze(o1, {3})}, 3);
-  return g.reshape(joined, Shape{tokens, heads, dim});
+  const Shape per_token{tokens, 1, dim / 2};
+  return g.rope(g.reshape(x, Shape{tokens, heads, dim}), g.reshape(cos, per_token), g.reshape(sin, per_token));
 }
 
 // y = x W^T for a weight stored as GGUF stores it, [out, in]: quantized_matmul on a block-quantized W
@@ -193,13 +187,64 @@ DType LlamaConfig::weight_dtype(std::string_view name) const {
 }
 
 struct LlamaModel::Impl {
-  Impl(std::shared_ptr<const gguf::File> f, CompiledGraph p, CompiledGraph d, i64 c, i64 r)
-      : file(std::move(f)), prefill(std::move(p)), decode(std::move(d)), chunk(c), cache_rows(r) {}
+  using Weights = std::vector<std::pair<std::string, std::vector<i64>>>;
+  Impl(std::shared_ptr<const gguf::File> f, Session s, std::string a, Weights w, CompiledGraph p, CompiledGraph d,
+       i64 c, i64 r)
+      : file(std::move(f)),
+        session(std::move(s)),
+        act(std::move(a)),
+        weights(std::move(w)),
+        prefill(std::move(p)),
+        decode(std::move(d)),
+        chunk(c),
+        cache_rows(r) {}
   std::shared_ptr<const gguf::File> file;  // the mapping the params are read from
+  Session session;
+  std::string act;  // quantized_matmul's activations
+  Weights weights;  // every weight the graphs read, with its shape
+  // A prompt chunk's logits are needed at every position only for forward(..., true) (scoring, tests); generation
+  // needs the last row's. So `prefill` computes the output layer for one row, which saves the vocabulary-wide
+  // matmul for all the others (a fifth of SmolLM2's prefill work), and `prefill_all` is compiled on first use.
   CompiledGraph prefill, decode;
+  std::optional<CompiledGraph> prefill_all;
   CompiledGraph* cache_owner = &decode;  // the graph whose handles hold the cache
   i64 chunk = 0;
   i64 cache_rows = 0;  // the context plus chunk - 1
+
+  bool profiling = false;
+
+  CompiledGraph& prefill_all_positions(const LlamaConfig& c) {
+    if (!prefill_all) {
+      prefill_all.emplace(session.compile(build(c, chunk, cache_rows, true, act).graph));
+      attach(*prefill_all, c);
+      prefill_all->set_profiling(profiling);
+    }
+    return *prefill_all;
+  }
+
+  // Gives a compiled graph the weights and its cache handles.
+  void attach(CompiledGraph& g, const LlamaConfig& c) const {
+    // Weights: read in place from the mapping where the dtype matches (the graphs share them), converted otherwise.
+    const std::shared_ptr<const void> owner = file;
+    for (const auto& [name, shape] : weights) {
+      const gguf::TensorView t = file->tensor(name);
+      const DType want = c.weight_dtype(name);
+      if (gguf::to_dtype(t.info->type) == want) {
+        g.share_param(name, ir::TensorView{want, shape, t.bytes.data(), t.bytes.size()}, owner);
+      } else {
+        ir::Tensor f(DType::F32, shape);
+        gguf::dequantize(t.info->type, t.bytes, {f.data_as<float>(), std::size_t(f.numel())});
+        g.set_param(name, f);
+      }
+    }
+    // The cache: a handle per layer and kind, written back by every run.
+    const ir::Tensor zeros(DType::F32, {c.n_head_kv, cache_rows, c.head_dim});
+    for (i64 i = 0; i < c.n_layer; ++i)
+      for (const std::string& name : {k_cache(i), v_cache(i)}) {
+        g.bind_handle(name, ir::view(zeros));
+        g.feed_handle(name, name + ".out");
+      }
+  }
 };
 
 LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
@@ -253,37 +298,17 @@ LlamaModel LlamaModel::load(const std::shared_ptr<const gguf::File>& file, const
     c.weight_dtypes[name] = ir::is_block_quantized(*dtype) && shape.size() == 2 ? *dtype : DType::F32;
   }
 
-  const std::string_view act = options.exact ? "f32" : "q8";
+  const std::string act = options.exact ? "f32" : "q8";
   Session session(options.device);
   // The cache holds chunk - 1 rows past the context: a padded prefill chunk that starts near the end writes
   // all of its rows (dynamic_update_slice would clamp the start instead), and the mask hides the extra ones.
   const i64 rows = m.context_ + chunk - 1;
-  auto impl = std::make_unique<Impl>(file, session.compile(build(c, chunk, rows, true, act).graph),
-                                     session.compile(build(c, 1, rows, false, act).graph), chunk, rows);
-  // Weights: read in place from the mapping where the dtype matches (both graphs share them), converted otherwise.
-  const std::shared_ptr<const void> owner = file;
-  for (const auto& [name, shape] : weights) {
-    const gguf::TensorView t = file->tensor(name);
-    const DType want = c.weight_dtype(name);
-    if (gguf::to_dtype(t.info->type) == want) {
-      const ir::TensorView v{want, shape, t.bytes.data(), t.bytes.size()};
-      impl->prefill.share_param(name, v, owner);
-      impl->decode.share_param(name, v, owner);
-    } else {
-      ir::Tensor f(DType::F32, shape);
-      gguf::dequantize(t.info->type, t.bytes, {f.data_as<float>(), std::size_t(f.numel())});
-      impl->prefill.set_param(name, f);
-      impl->decode.set_param(name, f);
-    }
-  }
-  // The cache: a handle per layer and kind, written back by every run.
-  const ir::Tensor zeros(DType::F32, {c.n_head_kv, rows, c.head_dim});
-  for (CompiledGraph* g : {&impl->prefill, &impl->decode})
-    for (i64 i = 0; i < c.n_layer; ++i)
-      for (const std::string& name : {k_cache(i), v_cache(i)}) {
-        g->bind_handle(name, ir::view(zeros));
-        g->feed_handle(name, name + ".out");
-      }
+  CompiledGraph prefill = session.compile(build(c, chunk, rows, false, act).graph);
+  CompiledGraph decode = session.compile(build(c, 1, rows, false, act).graph);
+  auto impl = std::make_unique<Impl>(file, std::move(session), act, std::move(weights), std::move(prefill),
+                                     std::move(decode), chunk, rows);
+  impl->attach(impl->prefill, c);
+  impl->attach(impl->decode, c);
   m.impl_ = std::move(impl);
   return m;
 }
@@ -291,8 +316,10 @@ LlamaModel LlamaModel::load(const std::shared_ptr<const gguf::File>& file, const
 void LlamaModel::reset() { position_ = 0; }
 
 void LlamaModel::set_profiling(bool on) {
+  impl_->profiling = on;
   impl_->prefill.set_profiling(on);
   impl_->decode.set_profiling(on);
+  if (impl_->prefill_all) impl_->prefill_all->set_profiling(on);
 }
 
 std::vector<runtime::KernelTime> LlamaModel::kernel_times(bool decode) const {
@@ -311,7 +338,7 @@ std::vector<float> LlamaModel::forward(std::span<const std::int32_t> tokens, boo
   std::size_t done = 0;
   while (done < tokens.size()) {
     const bool single = tokens.size() - done == 1 && !all_positions;
-    CompiledGraph& g = single ? impl_->decode : impl_->prefill;
+    CompiledGraph& g = single ? impl_->decode : all_positions ? impl_->prefill_all_positions(config_) : impl_->prefill;
     const i64 T = single ? 1 : impl_->chunk;
     const i64 n = std::min<i64>(T, i64(tokens.size() - done)), C = impl_->cache_rows, half = c.head_dim / 2;
     // The cache moves to the graph that runs next.
@@ -342,19 +369,17 @@ std::vector<float> LlamaModel::forward(std::span<const std::int32_t> tokens, boo
                                          {"kv_pos", ir::view(start)},
                                          {"mask", ir::view(mask)}};
     ir::Tensor last(DType::F32, {1, T});
-    if (single) {
-      last.data_as<float>()[0] = 1;
+    if (!all_positions) {
+      last.data_as<float>()[n - 1] = 1;  // the chunk's last real token
       in.push_back({"last", ir::view(last)});
     }
     const std::vector<std::size_t> logits_only{0};
     const ir::Tensor logits = g.run_read_outputs(in, logits_only)[0];
     const float* p = logits.data_as<float>();
-    if (single) {
-      out.assign(p, p + c.vocab);
-    } else if (all_positions) {
+    if (all_positions) {
       out.insert(out.end(), p, p + n * c.vocab);
     } else if (done + std::size_t(n) == tokens.size()) {
-      out.assign(p + (n - 1) * c.vocab, p + n * c.vocab);
+      out.assign(p, p + c.vocab);
     }
     done += std::size_t(n);
     position_ += n;

@@ -92,6 +92,34 @@ NodeId layer_norm(const Ctx& c) {
   return y;
 }
 
+// The two halves of each pair (as [..., D/2] each), rotated, put back in their places.
+NodeId rope(const Ctx& c) {
+  Graph& g = c.g;
+  const Shape xs = c.arg(0).shape;
+  const auto rank = i64(xs.rank());
+  const i64 half = c.static_dim(0, std::size_t(rank - 1)) / 2;
+  const bool interleaved = c.n.attrs.get_bool("interleaved");
+  std::vector<Dim> lead(xs.dims().begin(), xs.dims().end() - 1);
+  NodeId x0, x1;
+  if (interleaved) {
+    std::vector<Dim> pairs = lead;
+    pairs.insert(pairs.end(), {Dim(half), Dim(2)});
+    NodeId p = g.reshape(c.in[0], Shape(pairs));
+    std::vector<Dim> halves = lead;
+    halves.emplace_back(half);
+    x0 = g.reshape(g.narrow(p, rank, 0, 1), Shape(halves));
+    x1 = g.reshape(g.narrow(p, rank, 1, 1), Shape(halves));
+  } else {
+    x0 = g.narrow(c.in[0], rank - 1, 0, half);
+    x1 = g.narrow(c.in[0], rank - 1, half, half);
+  }
+  const NodeId cos = c.in[1], sin = c.in[2];
+  NodeId o0 = g.sub(g.mul(x0, cos), g.mul(x1, sin));
+  NodeId o1 = g.add(g.mul(x0, sin), g.mul(x1, cos));
+  if (!interleaved) return g.concat({o0, o1}, rank - 1);
+  return g.reshape(g.concat({g.unsqueeze(o0, {rank}), g.unsqueeze(o1, {rank})}, rank), xs);
+}
+
 NodeId rms_norm(const Ctx& c) {
   NodeId x = c.in[0];
   NodeId ms = c.g.mean(c.g.mul(x, x), {-1}, true);
@@ -479,6 +507,32 @@ TypeInfo embedding_infer(const InferArgs& a) {
   return {ir::is_block_quantized(t) ? DType::F32 : t, Shape(std::move(out))};
 }
 
+// rope(x [..., D], cos, sin): D even; cos and sin of x's dtype broadcast to [..., D/2] (x's leading dims).
+TypeInfo rope_infer(const InferArgs& a) {
+  const TypeInfo &x = a.inputs[0], &cos = a.inputs[1], &sin = a.inputs[2];
+  a.require(ir::is_float(x.dtype), "x must be a float type, got " + std::string(ir::dtype_name(x.dtype)));
+  a.require(cos.dtype == x.dtype && sin.dtype == x.dtype, "cos and sin need x's dtype");
+  a.require(x.shape.rank() >= 1, "x needs rank >= 1");
+  const Dim& d = x.shape[x.shape.rank() - 1];
+  a.require(d.is_static() && d.size % 2 == 0, "x's last dim must be static and even, got " + x.shape.str());
+  std::vector<Dim> half(x.shape.dims().begin(), x.shape.dims().end());
+  half.back() = Dim(d.size / 2);
+  const Shape want(half);
+  for (const TypeInfo* t : {&cos, &sin}) {
+    a.require(t->shape.rank() <= want.rank(),
+              "cos and sin must broadcast to " + want.str() + " (x's leading dims, D/2), got " + t->shape.str());
+    Shape joint = want;
+    try {
+      joint = ir::broadcast_shapes(t->shape, want);
+    } catch (const Error&) {
+      joint = Shape();
+    }
+    a.require(joint == want,
+              "cos and sin must broadcast to " + want.str() + " (x's leading dims, D/2), got " + t->shape.str());
+  }
+  return x;
+}
+
 TypeInfo attention_infer(const InferArgs& a) {
   const Shape &q = shape0(a), &k = a.inputs[1].shape, &v = a.inputs[2].shape;
   const DType t = a.inputs[0].dtype;
@@ -822,6 +876,26 @@ F64Value attention(const ReferenceArgs& c, const F64Value& q, const F64Value& k_
         const double* vj = v.v.data() + (mv[b] * Sk + j) * Dv;
         for (std::int64_t d = 0; d < Dv; ++d) o[d] += s[j] / sum * vj[d];
       }
+    }
+  return r;
+}
+
+F64Value rope(const ReferenceArgs& c, const F64Value& x, const F64Value& cos, const F64Value& sin) {
+  const std::size_t rank = x.rank();
+  if (rank < 1 || x.ext[rank - 1] % 2 != 0) c.fail("rope needs an even last dim, got " + extents_str(x.ext));
+  const std::int64_t D = x.ext[rank - 1], half = D / 2, rows = D ? std::int64_t(x.v.size()) / D : 0;
+  const bool interleaved = c.attrs().get_bool("interleaved");
+  Extents hx = x.ext;
+  hx[rank - 1] = half;
+  const auto mc = broadcast_map(c, cos.ext, hx), ms = broadcast_map(c, sin.ext, hx);
+  F64Value r(c.n.dtype, x.ext);
+  for (std::int64_t row = 0; row < rows; ++row)
+    for (std::int64_t i = 0; i < half; ++i) {
+      const std::int64_t a = row * D + (interleaved ? 2 * i : i), b = a + (interleaved ? 1 : half);
+      const double co = cos.v[std::size_t(mc[std::size_t(row * half + i)])];
+      const double si = sin.v[std::size_t(ms[std::size_t(row * half + i)])];
+      r.v[std::size_t(a)] = x.v[std::size_t(a)] * co - x.v[std::size_t(b)] * si;
+      r.v[std::size_t(b)] = x.v[std::size_t(a)] * si + x.v[std::size_t(b)] * co;
     }
   return r;
 }
@@ -1206,5 +1280,14 @@ RLX_OP_FAMILY(nn) {
                    return ref::normalize_backward(c, c.x(0), c.x(1), ref::last_axis(c), true, ref::optional(c, 2));
                  },
              .vmap = batch::norm_backward});
+  define_op({.kind = OpKind::Rope,
+             .doc = "rotary positions: each pair of x's last dim (2i, 2i+1; or i, i + D/2 unless interleaved) "
+                    "rotated by (cos[i], sin[i])",
+             .operands = {"x", "cos", "sin"},
+             .attrs = {{"interleaved", T::Bool, false, true}},
+             .infer = rope_infer,
+             .decompose = via(rope),
+             .reference = [](const ReferenceArgs& c) { return ref::rope(c, c.x(0), c.x(1), c.x(2)); },
+             .flops_per_element = 3});
   // `rlx new-op --builtin NAME --kind composite` adds a composite's entry above this line.
 }

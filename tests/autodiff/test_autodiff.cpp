@@ -597,6 +597,14 @@ std::vector<Case> composite_cases() {
          return g.dynamic_update_slice(in(g, "x", {4, 3}), in(g, "u", {3, 3}), g.input("s", {1}, DType::I64), 0);
        },
        {{"s", ids({1}, {7})}}},
+      {"rope_interleaved",
+       [](Graph& g) {
+         return g.rope(in(g, "x", {3, 2, 4}), in(g, "c", {3, 1, 2}), in(g, "s", {3, 1, 2}));
+       }},
+      {"rope_halves",
+       [](Graph& g) {
+         return g.rope(in(g, "x", {2, 6}), in(g, "c", {3}), in(g, "s", {2, 3}), false);
+       }},
       {"attention",
        [](Graph& g) {
          return g.attention(in(g, "q", {1, 2, 3, 4}), in(g, "k", {1, 2, 3, 4}), in(g, "v", {1, 2, 3, 4}));

@@ -324,6 +324,14 @@ std::vector<Case> composite_cases() {
          g.add_output(g.embedding(in(g, "table", {5, 3}), in(g, "ids", {2, 3}, DType::I64)));
        },
        {{"ids", ints(0, 4)}}},
+      {"rope",
+       [](Graph& g) {
+         g.add_output(g.rope(in(g, "x", {3, 2, 4}), in(g, "c", {3, 1, 2}), in(g, "s", {2})));
+       }},
+      {"rope_halves",
+       [](Graph& g) {
+         g.add_output(g.rope(in(g, "x", {2, 6}), in(g, "c", {3}), in(g, "s", {2, 3}), false));
+       }},
       {"dynamic_update_slice",
        [](Graph& g) {
          g.add_output(g.dynamic_update_slice(in(g, "x", {3, 6}), in(g, "u", {3, 2}), in(g, "s", {}, DType::I64), 1));

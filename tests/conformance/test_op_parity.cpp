@@ -966,6 +966,29 @@ Variants attention_variants() {
   return r;
 }
 
+// x [.., D] with cos and sin broadcast from [T, 1, D/2] (the LLM's tables), a full [.., D/2], a scalar row, and
+// both pairings.
+Variants rope_variants() {
+  Variants r;
+  struct C {
+    Ints x, cs;
+    bool interleaved;
+  };
+  for (DType t : kFloats)
+    for (const auto& c : std::vector<C>{{{5, 3, 8}, {5, 1, 4}, true},
+                                        {{5, 3, 8}, {5, 1, 4}, false},
+                                        {{2, 3, 4, 6}, {2, 3, 4, 3}, true},
+                                        {{4, 2}, {1}, false},
+                                        {{3, 2, 16}, {8}, true}}) {
+      V v("rope " + dt(t) + " x" + str(c.x) + " cos/sin" + str(c.cs) + (c.interleaved ? " interleaved" : " halves"));
+      auto x = v.in("x", t, c.x, uniform(-2, 2));
+      auto cos = v.in("cos", t, c.cs, uniform(-1, 1));
+      auto sin = v.in("sin", t, c.cs, uniform(-1, 1));
+      r.push_back(v.out({v.g().rope(x, cos, sin, c.interleaved)}));
+    }
+  return r;
+}
+
 // ---- control flow --------------------------------------------------------------
 // Short scans are unrolled into ordinary kernels; long ones, ifs with a
 // run-time condition and whiles run as the backend's host loop.
@@ -1150,6 +1173,7 @@ const std::vector<OpCase>& parity_table() {
         {OpKind::Quantize, quantize_variants},
         {OpKind::QuantizedMatmul, quantized_matmul_variants},
         {OpKind::Attention, attention_variants},
+        {OpKind::Rope, rope_variants},
         {OpKind::SoftmaxBackward, [] { return softmax_backward_variants(OpKind::SoftmaxBackward); }},
         {OpKind::LogSoftmaxBackward, [] { return softmax_backward_variants(OpKind::LogSoftmaxBackward); }},
         {OpKind::LayerNormBackward, [] { return norm_backward_variants(OpKind::LayerNormBackward); }},

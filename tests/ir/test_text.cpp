@@ -137,6 +137,7 @@ Graph all_ops_graph() {
   g.dequantize(g.quantize(g.input("qx", {2, 32}), DType::Q8_0));
   g.add_output(g.quantized_matmul(g.input("mx", {2, 32}), qw, "q8"), "qmm");
   g.dequantize(qw);
+  g.rope(g.input("rx", {3, 2, 4}), g.input("rc", {3, 1, 2}), g.input("rs", {2}), false);
   const NodeId q = g.input("q", {1, 2, 3, 4});
   const NodeId att = g.attention(q, q, q, g.input("amask", {1, 2, 3, 3}, DType::Bool), true, 0.5);
   rlx::testing::register_test_ops();

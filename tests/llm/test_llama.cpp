@@ -122,6 +122,27 @@ TEST_F(Llama, DecodingThroughTheCacheEqualsOneRun) {
   EXPECT_EQ(model_->position(), std::int64_t(ids.size()));
 }
 
+// Generation asks for the last position's logits, which the prefill graph computes from one row of the output
+// layer (the all-positions graph is another, compiled on first use): they equal the last row of all positions,
+// over a prompt of two chunks (16 and 4 tokens), and the cache they leave behind decodes the same.
+TEST_F(Llama, LastPositionLogitsEqualTheLastRowOfAllPositions) {
+  std::vector<std::int32_t> ids;
+  for (std::int32_t i = 0; i < 21; ++i) ids.push_back(1 + (i * 7919) % 40000);
+  const auto vocab = std::size_t(model_->config().vocab);
+  const std::vector<float> all = model_->forward(ids);
+  model_->reset();
+  const std::vector<float> last = model_->forward(std::span(ids).first(20), false);
+  ASSERT_EQ(last.size(), vocab);
+  const std::vector<float> next = model_->forward(std::span(ids).subspan(20, 1), false);
+  float err = 0, err_next = 0;
+  for (std::size_t j = 0; j < vocab; ++j) {
+    err = std::max(err, std::fabs(last[j] - all[19 * vocab + j]));
+    err_next = std::max(err_next, std::fabs(next[j] - all[20 * vocab + j]));
+  }
+  EXPECT_LE(err, 1e-4f);  // NaN fails both
+  EXPECT_LE(err_next, 2e-3f);
+}
+
 // Resident memory, from /proc/self/statm.
 double rss_bytes() {
   std::ifstream f("/proc/self/statm");

@@ -31,6 +31,7 @@
 //           Hkv (grouped-query attention: KV head h / (H / Hkv) serves query head h),
 //           dynamic_update_slice{axis}(x, update, start): x with update written from the run-time
 //           integer scalar start along axis, start clamped to [0, x's extent - update's] (XLA's).
+//           rope{interleaved}(x [.., D], cos, sin [.., D/2]): rotary positions, pairs of the last dim rotated.
 //   block-quantized storage (rlx/ir/quants.hpp): dequantize(x) -> f32, quantize{to}(x),
 //           quantized_matmul{activations}(x [.., K], w [N, K] of a block type) -> [.., N], the
 //           product with w's rows (as GGUF stores a linear layer); embedding reads a block table too.
@@ -202,6 +203,12 @@ class Graph {
   }
   NodeId attention(NodeId q, NodeId k, NodeId v, std::optional<NodeId> mask = std::nullopt, bool causal = false,
                    double scale = 0.0);
+  // Rotary positions: the pairs of x's last dim (2i, 2i+1 when interleaved, as llama.cpp's GGUF Llama; i, i + D/2
+  // otherwise, as NeoX and Hugging Face's rotate_half) rotated by cos[..., i], sin[..., i], which broadcast to x's
+  // leading dims and D/2.
+  NodeId rope(NodeId x, NodeId cos, NodeId sin, bool interleaved = true) {
+    return add(OpKind::Rope, {x, cos, sin}, {{"interleaved", interleaved}});
+  }
 
   // ---- builders: custom ops (rlx/ir/custom_op.hpp) ----
   // Adds an op from the extension registry; throws rlx::Error for an

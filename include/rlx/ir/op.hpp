@@ -122,6 +122,7 @@ enum class OpClass : std::uint8_t {
   X(LogSoftmaxBackward, "log_softmax_backward", Composite, 2, 2) \
   X(LayerNormBackward, "layer_norm_backward", Composite, 2, 3)   \
   X(RmsNormBackward, "rms_norm_backward", Composite, 2, 3)       \
+  X(Rope, "rope", Composite, 3, 3)                               \
   X(Custom, "custom", Custom, 0, 64)                             \
   X(Scan, "scan", ControlFlow, 0, 64)                            \
   X(If, "if", ControlFlow, 1, 64)                                \

@@ -535,8 +535,8 @@ class CpuBackend final : public runtime::Backend {
         if (ir::op_def(op).formula) t.native_ops.only_at[op] = {ir::DType::F32, ir::DType::F16, ir::DType::BF16};
       }
     for (OpKind op : {OpKind::Softmax, OpKind::LogSoftmax, OpKind::LayerNorm, OpKind::RmsNorm, OpKind::Conv1d,
-                      OpKind::Conv2d, OpKind::MaxPool2d, OpKind::AvgPool2d, OpKind::Attention, OpKind::SoftmaxBackward,
-                      OpKind::LayerNormBackward, OpKind::RmsNormBackward}) {
+                      OpKind::Conv2d, OpKind::MaxPool2d, OpKind::AvgPool2d, OpKind::Attention, OpKind::Rope,
+                      OpKind::SoftmaxBackward, OpKind::LayerNormBackward, OpKind::RmsNormBackward}) {
       t.native_ops.insert(op);
       t.f32_compute_ops.insert(op);
     }

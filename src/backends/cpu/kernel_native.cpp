@@ -1,6 +1,6 @@
 // Native kernels for the composites the CPU backend claims: softmax,
 // log_softmax, layer_norm, rms_norm, conv1d/conv2d (im2col + GEMM per tile),
-// max/avg pooling and attention (per query block: QK^T, mask, softmax, PV).
+// max/avg pooling, attention (per query block: QK^T, mask, softmax, PV) and rope.
 #include <cblas.h>
 
 #include <algorithm>
@@ -140,6 +140,80 @@ class NormKernel final : public CpuKernel {
         c.max_threads);
   }
 };
+
+// rope: each row of x's last dim (D = 2 half) rotated pairwise by its row of cos and sin, which broadcast over
+// x's leading dims (a stride of 0 there) and may broadcast along the pairs too (inner stride 0).
+template <class T>
+class RopeKernel final : public CpuKernel {
+ public:
+  struct Operand {
+    compile::BufferId id = 0;
+    std::vector<i64> stride;  // per leading dim of x, in elements
+    i64 inner = 1;            // along the pairs
+  };
+  compile::BufferId x = 0, y = 0;
+  Operand cos, sin;
+  std::vector<i64> lead;  // x's leading extents
+  i64 rows = 0, half = 0;
+  bool interleaved = true;
+
+  void run(const RunCtx& c) const override {
+    const T* xp = at<T>(c, x);
+    T* yp = at_mut<T>(c, y);
+    const T *cp = at<T>(c, cos.id), *sp = at<T>(c, sin.id);
+    const i64 D = 2 * half, a_step = interleaved ? 2 : 1, b_off = interleaved ? 1 : half;
+    parallel_for(
+        rows, std::max<i64>(1, kGrain / std::max<i64>(D, 1)),
+        [&](i64 b, i64 e) {
+          for (i64 r = b; r < e; ++r) {
+            i64 co = 0, so = 0;
+            for (i64 d = i64(lead.size()) - 1, rem = r; d >= 0; --d) {
+              const i64 i = rem % lead[std::size_t(d)];
+              rem /= lead[std::size_t(d)];
+              co += i * cos.stride[std::size_t(d)];
+              so += i * sin.stride[std::size_t(d)];
+            }
+            const T *xr = xp + r * D, *cr = cp + co, *sr = sp + so;
+            T* yr = yp + r * D;
+            for (i64 i = 0; i < half; ++i) {
+              const T x0 = xr[i * a_step], x1 = xr[i * a_step + b_off], cv = cr[i * cos.inner], sv = sr[i * sin.inner];
+              yr[i * a_step] = x0 * cv - x1 * sv;
+              yr[i * a_step + b_off] = x0 * sv + x1 * cv;
+            }
+          }
+        },
+        c.max_threads);
+  }
+};
+
+template <class T>
+std::unique_ptr<CpuKernel> make_rope(const BuildCtx& b, const ir::Node& n) {
+  auto k = std::make_unique<RopeKernel<T>>();
+  const auto& xb = b.in_of(n.inputs.at(0));
+  k->x = xb.id, k->y = b.out(0).id;
+  k->interleaved = n.attrs.get_bool("interleaved");
+  k->lead.assign(xb.shape.begin(), xb.shape.end() - 1);
+  k->half = xb.shape.back() / 2;
+  k->rows = numel(k->lead);
+  for (auto [op, in] : {std::pair{&k->cos, n.inputs.at(1)}, std::pair{&k->sin, n.inputs.at(2)}}) {
+    const auto& ob = b.in_of(in);
+    op->id = ob.id;
+    // ob's shape right-aligned to [lead..., half]; unit or missing dims broadcast.
+    const auto cs = ir::contiguous_strides(ob.shape);
+    const std::size_t rank = ob.shape.size(), full = k->lead.size() + 1;
+    op->stride.assign(k->lead.size(), 0);
+    for (std::size_t d = 0; d < rank; ++d) {
+      const std::size_t at = full - rank + d;
+      const i64 st = ob.shape[d] == 1 ? 0 : cs[d];
+      if (at + 1 == full)
+        op->inner = st;
+      else
+        op->stride[at] = st;
+    }
+    if (rank == 0) op->inner = 0;
+  }
+  return k;
+}
 
 // conv1d runs as conv2d with H = 1.
 struct ConvShape {
@@ -582,6 +656,7 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
     case OpKind::MaxPool2d:
     case OpKind::AvgPool2d: return f32 ? make_pool<float>(b, n) : make_pool<double>(b, n);
     case OpKind::Attention: return f32 ? make_attention<float>(b, n) : make_attention<double>(b, n);
+    case OpKind::Rope: return f32 ? make_rope<float>(b, n) : make_rope<double>(b, n);
     case OpKind::SoftmaxBackward:
     case OpKind::LayerNormBackward:
     case OpKind::RmsNormBackward: return build_backward(b);
