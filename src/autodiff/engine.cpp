@@ -6,6 +6,7 @@
 
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::autodiff::detail {
 
@@ -40,24 +41,12 @@ void check_rule(const Graph& g, NodeId v, const Graph& src, const Node& n, const
                 " gave " + type_str(got) + " for " + ir::describe_node(src, want) + " of type " + type_str(want));
 }
 
-// Operands that choose elements rather than compute with them: no
-// derivative flows into them, whatever they depend on.
+// Operands that choose elements rather than compute with them (the op table's selector_operands, when not of
+// a float dtype): no derivative flows into them, whatever they depend on.
 bool is_selector(const Graph& g, const Node& n, std::size_t input) {
-  switch (n.op) {
-    case OpKind::Where: return input == 0;
-    case OpKind::Gather:
-    case OpKind::IndexSelect:
-    case OpKind::ScatterAdd:
-    case OpKind::Embedding: return input == 1;
-    case OpKind::DynamicUpdateSlice: return input == 2;
-    case OpKind::Attention: return input == 3 && g.node(n.inputs[3]).dtype == DType::Bool;
-    case OpKind::If:
-      return input == 0;  // the condition picks a branch
-    // Integer and bool operands of a loop (counters, indices, flags) steer it.
-    case OpKind::Scan:
-    case OpKind::While: return !ir::is_float(g.node(n.inputs[input]).dtype);
-    default: return false;
-  }
+  if (ir::is_float(g.node(n.inputs[input]).dtype)) return false;
+  const auto& sel = ir::op_def(n.op).selector_operands;
+  return std::ranges::find(sel, input) != sel.end() || std::ranges::find(sel, ir::kAnyOperand) != sel.end();
 }
 
 [[noreturn]] void not_differentiable(const Graph& g, const Analysis& a, const Node& at) {

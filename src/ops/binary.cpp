@@ -195,6 +195,7 @@ RLX_OP_FAMILY(binary) {
   rlx::ir::define_op({.kind = OpKind::Where,
                       .doc = "cond ? a : b",
                       .operands = {"cond", "a", "b"},
+                      .selector_operands = {0},
                       .infer = where_infer,
                       .reference = where_reference,
                       // The condition is a selector: autodiff asks only for the branches.

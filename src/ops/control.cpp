@@ -164,6 +164,7 @@ RLX_OP_FAMILY(control) {
   define_op({.kind = OpKind::Scan,
              .doc = "jax.lax.scan over (carries, xs, consts)",
              .operands = {"carries...", "xs...", "consts..."},
+             .selector_operands = {rlx::ir::kAnyOperand},  // integer and bool carries (counters, flags) steer it
              .attrs = {{"body", T::Graph, true},
                        {"length", T::Int, true},
                        {"num_carries", T::Int, true},
@@ -174,11 +175,13 @@ RLX_OP_FAMILY(control) {
   define_op({.kind = OpKind::If,
              .doc = "then(operands) if cond else else(operands)",
              .operands = {"cond", "operands..."},
+             .selector_operands = {0},  // the condition picks a branch
              .attrs = {{"then", T::Graph, true}, {"else", T::Graph, true}, {"result", T::Int, true}},
              .infer = if_infer});
   define_op({.kind = OpKind::While,
              .doc = "carries = body(carries, consts) while cond(carries, consts)",
              .operands = {"carries...", "consts..."},
+             .selector_operands = {rlx::ir::kAnyOperand},
              .attrs = {{"cond", T::Graph, true},
                        {"body", T::Graph, true},
                        {"num_carries", T::Int, true},

@@ -1226,6 +1226,7 @@ RLX_OP_FAMILY(nn) {
              .doc = "rows of `table` picked by `ids`",
              .operands = {"table", "ids"},
              .block_operands = {0},
+             .selector_operands = {1},
              .infer = embedding_infer,
              .decompose = via([](const Ctx& c) {
                const bool block = rlx::ir::is_block_quantized(c.arg(0).dtype);
@@ -1236,6 +1237,7 @@ RLX_OP_FAMILY(nn) {
   define_op({.kind = OpKind::Attention,
              .doc = "softmax(q k^T scale [+ mask]) v; a bool mask keeps True",
              .operands = {"q", "k", "v", "mask?"},
+             .selector_operands = {3},  // a bool mask; a float one is added to the scores
              .attrs = {{"causal", T::Bool, true}, {"scale", T::Float, true}},
              .infer = attention_infer,
              .decompose = via(attention),

@@ -100,6 +100,9 @@ struct DecomposeArgs {
   NodeId scalar(double v) const { return g.scalar(v, node.dtype); }
 };
 
+// OpDef::selector_operands: every operand.
+inline constexpr std::size_t kAnyOperand = std::size_t(-1);
+
 struct OpDef {
   OpKind kind = OpKind::Input;
   // One line of semantics, for docs/op-coverage.md and error messages.
@@ -108,6 +111,11 @@ struct OpDef {
   std::vector<std::string_view> operands;
   // The operands that may be block-quantized (rlx/ir/dtype.hpp); infer refuses a block type anywhere else.
   std::vector<std::size_t> block_operands;
+  // Operands that choose elements or steer control rather than compute with their values: indices, conditions,
+  // a start, a bool mask, a loop's counters. Autodiff sends no derivative into such an operand when its dtype is
+  // not a float one, whatever it depends on (elsewhere, a float value that became an integer is an error: its
+  // derivative is lost there). kAnyOperand stands for every operand.
+  std::vector<std::size_t> selector_operands;
   // Attribute keys, types and defaults: a default lives here and nowhere else,
   // and Graph fills it into every node that omits the key.
   std::vector<AttrSpec> attrs;
