@@ -23,6 +23,18 @@ done
 # OpenBLAS, and numpy's copy of it, to AVX2 kernels on AVX-512 CPUs. The processes that hold a peer run without
 # them; tests and CI keep them. RLX's f32 paths do not call OpenBLAS, so sharing bench_kernels' process is fair.
 PEER_ENV=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+# Unpinned, Debian's OpenBLAS may not know the CPU (0.3.21 takes an Emerald Rapids for a "Prescott" and runs its
+# SSE3 kernels, a fifth of its speed): then the peer gets the newest kernel family the CPU runs.
+openblas_core=$("${PEER_ENV[@]}" "$PY" -c 'import ctypes, ctypes.util
+lib = ctypes.CDLL(ctypes.util.find_library("openblas") or "libopenblas.so.0")
+lib.openblas_get_corename.restype = ctypes.c_char_p
+print(lib.openblas_get_corename().decode())' 2>/dev/null || echo unknown)
+case "$openblas_core" in
+  Prescott | Core2 | Penryn | Dunnington | Nehalem | Sandybridge | Atom | unknown)
+    if grep -qw avx512f /proc/cpuinfo; then PEER_ENV+=(OPENBLAS_CORETYPE=SKYLAKEX)
+    elif grep -qw avx2 /proc/cpuinfo; then PEER_ENV+=(OPENBLAS_CORETYPE=HASWELL); fi
+    echo "[bench] OpenBLAS takes this CPU for a $openblas_core; its peer runs as ${PEER_ENV[-1]}" >&2 ;;
+esac
 
 RAW=$(mktemp -d)
 trap 'rm -rf "$RAW"' EXIT
