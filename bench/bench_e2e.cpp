@@ -49,12 +49,19 @@ Model model(std::string workload, ir::Graph g, std::uint64_t seed, Work work, nl
 // The ORT-peered graphs.
 std::vector<Model> onnx_peered_models() {
   std::vector<Model> ms;
-  const std::int64_t N = 8, C = 256, H = 14, W = 14, O = 256, k = 3;
-  ir::Graph conv("conv2d");
-  conv.add_output(
-      conv.conv2d(conv.input("x", {N, C, H, W}), conv.param("w", {O, C, k, k}), std::nullopt, {1, 1}, {1, 1}), "y");
-  ms.push_back(
-      model("conv2d_8x256x14x14_k3", std::move(conv), 11, {2.0 * N * O * H * W * C * k * k, 0}, {{"padding", 1}}));
+  // conv2d x [N, C, 14, 14] * w [O, C, k, k], "same" padding: the 8-image 3x3, and the convs of a
+  // ResNet-50 stage-3 bottleneck at batch 1 (its 3x3, and the 1x1 that widens 256 channels to 1024).
+  auto conv = [&](std::int64_t N, std::int64_t C, std::int64_t O, std::int64_t k, std::uint64_t seed) {
+    const std::int64_t H = 14, W = 14, p = k / 2;
+    ir::Graph g("conv2d");
+    g.add_output(g.conv2d(g.input("x", {N, C, H, W}), g.param("w", {O, C, k, k}), std::nullopt, {1, 1}, {p, p}), "y");
+    const std::string name = "conv2d_" + std::to_string(N) + "x" + std::to_string(C) + "x14x14_" +
+                             (O == C ? "" : "o" + std::to_string(O) + "_") + "k" + std::to_string(k);
+    ms.push_back(model(name, std::move(g), seed, {2.0 * N * O * H * W * C * k * k, 0}, {{"padding", p}}));
+  };
+  conv(8, 256, 256, 3, 11);
+  conv(1, 256, 256, 3, 12);
+  conv(1, 256, 1024, 1, 13);
   const models::MlpConfig m;
   ms.push_back(model("mlp_b64_w1024_l2", models::mlp(m), 21, {2.0 * m.batch * m.width * m.width * m.layers, 0},
                      {{"batch", m.batch}, {"width", m.width}, {"layers", m.layers}}));

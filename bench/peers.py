@@ -156,7 +156,8 @@ def onnx_encoder(m):
     return b, b.op("Add", x1, proj(gelu, "w2"))
 
 
-BUILDERS = {"conv2d_8x256x14x14_k3": onnx_conv, "mlp_b64_w1024_l2": onnx_mlp, "encoder_s128_d512_h8": onnx_encoder}
+BUILDERS = {"conv2d_8x256x14x14_k3": onnx_conv, "conv2d_1x256x14x14_k3": onnx_conv,
+            "conv2d_1x256x14x14_o1024_k1": onnx_conv, "mlp_b64_w1024_l2": onnx_mlp, "encoder_s128_d512_h8": onnx_encoder}
 
 
 def onnx_model(m, workload):
