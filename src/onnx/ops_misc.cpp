@@ -1,0 +1,200 @@
+// ONNX ops that RLX has no single op for, built from several: the losses, scatters, data-dependent ops
+// whose inputs are known at import (NonZero, Compress), the signal windows and CenterCropPad.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numbers>
+#include <numeric>
+
+#include "onnx/detail.hpp"
+#include "onnx/proto/onnx.pb.h"
+
+namespace rlx::onnx::detail {
+
+namespace {
+
+using ir::OpKind;
+using Outs = std::vector<std::optional<NodeId>>;
+using Table = std::map<std::string, OpEntry, std::less<>>;
+using I64s = std::vector<std::int64_t>;
+
+NodeId k(Ctx& c, double v, NodeId like) { return c.g.scalar(v, c.g.node(like).dtype); }
+I64s ext(Ctx& c, NodeId x) { return c.g.node(x).shape.extents(); }
+
+// Negative indices count from the end of an axis of extent d.
+NodeId wrap(Ctx& c, NodeId idx, std::int64_t d) {
+  return c.g.where(c.g.binary(OpKind::Lt, idx, k(c, 0, idx)), c.g.add(idx, k(c, double(d), idx)), idx);
+}
+
+// NegativeLogLikelihoodLoss of log-probabilities x [N, C, d...] at integer targets [N, d...]: the target's
+// entry picked by a one-hot mask, weighted, with ignore_index's entries weighing 0.
+NodeId nll(Ctx& c, NodeId x, NodeId target, std::optional<NodeId> weight) {
+  const auto sh = ext(c, x);
+  if (sh.size() < 2) c.fail("the input must be [N, C, ...]");
+  const auto r = sh.size();
+  const auto dt = c.g.node(x).dtype;
+  auto t = cast_to(c, target, ir::DType::I64);
+  auto tu = c.g.unsqueeze(t, {1});
+  auto onehot = c.g.cast(c.g.binary(OpKind::Eq, c.g.iota(ir::Shape(sh), 1, ir::DType::I64), tu), dt);
+  NodeId w = c.g.expand(c.g.scalar(1, dt), ir::Shape(ext(c, t)));
+  if (weight) {
+    I64s wsh(r, 1);
+    wsh[1] = sh[1];
+    w = c.g.sum(c.g.mul(onehot, c.g.reshape(*weight, wsh)), {1});
+  }
+  if (c.has_attr("ignore_index")) {
+    auto keep = c.g.binary(OpKind::Ne, t, c.g.scalar(double(c.attr_int("ignore_index")), ir::DType::I64));
+    w = c.g.mul(w, c.g.cast(keep, dt));
+  }
+  auto picked = c.g.sum(c.g.mul(x, onehot), {1});
+  auto loss = c.g.mul(c.g.unary(OpKind::Neg, picked), w);
+  const auto reduction = c.attr_str("reduction", "mean");
+  if (reduction == "none") return loss;
+  I64s all(ext(c, loss).size());
+  std::iota(all.begin(), all.end(), 0);
+  auto total = c.g.sum(loss, all);
+  if (reduction == "sum") return total;
+  if (reduction != "mean") c.fail(fmt::format("reduction '{}' is not none, sum or mean", reduction));
+  return c.g.div(total, c.g.sum(w, all));
+}
+
+// ScatterElements' rule on a flat [rows, inner]-style layout: `none` overwrites, `add` accumulates.
+NodeId scatter(Ctx& c, NodeId data, NodeId idx, NodeId upd, std::int64_t axis, const std::string& reduction) {
+  if (reduction == "add") return c.g.scatter_add(data, idx, upd, axis);
+  if (reduction != "none") c.fail(fmt::format("reduction '{}' is not supported (none, add)", reduction));
+  const auto dt = c.g.node(data).dtype;
+  auto zeros = c.g.expand(c.g.scalar(0, dt), c.g.node(data).shape);
+  auto ones = c.g.expand(c.g.scalar(1, dt), c.g.node(upd).shape);
+  auto hit = c.g.binary(OpKind::Gt, c.g.scatter_add(zeros, idx, ones, axis), c.g.scalar(0, dt));
+  return c.g.where(hit, c.g.scatter_add(zeros, idx, upd, axis), data);
+}
+
+NodeId scatter_elements(Ctx& c) {
+  const auto axis = axis_of(c, c.attr_int("axis", 0), c.rank(0));
+  auto idx = wrap(c, cast_to(c, c.in(1), ir::DType::I64), c.shape(0)[std::size_t(axis)]);
+  return scatter(c, c.in(0), idx, c.in(2), axis, c.attr_str("reduction", "none"));
+}
+
+// A window of `size` points: sum_j coef[j] * cos(2 pi j n / N), N = size (periodic) or size - 1.
+void window(Table& t, const char* name, std::vector<double> coef) {
+  t[name] = {[coef](Ctx& c) -> Outs {
+    const auto size = std::int64_t(c.scalar(0, "size"));
+    if (size < 0 || size > (std::int64_t(1) << 30)) c.fail(fmt::format("size {} is out of range", size));
+    auto dt = dtype_of(c.attr_int("output_datatype", 1));
+    if (!dt) c.fail("output_datatype names a type RLX lacks");
+    const double n_den = c.attr_int("periodic", 1) != 0 ? double(size) : double(size - 1);
+    ir::Tensor out(*dt, {size});
+    for (std::int64_t n = 0; n < size; ++n) {
+      double v = 0;
+      for (std::size_t j = 0; j < coef.size(); ++j)
+        v += coef[j] * std::cos(2 * std::numbers::pi * double(j) * double(n) / n_den);
+      out.set(n, v);
+    }
+    return {c.constant(out)};
+  }};
+}
+
+}  // namespace
+
+void register_misc(Table& t) {
+  t["NegativeLogLikelihoodLoss"] = {[](Ctx& c) -> Outs {
+    std::optional<NodeId> w;
+    if (c.has(2)) w = c.in(2);
+    return {nll(c, c.in(0), c.in(1), w)};
+  }};
+  t["SoftmaxCrossEntropyLoss"] = {[](Ctx& c) -> Outs {
+    std::optional<NodeId> w;
+    if (c.has(2)) w = c.in(2);
+    auto lp = c.g.log_softmax(c.in(0), 1);
+    return {nll(c, lp, c.in(1), w), lp};
+  }};
+  t["ScatterElements"] = {[](Ctx& c) -> Outs { return {scatter_elements(c)}; }};
+  t["Scatter"] = {[](Ctx& c) -> Outs { return {scatter_elements(c)}; }};
+  t["ScatterND"] = {[](Ctx& c) -> Outs {
+    // Rows of data flattened to [rows, inner], one row per index tuple, scattered along axis 0.
+    const auto data_sh = c.shape(0), idx_sh = c.shape(1);
+    const std::size_t q = std::size_t(idx_sh.back());
+    if (q > data_sh.size()) c.fail("index tuples are longer than the data's rank");
+    std::int64_t rows = 1, inner = 1, tuples = 1;
+    for (std::size_t i = 0; i < q; ++i) rows *= data_sh[i];
+    for (std::size_t i = q; i < data_sh.size(); ++i) inner *= data_sh[i];
+    for (std::size_t i = 0; i + 1 < idx_sh.size(); ++i) tuples *= idx_sh[i];
+    I64s strides(q, 1);
+    for (std::size_t j = q; j-- > 1;) strides[j - 1] = strides[j] * data_sh[j];
+    auto idx = c.g.reshape(cast_to(c, c.in(1), ir::DType::I64), I64s{tuples, std::int64_t(q)});
+    ir::Tensor dims(ir::DType::I64, {1, std::int64_t(q)}), st(ir::DType::I64, {1, std::int64_t(q)});
+    for (std::size_t j = 0; j < q; ++j) {
+      dims.set(std::int64_t(j), double(data_sh[j]));
+      st.set(std::int64_t(j), double(strides[j]));
+    }
+    idx = c.g.where(c.g.binary(OpKind::Lt, idx, c.g.scalar(0, ir::DType::I64)), c.g.add(idx, c.constant(dims)), idx);
+    auto row = c.g.sum(c.g.mul(idx, c.constant(st)), {1}, true);  // [tuples, 1]
+    auto row_idx = c.g.expand(row, ir::Shape(I64s{tuples, inner}));
+    auto flat = c.g.reshape(c.in(0), I64s{rows, inner});
+    auto upd = c.g.reshape(c.in(2), I64s{tuples, inner});
+    auto out = scatter(c, flat, row_idx, upd, 0, c.attr_str("reduction", "none"));
+    return {c.g.reshape(out, data_sh)};
+  }};
+  t["Compress"] = {[](Ctx& c) -> Outs {
+    // The kept positions must be known at import: they fix the result's shape.
+    auto cond = c.ints(1, "condition");
+    auto x = c.in(0);
+    std::int64_t axis = 0;
+    if (c.has_attr("axis")) {
+      axis = axis_of(c, c.attr_int("axis"), c.rank(0));
+    } else {
+      x = c.g.reshape(x, I64s{ir::checked_numel(c.shape(0))});
+    }
+    const std::int64_t d = ext(c, x)[std::size_t(axis)];
+    I64s keep;
+    for (std::size_t i = 0; i < cond.size() && std::int64_t(i) < d; ++i)
+      if (cond[i]) keep.push_back(std::int64_t(i));
+    return {c.g.index_select(x, c.i64s(keep), axis)};
+  }};
+  t["NonZero"] = {[](Ctx& c) -> Outs {
+    const ir::Tensor* v = c.value(0);
+    if (!v) c.fail("input 0 must be known at import (NonZero's result shape depends on its values)");
+    const auto& sh = v->shape();
+    I64s hits;
+    for (std::int64_t i = 0; i < v->numel(); ++i)
+      if (v->get(i) != 0) hits.push_back(i);
+    const auto n = std::int64_t(hits.size());
+    ir::Tensor out(ir::DType::I64, {std::int64_t(sh.size()), n});
+    for (std::int64_t j = 0; j < n; ++j) {
+      std::int64_t rest = hits[std::size_t(j)];
+      for (std::size_t a = sh.size(); a-- > 0;) {
+        out.set(std::int64_t(a) * n + j, double(rest % sh[a]));
+        rest /= sh[a];
+      }
+    }
+    return {c.constant(out)};
+  }};
+  t["CenterCropPad"] = {[](Ctx& c) -> Outs {
+    auto x = c.in(0);
+    const auto target = c.ints(1, "shape");
+    const auto r = c.rank(0);
+    I64s axes(target.size());
+    std::iota(axes.begin(), axes.end(), 0);
+    if (c.has_attr("axes")) axes = c.attr_ints("axes");
+    if (axes.size() != target.size()) c.fail("shape must have one entry per axis");
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const auto a = axis_of(c, axes[i], r);
+      const std::int64_t d = ext(c, x)[std::size_t(a)], want = target[i];
+      if (d > want) {
+        const std::int64_t start = (d - want) / 2;
+        x = c.g.slice(x, {a}, {start}, {start + want});
+      } else if (d < want) {
+        I64s pads(2 * r, 0);
+        pads[std::size_t(a)] = (want - d) / 2;
+        pads[r + std::size_t(a)] = want - d - (want - d) / 2;
+        x = c.g.pad(x, pads, 0);
+      }
+    }
+    return {x};
+  }};
+  window(t, "HannWindow", {0.5, -0.5});
+  window(t, "HammingWindow", {25.0 / 46.0, -21.0 / 46.0});
+  window(t, "BlackmanWindow", {0.42, -0.5, 0.08});
+}
+
+}  // namespace rlx::onnx::detail
