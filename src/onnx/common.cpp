@@ -2,6 +2,8 @@
 // context's helpers.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -181,7 +183,16 @@ std::optional<std::vector<std::int64_t>> Ctx::ints_or(std::size_t i) const {
   const ir::Tensor* t = value(i);
   if (!t) return std::nullopt;
   std::vector<std::int64_t> out(std::size_t(t->numel()));
-  for (std::int64_t k = 0; k < t->numel(); ++k) out[std::size_t(k)] = std::int64_t(t->get(k));
+  // Through int64 directly: INT64_MAX (ONNX's "to the end") does not survive a trip through double.
+  if (t->dtype() == ir::DType::I64) {
+    std::copy_n(t->data_as<std::int64_t>(), out.size(), out.begin());
+    return out;
+  }
+  for (std::int64_t k = 0; k < t->numel(); ++k) {
+    const double v = t->get(k);
+    if (!(std::abs(v) < 9.2e18)) fail(fmt::format("input {} holds {}, which is not an int64", i, v));
+    out[std::size_t(k)] = std::int64_t(v);
+  }
   return out;
 }
 
