@@ -224,7 +224,7 @@ double Ctx::attr_float(std::string_view name, double def) const {
   return a ? double(a->f()) : def;
 }
 
-std::string Ctx::attr_str(std::string_view name, std::string def) const {
+std::string Ctx::attr_str(std::string_view name, const std::string& def) const {
   const auto* a = attr(name);
   return a ? a->s() : def;
 }

@@ -62,7 +62,7 @@ class Ctx {
   std::int64_t attr_int(std::string_view name, std::int64_t def) const;
   std::int64_t attr_int(std::string_view name) const;  // required
   double attr_float(std::string_view name, double def) const;
-  std::string attr_str(std::string_view name, std::string def) const;
+  std::string attr_str(std::string_view name, const std::string& def) const;
   std::vector<std::int64_t> attr_ints(std::string_view name, std::vector<std::int64_t> def = {}) const;
   std::vector<double> attr_floats(std::string_view name) const;
   std::optional<ir::Tensor> attr_tensor(std::string_view name) const;

@@ -56,6 +56,31 @@ void variadic(Table& t, const char* name, OpKind op, bool mean) {
 
 NodeId is_nan(Ctx& c, NodeId x) { return c.g.binary(OpKind::Ne, x, x); }
 
+// atan without an RLX op: odd symmetry, atan(t) = pi/2 - atan(1/t) past 1, atan(t) = pi/4 + atan((t-1)/(t+1))
+// past tan(pi/8), then the Taylor series on [0, tan(pi/8)] (error below 2e-8 with terms to u^15).
+NodeId atan(Ctx& c, NodeId x) {
+  const double pi = 3.14159265358979323846;
+  auto one = k(c, 1, x);
+  auto a = c.g.unary(OpKind::Abs, x);
+  auto big = c.g.binary(OpKind::Gt, a, one);
+  auto t = c.g.where(big, c.g.div(one, a), a);  // in [0, 1]
+  auto mid = c.g.binary(OpKind::Gt, t, k(c, 0.41421356237309503, x));
+  auto u = c.g.where(mid, c.g.div(c.g.sub(t, one), c.g.add(t, one)), t);
+  auto u2 = c.g.mul(u, u);
+  // u - u^3/3 + u^5/5 - ... - u^15/15, by Horner's rule in u^2.
+  NodeId poly = k(c, -1.0 / 15, x);
+  for (int n = 13; n >= 1; n -= 2) poly = c.g.add(c.g.mul(poly, u2), k(c, (n % 4 == 1 ? 1.0 : -1.0) / n, x));
+  auto r = c.g.mul(poly, u);
+  r = c.g.where(mid, c.g.add(r, k(c, pi / 4, x)), r);
+  r = c.g.where(big, c.g.sub(k(c, pi / 2, x), r), r);
+  return c.g.mul(r, c.g.unary(OpKind::Sign, x));
+}
+
+NodeId asin(Ctx& c, NodeId x) {
+  auto d = c.g.unary(OpKind::Sqrt, c.g.sub(k(c, 1, x), c.g.mul(x, x)));
+  return atan(c, c.g.div(x, d));
+}
+
 }  // namespace
 
 void register_elementwise(Table& t) {
@@ -100,6 +125,9 @@ void register_elementwise(Table& t) {
   unary_fn(t, "Swish", [](Ctx& c, NodeId x) {
     return c.g.mul(x, c.g.unary(OpKind::Sigmoid, c.g.mul(x, k(c, c.attr_float("alpha", 1.0), x))));
   });
+  unary_fn(t, "Atan", [](Ctx& c, NodeId x) { return atan(c, x); });
+  unary_fn(t, "Asin", [](Ctx& c, NodeId x) { return asin(c, x); });
+  unary_fn(t, "Acos", [](Ctx& c, NodeId x) { return c.g.sub(k(c, 3.14159265358979323846 / 2, x), asin(c, x)); });
   unary_fn(t, "IsNaN", [](Ctx& c, NodeId x) { return is_nan(c, x); });
   unary_fn(t, "IsInf", [](Ctx& c, NodeId x) {
     const bool pos = c.attr_int("detect_positive", 1) != 0, neg = c.attr_int("detect_negative", 1) != 0;
@@ -188,6 +216,24 @@ void register_elementwise(Table& t) {
     auto differ = c.g.binary(OpKind::And, c.g.binary(OpKind::Ne, r, zero),
                              c.g.binary(OpKind::Ne, c.g.binary(OpKind::Lt, r, zero), c.g.binary(OpKind::Lt, a, zero)));
     return {c.g.where(differ, c.g.sub(r, b), r)};
+  }};
+  t["SwiGLU"] = {[](Ctx& c) -> Outs {
+    auto a = c.in(0), b = c.in(1);
+    const double alpha = c.attr_float("alpha", 1.0);
+    auto gate = c.g.mul(a, c.g.unary(OpKind::Sigmoid, c.g.mul(a, k(c, alpha, a))));
+    return {c.g.mul(gate, b)};
+  }};
+  t["BitShift"] = {[](Ctx& c) -> Outs {
+    // Unsigned only (RLX's u8): a shift is a product or a quotient by 2^s, wrapping like the type.
+    auto x = c.in(0);
+    if (c.dtype(0) != ir::DType::U8) c.fail("only uint8 is supported");
+    const auto dir = c.attr_str("direction", "");
+    auto wide = c.g.cast(x, ir::DType::I64);
+    auto pw = c.g.binary(OpKind::Pow, c.g.scalar(2, ir::DType::I64), c.g.cast(c.in(1), ir::DType::I64));
+    if (dir == "LEFT")
+      return {c.g.cast(c.g.binary(OpKind::Mod, c.g.mul(wide, pw), c.g.scalar(256, ir::DType::I64)), ir::DType::U8)};
+    if (dir == "RIGHT") return {c.g.cast(c.g.div(wide, pw), ir::DType::U8)};
+    c.fail(fmt::format("direction '{}' is not LEFT or RIGHT", dir));
   }};
   t["Where"] = {[](Ctx& c) -> Outs { return {c.g.where(c.in(0), c.in(1), c.in(2))}; }};
   t["Cast"] = {[](Ctx& c) -> Outs {

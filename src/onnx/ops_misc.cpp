@@ -2,7 +2,10 @@
 // whose inputs are known at import (NonZero, Compress), the signal windows and CenterCropPad.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <numbers>
 #include <numeric>
 
@@ -76,7 +79,7 @@ NodeId scatter_elements(Ctx& c) {
 }
 
 // A window of `size` points: sum_j coef[j] * cos(2 pi j n / N), N = size (periodic) or size - 1.
-void window(Table& t, const char* name, std::vector<double> coef) {
+void window(Table& t, const char* name, const std::vector<double>& coef) {
   t[name] = {[coef](Ctx& c) -> Outs {
     const auto size = std::int64_t(c.scalar(0, "size"));
     if (size < 0 || size > (std::int64_t(1) << 30)) c.fail(fmt::format("size {} is out of range", size));
@@ -94,9 +97,131 @@ void window(Table& t, const char* name, std::vector<double> coef) {
   }};
 }
 
+// TopK as k rounds of arg-extreme, gather and mask: ties go to the lower index, as ONNX's. Integers
+// search in f64 so that the mask's infinity is below (above) every value.
+Outs topk(Ctx& c) {
+  auto x = c.in(0);
+  const auto axis = axis_of(c, c.attr_int("axis", -1), c.rank(0));
+  const auto kk = c.ints(1, "K");
+  if (kk.size() != 1 || kk[0] < 0 || kk[0] > c.shape(0)[std::size_t(axis)]) c.fail("K is out of range");
+  const bool largest = c.attr_int("largest", 1) != 0;
+  auto cur = ir::is_float(c.dtype(0)) ? x : c.g.cast(x, ir::DType::F64);
+  const double inf = std::numeric_limits<double>::infinity();
+  auto pos = c.g.iota(c.g.node(x).shape, axis, ir::DType::I64);
+  std::vector<NodeId> vals, idxs;
+  for (std::int64_t j = 0; j < kk[0]; ++j) {
+    auto i = largest ? c.g.argmax(cur, axis, true) : c.g.argmin(cur, axis, true);
+    idxs.push_back(i);
+    vals.push_back(c.g.gather(x, i, axis));
+    cur = c.g.where(c.g.binary(OpKind::Eq, pos, i), k(c, largest ? -inf : inf, cur), cur);
+  }
+  if (vals.empty()) {
+    auto sh = c.shape(0);
+    sh[std::size_t(axis)] = 0;
+    return {c.g.slice(x, {axis}, {0}, {0}), c.g.expand(c.g.scalar(0, ir::DType::I64), ir::Shape(sh))};
+  }
+  return {c.g.concat(vals, axis), c.g.concat(idxs, axis)};
+}
+
+// Einsum over single letters: every operand permuted and reshaped onto all the letters (output letters
+// first), multiplied with broadcasting, then summed over the contracted ones.
+NodeId einsum(Ctx& c) {
+  std::string eq;
+  for (char ch : c.attr_str("equation", ""))
+    if (ch != ' ') eq += ch;
+  if (eq.find('.') != std::string::npos) c.fail("ellipses are not supported");
+  const auto arrow = eq.find("->");
+  std::vector<std::string> terms;
+  const std::string lhs = eq.substr(0, arrow);
+  for (std::size_t at = 0;;) {
+    const auto comma = lhs.find(',', at);
+    terms.push_back(lhs.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (terms.size() != c.num_inputs()) c.fail("the equation's operands do not match the inputs");
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+  } else {
+    std::map<char, int> count;
+    for (const auto& t : terms)
+      for (char ch : t) count[ch]++;
+    for (auto [ch, n] : count)
+      if (n == 1) out += ch;
+  }
+  std::string letters = out;
+  for (const auto& t : terms)
+    for (char ch : t)
+      if (letters.find(ch) == std::string::npos) letters += ch;
+  std::optional<NodeId> acc;
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    const auto& term = terms[i];
+    auto x = c.in(i);
+    const auto sh = c.shape(i);
+    if (term.size() != sh.size())
+      c.fail(fmt::format("operand {} has rank {}, its term '{}' has {} letters", i, sh.size(), term, term.size()));
+    for (std::size_t a = 0; a < term.size(); ++a)
+      if (term.find(term[a]) != a) c.fail("a letter repeated within one operand (a diagonal) is not supported");
+    I64s perm, full;
+    for (char ch : letters) {
+      const auto at = term.find(ch);
+      if (at != std::string::npos) perm.push_back(std::int64_t(at));
+      full.push_back(at == std::string::npos ? 1 : sh[at]);
+    }
+    x = c.g.reshape(c.g.permute(x, perm), full);
+    acc = acc ? c.g.mul(*acc, x) : x;
+  }
+  I64s contracted;
+  for (std::size_t a = out.size(); a < letters.size(); ++a) contracted.push_back(std::int64_t(a));
+  return contracted.empty() ? *acc : c.g.sum(*acc, contracted);
+}
+
 }  // namespace
 
 void register_misc(Table& t) {
+  t["TopK"] = {[](Ctx& c) -> Outs { return topk(c); }};
+  t["Einsum"] = {[](Ctx& c) -> Outs { return {einsum(c)}; }};
+  t["CumProd"] = {[](Ctx& c) -> Outs {
+    auto x = c.in(0);
+    const auto axis = axis_of(c, std::int64_t(c.scalar(1, "axis")), c.rank(0));
+    const std::int64_t d = c.shape(0)[std::size_t(axis)];
+    const bool excl = c.attr_int("exclusive", 0) != 0, rev = c.attr_int("reverse", 0) != 0;
+    if (d == 0) return {x};
+    std::vector<NodeId> parts(static_cast<std::size_t>(d));
+    auto sh = c.shape(0);
+    sh[std::size_t(axis)] = 1;
+    std::optional<NodeId> run;
+    for (std::int64_t j = 0; j < d; ++j) {
+      const std::int64_t at = rev ? d - 1 - j : j;
+      auto xi = c.g.slice(x, {axis}, {at}, {at + 1});
+      if (excl) parts[std::size_t(at)] = run ? *run : c.g.expand(c.g.scalar(1, c.dtype(0)), ir::Shape(sh));
+      run = run ? c.g.mul(*run, xi) : xi;
+      if (!excl) parts[std::size_t(at)] = *run;
+    }
+    return {c.g.concat(parts, axis)};
+  }};
+  t["ReverseSequence"] = {[](Ctx& c) -> Outs {
+    const auto sh = c.shape(0);
+    const auto bax = axis_of(c, c.attr_int("batch_axis", 1), sh.size()),
+               tax = axis_of(c, c.attr_int("time_axis", 0), sh.size());
+    const auto lens = c.ints(1, "sequence_lens");
+    const std::int64_t nb = sh[std::size_t(bax)], nt = sh[std::size_t(tax)];
+    if (std::int64_t(lens.size()) != nb) c.fail("sequence_lens must have one entry per batch");
+    // The source time of each (batch, time), laid out with 1s on the other axes and expanded.
+    I64s ish(sh.size(), 1);
+    ish[std::size_t(bax)] = nb;
+    ish[std::size_t(tax)] = nt;
+    ir::Tensor idx(ir::DType::I64, ish);
+    for (std::int64_t b = 0; b < nb; ++b)
+      for (std::int64_t tt = 0; tt < nt; ++tt) {
+        const std::int64_t len = std::clamp<std::int64_t>(lens[std::size_t(b)], 0, nt);
+        const std::int64_t at = bax < tax ? b * nt + tt : tt * nb + b;
+        idx.set(at, double(tt < len ? len - 1 - tt : tt));
+      }
+    auto full = c.g.expand(c.constant(idx), ir::Shape(sh));
+    return {c.g.gather(c.in(0), full, tax)};
+  }};
   t["NegativeLogLikelihoodLoss"] = {[](Ctx& c) -> Outs {
     std::optional<NodeId> w;
     if (c.has(2)) w = c.in(2);

@@ -180,9 +180,8 @@ NodeId pool(Ctx& c, Pool kind) {
   return c.g.div(*acc, *cnt);
 }
 
-NodeId conv(Ctx& c) {
-  auto x = c.in(0), wt = c.in(1);
-  const auto sh = c.shape(0), wsh = c.shape(1);
+NodeId conv(Ctx& c, NodeId x, NodeId wt, std::optional<NodeId> bias) {
+  const auto sh = ext(c, x), wsh = ext(c, wt);
   if (sh.size() != 3 && sh.size() != 4) c.fail("only 1-D and 2-D convolutions are supported");
   const std::size_t s = sh.size() - 2;
   const I64s kernel(wsh.begin() + 2, wsh.end());
@@ -203,8 +202,6 @@ NodeId conv(Ctx& c) {
     }
     x = c.g.pad(x, p, 0);
   }
-  std::optional<NodeId> bias;
-  if (c.has(2)) bias = c.in(2);
   if (s == 1) return c.g.conv1d(x, wt, bias, w.strides[0], sym[0], w.dilations[0], groups);
   return c.g.conv2d(x, wt, bias, w.strides, sym, w.dilations, groups);
 }
@@ -351,7 +348,101 @@ void register_nn(Table& t) {
     auto x = c.in(0);
     return {x, c.g.expand(c.g.scalar(1, ir::DType::Bool), c.g.node(x).shape)};
   }};
-  t["Conv"] = {[](Ctx& c) -> Outs { return {conv(c)}; }};
+  t["Conv"] = {[](Ctx& c) -> Outs {
+    std::optional<NodeId> bias;
+    if (c.has(2)) bias = c.in(2);
+    return {conv(c, c.in(0), c.in(1), bias)};
+  }};
+  t["ConvInteger"] = {[](Ctx& c) -> Outs {
+    // In f64, exact: the products are below 2^16 and their sums far below 2^53.
+    auto x = c.g.cast(c.in(0), ir::DType::F64), w = c.g.cast(c.in(1), ir::DType::F64);
+    if (c.has(2)) x = c.g.sub(x, c.g.cast(c.in(2), ir::DType::F64));
+    if (c.has(3)) w = c.g.sub(w, along(c, c.g.cast(c.in(3), ir::DType::F64), 0, c.rank(1)));
+    return {c.g.cast(conv(c, x, w, std::nullopt), ir::DType::I32)};
+  }};
+  t["QLinearConv"] = {[](Ctx& c) -> Outs {
+    auto deq = [&](std::size_t v, std::size_t sc, std::size_t z, std::int64_t axis) {
+      const auto r = c.rank(v);
+      return c.g.mul(c.g.sub(c.g.cast(c.in(v), ir::DType::F32), along(c, c.g.cast(c.in(z), ir::DType::F32), axis, r)),
+                     along(c, cast_to(c, c.in(sc), ir::DType::F32), axis, r));
+    };
+    auto y = conv(c, deq(0, 1, 2, 1), deq(3, 4, 5, 0), std::nullopt);
+    if (c.has(8)) {  // int32 bias in units of x_scale * w_scale
+      auto scale = c.g.mul(cast_to(c, c.in(1), ir::DType::F32), cast_to(c, c.in(4), ir::DType::F32));
+      auto b = c.g.mul(c.g.cast(c.in(8), ir::DType::F32), scale);
+      y = c.g.add(y, per_channel(c, c.g.reshape(b, I64s{ext(c, c.in(8))[0]}), c.g.node(y).shape.rank()));
+    }
+    return {quantize(c, y, c.in(6), c.in(7), c.dtype(7))};
+  }};
+  t["ConvTranspose"] = {[](Ctx& c) -> Outs {
+    // A stride-1 convolution of the input with zeros inserted between its elements, padded by
+    // dilation * (k - 1) less the pads, with the kernel flipped and its in/out channels swapped.
+    auto x = c.in(0);
+    const auto sh = c.shape(0), wsh = c.shape(1);
+    if (sh.size() != 3 && sh.size() != 4) c.fail("only 1-D and 2-D transposed convolutions are supported");
+    const std::size_t s = sh.size() - 2;
+    const I64s kernel(wsh.begin() + 2, wsh.end());
+    const auto group = c.attr_int("group", 1);
+    I64s strides = c.attr_ints("strides", I64s(s, 1)), dil = c.attr_ints("dilations", I64s(s, 1)),
+         pads = c.attr_ints("pads", I64s(2 * s, 0)), outpad = c.attr_ints("output_padding", I64s(s, 0));
+    if (strides.size() != s || dil.size() != s || pads.size() != 2 * s || outpad.size() != s)
+      c.fail("strides, dilations, pads and output_padding do not match the kernel's rank");
+    const auto out_shape = c.attr_ints("output_shape");
+    const auto auto_pad = c.attr_str("auto_pad", "NOTSET");
+    for (std::size_t i = 0; i < s; ++i) {
+      const std::int64_t full = strides[i] * (sh[2 + i] - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1;
+      std::int64_t want = -1;
+      if (!out_shape.empty())
+        want = out_shape[out_shape.size() - s + i];
+      else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+        want = sh[2 + i] * strides[i];
+      if (want >= 0) {
+        const std::int64_t total = std::max<std::int64_t>(0, full - want);
+        const bool upper = auto_pad != "SAME_LOWER";
+        pads[i] = upper ? total / 2 : total - total / 2;
+        pads[s + i] = total - pads[i];
+      }
+    }
+    for (std::size_t i = 0; i < s; ++i) {
+      const auto a = std::int64_t(2 + i);
+      if (strides[i] > 1) {  // [.., L, ..] -> [.., L, 1, ..] -> [.., L, st, ..] -> [.., (L - 1) * st + 1, ..]
+        auto cur = ext(c, x);
+        I64s un = cur;
+        un.insert(un.begin() + a + 1, 1);
+        I64s p(2 * un.size(), 0);
+        p[un.size() + std::size_t(a) + 1] = strides[i] - 1;
+        x = c.g.pad(c.g.reshape(x, un), p, 0);
+        cur[std::size_t(a)] *= strides[i];
+        x = c.g.slice(c.g.reshape(x, cur), {a}, {0}, {(sh[2 + i] - 1) * strides[i] + 1});
+      }
+      const std::int64_t edge = (kernel[i] - 1) * dil[i];
+      const std::int64_t before = edge - pads[i], after = edge - pads[s + i] + outpad[i];
+      const std::int64_t len = ext(c, x)[std::size_t(a)];
+      x = c.g.slice(x, {a}, {std::max<std::int64_t>(0, -before)}, {len - std::max<std::int64_t>(0, -after)});
+      I64s p(2 * sh.size(), 0);
+      p[std::size_t(a)] = std::max<std::int64_t>(0, before);
+      p[sh.size() + std::size_t(a)] = std::max<std::int64_t>(0, after);
+      x = c.g.pad(x, p, 0);
+    }
+    // w [C, M/g, k..] -> [M, C/g, k..], flipped.
+    const std::int64_t ch = wsh[0], mg = wsh[1];
+    if (group <= 0 || ch % group != 0) c.fail("group must divide the input channels");
+    I64s w5{group, ch / group, mg};
+    w5.insert(w5.end(), kernel.begin(), kernel.end());
+    I64s perm{0, 2, 1};
+    for (std::size_t i = 0; i < s; ++i) perm.push_back(std::int64_t(3 + i));
+    auto w = c.g.permute(c.g.reshape(c.in(1), w5), perm);
+    I64s w4{group * mg, ch / group};
+    w4.insert(w4.end(), kernel.begin(), kernel.end());
+    w = c.g.reshape(w, w4);
+    I64s flip_axes;
+    for (std::size_t i = 0; i < s; ++i) flip_axes.push_back(std::int64_t(2 + i));
+    w = c.g.flip(w, flip_axes);
+    std::optional<NodeId> bias;
+    if (c.has(2)) bias = c.in(2);
+    if (s == 1) return {c.g.conv1d(x, w, bias, 1, 0, dil[0], group)};
+    return {c.g.conv2d(x, w, bias, {1, 1}, {0, 0}, dil, group)};
+  }};
   t["MaxPool"] = {[](Ctx& c) -> Outs {
     if (c.attr_int("storage_order", 0) != 0) c.fail("storage_order 1 is not supported");
     return {pool(c, Pool::Max)};

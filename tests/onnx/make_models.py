@@ -105,3 +105,4 @@ x2 = rng.standard_normal((2, 8)).astype(np.float32)
 for name, arr in (("external_x.pb", x2), ("external_y.pb", x2 @ w1)):
     with open(os.path.join(GOOD, name), "wb") as f:
         f.write(numpy_helper.from_array(arr, name[9]).SerializeToString())
+np.save(os.path.join(GOOD, "mlp_x.npy"), x)  # `rlx run`'s input in tests/onnx/check_cli.sh
