@@ -177,9 +177,192 @@ NodeId einsum(Ctx& c) {
   return contracted.empty() ? *acc : c.g.sum(*acc, contracted);
 }
 
+// Resize's interpolation weights for one output position at fractional offset `ratio` (ONNX's reference).
+std::vector<double> resize_coeffs(Ctx& c, const std::string& mode, double ratio, double scale) {
+  if (mode == "nearest") {
+    const auto nm = c.attr_str("nearest_mode", "round_prefer_floor");
+    if (ratio == std::floor(ratio)) return {0, 1};
+    if (nm == "round_prefer_floor") return {double(ratio <= 0.5), double(ratio > 0.5)};
+    if (nm == "round_prefer_ceil") return {double(ratio < 0.5), double(ratio >= 0.5)};
+    if (nm == "floor") return {1, 0};
+    if (nm == "ceil") return {0, 1};
+    c.fail(fmt::format("nearest_mode '{}' is not supported", nm));
+  }
+  const bool aa = c.attr_int("antialias", 0) != 0;
+  if (mode == "linear") {
+    if (!aa) return {1 - ratio, ratio};
+    const double sc = std::min(scale, 1.0);
+    const auto start = std::int64_t(std::floor(-1 / sc) + 1), n = 2 - 2 * start;
+    std::vector<double> w;
+    double sum = 0;
+    for (std::int64_t i = start; i < start + n; ++i)
+      sum += w.emplace_back(std::clamp(1 - std::abs((double(i) - ratio) * sc), 0.0, 1.0));
+    for (auto& v : w) v /= sum;
+    return w;
+  }
+  if (mode == "cubic") {
+    const double a = c.attr_float("cubic_coeff_a", -0.75);
+    if (!aa) {
+      const double r = ratio, s = 1 - ratio;
+      return {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a, ((a + 2) * r - (a + 3)) * r * r + 1,
+              ((a + 2) * s - (a + 3)) * s * s + 1, ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a};
+    }
+    const double sc = std::min(scale, 1.0);
+    auto coeff = [a](double x) {
+      x = std::abs(x);
+      if (x <= 1) return (a + 2) * x * x * x - (a + 3) * x * x + 1;
+      if (x < 2) return a * x * x * x - 5 * a * x * x + 8 * a * x - 4 * a;
+      return 0.0;
+    };
+    const auto start = std::int64_t(std::floor(-2 / sc) + 1), end = 2 - start;
+    std::vector<double> w;
+    double sum = 0;
+    for (std::int64_t i = start; i < end; ++i) sum += w.emplace_back(coeff(sc * (double(i) - ratio)));
+    for (auto& v : w) v /= sum;
+    return w;
+  }
+  c.fail(fmt::format("mode '{}' is not supported", mode));
+}
+
+// Resize, separable: along each resized axis, every output position is a weighted sum of n input
+// positions, gathered with index_select; the positions and weights are computed here, at import.
+NodeId resize(Ctx& c) {
+  if (c.opset() < 11) c.fail("Resize before opset 11 is not supported");
+  auto x = c.in(0);
+  const auto sh = c.shape(0);
+  const auto r = sh.size();
+  const auto dt = c.dtype(0);
+  const auto mode = c.attr_str("mode", "nearest");
+  const auto ctm = c.attr_str("coordinate_transformation_mode", "half_pixel");
+  I64s axes(r);
+  std::iota(axes.begin(), axes.end(), 0);
+  if (c.has_attr("axes")) axes = c.attr_ints("axes");
+  for (auto& a : axes) a = axis_of(c, a, r);
+  std::vector<double> scales(r, 1.0), roi_lo(r, 0.0), roi_hi(r, 1.0);
+  I64s out(sh);
+  std::vector<double> roi;
+  if (c.has(1) && c.value(1) && c.value(1)->numel() > 0) roi = c.value(1)->to_f64();
+  if (ctm == "tf_crop_and_resize" && roi.empty()) c.fail("tf_crop_and_resize needs roi, known at import");
+  if (!roi.empty()) {
+    if (roi.size() != 2 * axes.size()) c.fail("roi must hold two entries per resized axis");
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      roi_lo[std::size_t(axes[i])] = roi[i];
+      roi_hi[std::size_t(axes[i])] = roi[axes.size() + i];
+    }
+  }
+  if (c.has(3) && c.value(3) && c.value(3)->numel() > 0) {
+    const auto sizes = c.ints(3, "sizes");
+    if (sizes.size() != axes.size()) c.fail("sizes must hold one entry per resized axis");
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      out[std::size_t(axes[i])] = sizes[i];
+      scales[std::size_t(axes[i])] = double(sizes[i]) / double(sh[std::size_t(axes[i])]);
+    }
+    const auto policy = c.attr_str("keep_aspect_ratio_policy", "stretch");
+    if (policy != "stretch") {
+      double sc = policy == "not_larger" ? 1e300 : -1e300;
+      for (auto a : axes)
+        sc = policy == "not_larger" ? std::min(sc, scales[std::size_t(a)]) : std::max(sc, scales[std::size_t(a)]);
+      for (auto a : axes) {
+        scales[std::size_t(a)] = sc;
+        out[std::size_t(a)] = std::int64_t(sc * double(sh[std::size_t(a)]) + 0.5);
+      }
+    }
+  } else if (c.has(2) && c.value(2) && c.value(2)->numel() > 0) {
+    const auto sv = c.value(2)->to_f64();
+    if (sv.size() != axes.size()) c.fail("scales must hold one entry per resized axis");
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      scales[std::size_t(axes[i])] = sv[i];
+      out[std::size_t(axes[i])] = std::int64_t(sv[i] * double(sh[std::size_t(axes[i])]));
+    }
+  } else {
+    c.fail("scales or sizes must be given and known at import");
+  }
+  const auto work = ir::is_float(dt) ? dt : ir::DType::F32;
+  x = cast_to(c, x, work);
+  const bool exclude = c.attr_int("exclude_outside", 0) != 0;
+  for (auto a : axes) {
+    const auto ax = std::size_t(a);
+    const std::int64_t in_w = sh[ax], out_w = out[ax];
+    const double scale = scales[ax];
+    if (std::abs(scale - 1.0) < 1e-12 && out_w == in_w && roi_lo[ax] == 0.0 && roi_hi[ax] == 1.0) continue;
+    if (out_w <= 0 || in_w <= 0) c.fail("an empty resize is not supported");
+    const double out_f = scale * double(in_w);
+    std::vector<double> xo(static_cast<std::size_t>(out_w));
+    std::vector<bool> extrap(static_cast<std::size_t>(out_w), false);
+    for (std::int64_t i = 0; i < out_w; ++i) {
+      const double y = double(i);
+      double v = 0;
+      if (ctm == "align_corners")
+        v = out_f == 1 ? 0 : y * double(in_w - 1) / (out_f - 1);
+      else if (ctm == "asymmetric")
+        v = y / scale;
+      else if (ctm == "pytorch_half_pixel")
+        v = out_f == 1 ? -0.5 : (y + 0.5) / scale - 0.5;
+      else if (ctm == "half_pixel")
+        v = (y + 0.5) / scale - 0.5;
+      else if (ctm == "half_pixel_symmetric") {
+        const double adj = double(out_w) / out_f, center = double(in_w) / 2;
+        v = center * (1 - adj) + (y + 0.5) / scale - 0.5;
+      } else if (ctm == "tf_crop_and_resize") {
+        const double lo = roi_lo[ax], hi = roi_hi[ax];
+        v = out_f == 1 ? (hi - lo) * double(in_w - 1) / 2 : y * (hi - lo) * double(in_w - 1) / (out_f - 1);
+        v += lo * double(in_w - 1);
+        extrap[std::size_t(i)] = v < 0 || v > double(in_w - 1);
+      } else {
+        c.fail(fmt::format("coordinate_transformation_mode '{}' is not supported", ctm));
+      }
+      xo[std::size_t(i)] = v;
+    }
+    std::vector<std::vector<double>> coeffs;
+    for (double v : xo) coeffs.push_back(resize_coeffs(c, mode, v == std::floor(v) ? 1.0 : v - std::floor(v), scale));
+    const auto n = std::int64_t(coeffs[0].size());
+    const auto pad = (n + 1) / 2;
+    ir::Tensor idx(ir::DType::I64, {out_w * n});
+    I64s wsh(r + 1, 1);
+    wsh[ax] = out_w;
+    wsh[ax + 1] = n;
+    ir::Tensor w(work, wsh);
+    for (std::int64_t i = 0; i < out_w; ++i) {
+      const double xp = xo[std::size_t(i)] + double(pad);
+      const double p = std::floor(xp), frac = xp - p;
+      const std::int64_t off =
+          n % 2 == 0 ? (frac == 0 ? -(n / 2) : -(n / 2) + 1) : (frac <= 0.5 ? -((n - 1) / 2) : -((n - 1) / 2) + 1);
+      auto& cf = coeffs[std::size_t(i)];
+      if (std::int64_t(cf.size()) != n) c.fail("interpolation weights of varying length");
+      double sum = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t at = std::int64_t(p) + off + j - pad;
+        if (exclude && (at < 0 || at >= in_w)) cf[std::size_t(j)] = 0;
+        sum += cf[std::size_t(j)];
+        idx.set(i * n + j, double(std::clamp<std::int64_t>(at, 0, in_w - 1)));
+      }
+      for (std::int64_t j = 0; j < n; ++j)
+        w.set(i * n + j, exclude && sum != 0 ? cf[std::size_t(j)] / sum : cf[std::size_t(j)]);
+    }
+    auto g = c.g.index_select(x, c.constant(idx), a);
+    I64s split = ext(c, g);
+    split[ax] = out_w;
+    split.insert(split.begin() + a + 1, n);
+    x = c.g.sum(c.g.mul(c.g.reshape(g, split), c.constant(w)), {a + 1});
+    if (std::find(extrap.begin(), extrap.end(), true) != extrap.end()) {
+      I64s msh(r, 1);
+      msh[ax] = out_w;
+      ir::Tensor m(ir::DType::Bool, msh);
+      for (std::int64_t i = 0; i < out_w; ++i) m.set(i, extrap[std::size_t(i)] ? 1 : 0);
+      x = c.g.where(c.constant(m), c.g.scalar(c.attr_float("extrapolation_value", 0), work), x);
+    }
+  }
+  if (work == dt) return x;
+  // Integers: saturated to the type's range, then truncated, as ONNX's saturate_cast.
+  if (dt == ir::DType::U8) x = c.g.clamp(x, 0, 255);
+  if (dt == ir::DType::I8) x = c.g.clamp(x, -128, 127);
+  return c.g.cast(x, dt);
+}
+
 }  // namespace
 
 void register_misc(Table& t) {
+  t["Resize"] = {[](Ctx& c) -> Outs { return {resize(c)}; }};
   t["TopK"] = {[](Ctx& c) -> Outs { return topk(c); }};
   t["Einsum"] = {[](Ctx& c) -> Outs { return {einsum(c)}; }};
   t["CumProd"] = {[](Ctx& c) -> Outs {

@@ -232,9 +232,130 @@ NodeId quantize(Ctx& c, NodeId x, NodeId scale, std::optional<NodeId> zp, ir::DT
   return c.g.cast(c.g.clamp(y, lo, hi), qt);
 }
 
+// [B, S, H*D] -> [B, H, S, D]
+NodeId heads(Ctx& c, NodeId x, std::int64_t h) {
+  const auto sh = ext(c, x);
+  if (h <= 0 || sh[2] % h != 0) c.fail("q_num_heads / kv_num_heads must divide the hidden size");
+  return c.g.permute(c.g.reshape(x, I64s{sh[0], sh[1], h, sh[2] / h}), {0, 2, 1, 3});
+}
+
+// ONNX's Attention (opset 23+), as its reference computes it: scaled scores (the scale's square root on
+// each side), an additive bias from the mask, causality, a sliding window and unpadded lengths, softcap,
+// a softmax that leaves fully masked rows at zero, and grouped KV heads repeated.
+Outs attention(Ctx& c) {
+  auto q = c.in(0), kk = c.in(1), v = c.in(2);
+  // f16 and bf16 run in f32 and round once at the end, as a fused kernel would.
+  const auto io_dt = c.dtype(0);
+  const bool half = io_dt == ir::DType::F16 || io_dt == ir::DType::BF16;
+  auto widen = [&](NodeId x) { return half ? c.g.cast(x, ir::DType::F32) : x; };
+  auto narrow = [&](NodeId x) { return half ? c.g.cast(x, io_dt) : x; };
+  q = widen(q);
+  kk = widen(kk);
+  v = widen(v);
+  const bool three_d = c.rank(0) == 3;
+  if (three_d) {
+    q = heads(c, q, c.attr_int("q_num_heads"));
+    kk = heads(c, kk, c.attr_int("kv_num_heads"));
+    v = heads(c, v, c.attr_int("kv_num_heads"));
+  } else if (c.rank(0) != 4) {
+    c.fail("Q, K and V must be 3-D or 4-D");
+  }
+  const auto dt = c.g.node(q).dtype;
+  const double inf = std::numeric_limits<double>::infinity();
+  auto qs = ext(c, q);
+  const double scale = c.attr_float("scale", 1.0 / std::sqrt(double(qs[3])));
+  auto sq = c.g.scalar(std::sqrt(scale), dt);
+  const std::int64_t past = c.has(4) ? ext(c, c.in(4))[2] : 0;
+  if (c.has(4)) kk = c.g.concat({widen(c.in(4)), kk}, 2);
+  if (c.has(5)) v = c.g.concat({widen(c.in(5)), v}, 2);
+  const auto present_k = kk, present_v = v;
+  const std::int64_t b = qs[0], hq = qs[1], lq = qs[2], lk = ext(c, kk)[2], hk = ext(c, kk)[1];
+  // The additive bias [.., lq, lk].
+  auto zero = c.g.scalar(0, dt), minus_inf = c.g.scalar(-inf, dt);
+  std::optional<NodeId> bias;
+  if (c.has(3)) {
+    auto m = c.in(3);
+    const auto ms = ext(c, m);
+    const bool is_bool = c.dtype(3) == ir::DType::Bool;
+    if (ms.back() < lk) {
+      I64s p(2 * ms.size(), 0);
+      p[2 * ms.size() - 1] = lk - ms.back();
+      m = c.g.pad(m, p, is_bool ? 0.0 : -inf);
+    }
+    bias = is_bool ? c.g.where(m, zero, minus_inf) : cast_to(c, m, dt);  // dt is f32 for half types
+  }
+  auto row = c.g.iota(ir::Shape({lq, lk}), 0, ir::DType::I64), col = c.g.iota(ir::Shape({lq, lk}), 1, ir::DType::I64);
+  // diff = (i + offset) - j; offset is the past length, or per batch nonpad_kv_seqlen - lq.
+  NodeId diff = c.g.sub(row, col);
+  const bool nonpad = c.has(6);
+  if (nonpad) {
+    auto off = c.g.sub(c.g.cast(c.in(6), ir::DType::I64), c.g.scalar(double(lq), ir::DType::I64));
+    diff = c.g.add(c.g.reshape(diff, I64s{1, 1, lq, lk}), c.g.reshape(off, I64s{b, 1, 1, 1}));
+  } else if (past) {
+    diff = c.g.add(diff, c.g.scalar(double(past), ir::DType::I64));
+  }
+  auto add_bias = [&](NodeId allowed) {
+    auto term = c.g.where(allowed, zero, minus_inf);
+    bias = bias ? c.g.add(*bias, term) : term;
+  };
+  auto i64 = [&](double x) { return c.g.scalar(x, ir::DType::I64); };
+  if (c.attr_int("is_causal", 0) != 0) add_bias(c.g.binary(OpKind::Ge, diff, i64(0)));
+  const auto left = c.attr_int("left_window_size", -1), right = c.attr_int("right_window_size", -1);
+  if (left >= 0) add_bias(c.g.binary(OpKind::Le, diff, i64(double(left))));
+  if (right >= 0) add_bias(c.g.binary(OpKind::Ge, diff, i64(-double(right))));
+  if (nonpad) {
+    auto keep = c.g.binary(OpKind::Lt, c.g.iota(ir::Shape({b, 1, 1, lk}), 3, ir::DType::I64),
+                           c.g.reshape(c.g.cast(c.in(6), ir::DType::I64), I64s{b, 1, 1, 1}));
+    add_bias(keep);
+  }
+  if (hq != hk) {  // grouped KV heads: each repeated for its group of query heads
+    if (hk <= 0 || hq % hk != 0) c.fail("the query heads are not a multiple of the KV heads");
+    auto repeat = [&](NodeId x) {
+      auto xs = ext(c, x);
+      auto e = c.g.expand(c.g.reshape(x, I64s{xs[0], xs[1], 1, xs[2], xs[3]}),
+                          ir::Shape(I64s{xs[0], xs[1], hq / hk, xs[2], xs[3]}));
+      return c.g.reshape(e, I64s{xs[0], hq, xs[2], xs[3]});
+    };
+    kk = repeat(kk);
+    v = repeat(v);
+  }
+  auto qk = c.g.matmul(c.g.mul(q, sq), c.g.transpose(c.g.mul(kk, sq)));
+  const double softcap = c.attr_float("softcap", 0.0);
+  if (softcap > 0) qk = c.g.mul(c.g.unary(OpKind::Tanh, c.g.div(qk, c.g.scalar(softcap, dt))), c.g.scalar(softcap, dt));
+  auto with_bias = bias ? c.g.add(qk, *bias) : qk;
+  const auto mode = c.attr_int("qk_matmul_output_mode", 0);
+  NodeId qk_out = mode == 2 ? with_bias : qk;
+  auto x = with_bias;
+  if (c.has_attr("softmax_precision")) {
+    auto sp = dtype_of(c.attr_int("softmax_precision"));
+    if (!sp) c.fail("softmax_precision names a type RLX lacks");
+    x = cast_to(c, x, *sp);
+  }
+  // A softmax that maps a row of -inf to zeros instead of NaN.
+  const auto xdt = c.g.node(x).dtype;
+  auto mx = c.g.reduce(OpKind::ReduceMax, x, {-1}, true);
+  auto safe = c.g.where(c.g.binary(OpKind::Eq, mx, c.g.scalar(-inf, xdt)), c.g.scalar(0, xdt), mx);
+  auto e = c.g.exp(c.g.sub(x, safe));
+  auto sum = c.g.sum(e, {-1}, true);
+  auto p = c.g.div(e, c.g.where(c.g.binary(OpKind::Eq, sum, c.g.scalar(0, xdt)), c.g.scalar(1, xdt), sum));
+  if (bias) {
+    auto bmax = c.g.reduce(OpKind::ReduceMax, *bias, {-1}, true);
+    p = c.g.where(c.g.binary(OpKind::Eq, bmax, minus_inf), c.g.scalar(0, xdt), p);
+  }
+  p = cast_to(c, p, dt);
+  if (mode == 3) qk_out = p;
+  auto y = c.g.matmul(p, v);
+  if (three_d) {
+    auto ys = ext(c, y);
+    y = c.g.reshape(c.g.permute(y, {0, 2, 1, 3}), I64s{ys[0], ys[2], ys[1] * ys[3]});
+  }
+  return {narrow(y), narrow(present_k), narrow(present_v), narrow(qk_out)};
+}
+
 }  // namespace
 
 void register_nn(Table& t) {
+  t["Attention"] = {[](Ctx& c) -> Outs { return attention(c); }};
   t["MatMul"] = {[](Ctx& c) -> Outs { return {matmul(c, c.in(0), c.in(1))}; }};
   t["Gemm"] = {[](Ctx& c) -> Outs {
     auto a = c.in(0), b = c.in(1);

@@ -346,7 +346,11 @@ void register_tensor(Table& t) {
       c.fail(fmt::format("mode '{}' is not supported", mode));
     const auto r = c.rank(0);
     I64s pads = c.opset() < 11 ? c.attr_ints("pads") : c.ints(1, "pads");
-    double value = c.opset() < 11 ? c.attr_float("value", 0) : (c.has(2) ? c.scalar(2, "constant_value") : 0.0);
+    // A constant value computed at run time pads with zeros, then selects it outside the input.
+    const bool runtime_value = c.opset() >= 11 && c.has(2) && !c.value(2);
+    double value = c.opset() < 11                 ? c.attr_float("value", 0)
+                   : (c.has(2) && !runtime_value) ? c.scalar(2, "constant_value")
+                                                  : 0.0;
     I64s axes(r);
     std::iota(axes.begin(), axes.end(), 0);
     if (c.opset() >= 18 && c.has(3)) axes = axes_of(c, c.ints(3, "axes"), r);
@@ -367,6 +371,10 @@ void register_tensor(Table& t) {
       full[r + i] = std::max<std::int64_t>(0, full[r + i]);
     }
     auto x = c.g.slice(c.in(0), ax, st, en);
+    if (mode == "constant" && runtime_value) {
+      auto inside = c.g.pad(c.g.expand(c.g.scalar(1, ir::DType::Bool), c.g.node(x).shape), full, 0);
+      return {c.g.where(inside, c.g.pad(x, full, 0), c.g.reshape(c.in(2), I64s{}))};
+    }
     if (mode == "constant") return {c.g.pad(x, full, value)};
     // edge, reflect, wrap: each axis grows by concatenating slices of itself.
     for (std::size_t i = 0; i < r; ++i) {
