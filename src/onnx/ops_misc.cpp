@@ -82,7 +82,7 @@ NodeId scatter_elements(Ctx& c) {
 void window(Table& t, const char* name, const std::vector<double>& coef) {
   t[name] = {[coef](Ctx& c) -> Outs {
     const auto size = std::int64_t(c.scalar(0, "size"));
-    if (size < 0 || size > (std::int64_t(1) << 30)) c.fail(fmt::format("size {} is out of range", size));
+    if (size < 0 || size > (std::int64_t(1) << 24)) c.fail(fmt::format("size {} is out of range", size));
     auto dt = dtype_of(c.attr_int("output_datatype", 1));
     if (!dt) c.fail("output_datatype names a type RLX lacks");
     const double n_den = c.attr_int("periodic", 1) != 0 ? double(size) : double(size - 1);
@@ -104,6 +104,7 @@ Outs topk(Ctx& c) {
   const auto axis = axis_of(c, c.attr_int("axis", -1), c.rank(0));
   const auto kk = c.ints(1, "K");
   if (kk.size() != 1 || kk[0] < 0 || kk[0] > c.shape(0)[std::size_t(axis)]) c.fail("K is out of range");
+  if (kk[0] > 4096) c.fail("K over 4096 is not supported (TopK is k rounds of argmax)");
   const bool largest = c.attr_int("largest", 1) != 0;
   auto cur = ir::is_float(c.dtype(0)) ? x : c.g.cast(x, ir::DType::F64);
   const double inf = std::numeric_limits<double>::infinity();
@@ -254,6 +255,7 @@ NodeId resize(Ctx& c) {
     const auto sizes = c.ints(3, "sizes");
     if (sizes.size() != axes.size()) c.fail("sizes must hold one entry per resized axis");
     for (std::size_t i = 0; i < axes.size(); ++i) {
+      if (sizes[i] <= 0 || sh[std::size_t(axes[i])] <= 0) c.fail("sizes and the resized extents must be positive");
       out[std::size_t(axes[i])] = sizes[i];
       scales[std::size_t(axes[i])] = double(sizes[i]) / double(sh[std::size_t(axes[i])]);
     }
@@ -271,6 +273,7 @@ NodeId resize(Ctx& c) {
     const auto sv = c.value(2)->to_f64();
     if (sv.size() != axes.size()) c.fail("scales must hold one entry per resized axis");
     for (std::size_t i = 0; i < axes.size(); ++i) {
+      if (!(sv[i] > 0 && sv[i] < 1e6)) c.fail(fmt::format("scale {} is out of range", sv[i]));
       scales[std::size_t(axes[i])] = sv[i];
       out[std::size_t(axes[i])] = std::int64_t(sv[i] * double(sh[std::size_t(axes[i])]));
     }
@@ -371,6 +374,7 @@ void register_misc(Table& t) {
     const std::int64_t d = c.shape(0)[std::size_t(axis)];
     const bool excl = c.attr_int("exclusive", 0) != 0, rev = c.attr_int("reverse", 0) != 0;
     if (d == 0) return {x};
+    if (d > 4096) c.fail("an axis over 4096 is not supported (CumProd is one product per position)");
     std::vector<NodeId> parts(static_cast<std::size_t>(d));
     auto sh = c.shape(0);
     sh[std::size_t(axis)] = 1;
@@ -421,7 +425,8 @@ void register_misc(Table& t) {
   t["ScatterND"] = {[](Ctx& c) -> Outs {
     // Rows of data flattened to [rows, inner], one row per index tuple, scattered along axis 0.
     const auto data_sh = c.shape(0), idx_sh = c.shape(1);
-    const std::size_t q = std::size_t(idx_sh.back());
+    if (idx_sh.empty() || idx_sh.back() < 1) c.fail("indices must have rank >= 1 and a last dim >= 1");
+    const auto q = std::size_t(idx_sh.back());
     if (q > data_sh.size()) c.fail("index tuples are longer than the data's rank");
     std::int64_t rows = 1, inner = 1, tuples = 1;
     for (std::size_t i = 0; i < q; ++i) rows *= data_sh[i];

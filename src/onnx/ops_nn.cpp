@@ -9,6 +9,7 @@
 
 #include "onnx/detail.hpp"
 #include "onnx/proto/onnx.pb.h"
+#include "rlx/ir/limits.hpp"
 
 namespace rlx::onnx::detail {
 
@@ -57,6 +58,7 @@ NodeId hardmax(Ctx& c, NodeId x, std::int64_t axis) {
 
 // Reshapes a per-channel [C] vector to broadcast against [N, C, spatial...].
 NodeId per_channel(Ctx& c, NodeId v, std::size_t rank) {
+  if (c.g.node(v).shape.rank() != 1 || rank < 2) c.fail("a per-channel operand must be 1-D, against an [N, C, ...] input");
   I64s sh(rank - 1, 1);
   sh[0] = ext(c, v)[0];
   return c.g.reshape(v, sh);
@@ -114,6 +116,12 @@ NodeId pool(Ctx& c, Pool kind) {
   const auto kernel = c.attr_ints("kernel_shape");
   if (kernel.size() != s) c.fail("kernel_shape does not match the input's spatial rank");
   auto w = window(c, in, kernel);
+  std::int64_t taps = 1;
+  for (auto kd : kernel) {
+    if (kd <= 0) c.fail("kernel_shape must be positive");
+    taps = ir::limits::checked_mul(taps, kd, "the pool's window");
+  }
+  if (taps > 4096) c.fail("windows of more than 4096 elements are not supported");
   const bool ceil_mode = c.attr_int("ceil_mode", 0) != 0;
   I64s out(s), extra(s, 0);
   for (std::size_t i = 0; i < s; ++i) {
@@ -183,6 +191,7 @@ NodeId pool(Ctx& c, Pool kind) {
 NodeId conv(Ctx& c, NodeId x, NodeId wt, std::optional<NodeId> bias) {
   const auto sh = ext(c, x), wsh = ext(c, wt);
   if (sh.size() != 3 && sh.size() != 4) c.fail("only 1-D and 2-D convolutions are supported");
+  if (wsh.size() != sh.size()) c.fail("the weight's rank differs from the input's");
   const std::size_t s = sh.size() - 2;
   const I64s kernel(wsh.begin() + 2, wsh.end());
   auto w = window(c, I64s(sh.begin() + 2, sh.end()), kernel);
@@ -253,6 +262,8 @@ Outs attention(Ctx& c) {
   kk = widen(kk);
   v = widen(v);
   const bool three_d = c.rank(0) == 3;
+  if (c.rank(1) != c.rank(0) || c.rank(2) != c.rank(0)) c.fail("Q, K and V must have the same rank");
+  if (c.has(3) && c.rank(3) < 1) c.fail("attn_mask must have rank >= 1");
   if (three_d) {
     q = heads(c, q, c.attr_int("q_num_heads"));
     kk = heads(c, kk, c.attr_int("kv_num_heads"));
@@ -436,6 +447,7 @@ void register_nn(Table& t) {
     const auto groups = c.attr_int("num_groups");
     if (sh.size() < 2 || groups <= 0 || sh[1] % groups != 0) c.fail("num_groups must divide the channels");
     const auto ch = sh[1];
+    if (c.rank(1) != 1) c.fail("scale must be 1-D");
     if (c.opset() < 21 && ext(c, c.in(1))[0] != ch) c.fail("per-group scale (opset 18) is not supported");
     auto y = c.g.group_norm(x, groups, std::nullopt, std::nullopt, c.attr_float("epsilon", 1e-5));
     return {c.g.add(c.g.mul(y, per_channel(c, c.in(1), sh.size())), per_channel(c, c.in(2), sh.size()))};
@@ -489,6 +501,7 @@ void register_nn(Table& t) {
     };
     auto y = conv(c, deq(0, 1, 2, 1), deq(3, 4, 5, 0), std::nullopt);
     if (c.has(8)) {  // int32 bias in units of x_scale * w_scale
+      if (c.rank(8) != 1) c.fail("B must be 1-D");
       auto scale = c.g.mul(cast_to(c, c.in(1), ir::DType::F32), cast_to(c, c.in(4), ir::DType::F32));
       auto b = c.g.mul(c.g.cast(c.in(8), ir::DType::F32), scale);
       y = c.g.add(y, per_channel(c, c.g.reshape(b, I64s{ext(c, c.in(8))[0]}), c.g.node(y).shape.rank()));
@@ -501,6 +514,7 @@ void register_nn(Table& t) {
     auto x = c.in(0);
     const auto sh = c.shape(0), wsh = c.shape(1);
     if (sh.size() != 3 && sh.size() != 4) c.fail("only 1-D and 2-D transposed convolutions are supported");
+    if (c.rank(1) != sh.size()) c.fail("the weight's rank differs from the input's");
     const std::size_t s = sh.size() - 2;
     const I64s kernel(wsh.begin() + 2, wsh.end());
     const auto group = c.attr_int("group", 1);
@@ -584,7 +598,7 @@ void register_nn(Table& t) {
     const auto sh = c.shape(0);
     if (sh.size() < 3) c.fail("the input must be [N, C, spatial...]");
     const std::int64_t size = c.attr_int("size");
-    if (size <= 0) c.fail("size must be positive");
+    if (size <= 0 || size > 1024) c.fail("size must be in [1, 1024]");
     const double alpha = c.attr_float("alpha", 1e-4), beta = c.attr_float("beta", 0.75),
                  bias = c.attr_float("bias", 1.0);
     I64s pads(2 * sh.size(), 0);

@@ -263,7 +263,7 @@ void register_tensor(Table& t) {
     if (sizes.empty()) {
       // Equal parts; from opset 18 num_outputs says how many, the last one smaller when d does not divide.
       const std::int64_t n = n_out > 0 ? n_out : std::int64_t(c.num_outputs());
-      if (n <= 0) c.fail("no outputs");
+      if (n <= 0 || n > 65536) c.fail("the number of outputs must be in [1, 65536]");
       const std::int64_t part = (d + n - 1) / n;
       for (std::int64_t i = 0, left = d; i < n; ++i, left -= part)
         sizes.push_back(std::max<std::int64_t>(0, std::min(part, left)));
@@ -314,8 +314,10 @@ void register_tensor(Table& t) {
     // Flattens the indexed leading dims into one and gathers rows of it: out = data[idx...] for each
     // index tuple, batch_dims leading dims shared.
     const auto data_sh = c.shape(0), idx_sh = c.shape(1);
-    const auto b = std::size_t(c.attr_int("batch_dims", 0));
-    const std::size_t q = idx_sh.back();
+    const auto batch_dims = c.attr_int("batch_dims", 0);
+    if (idx_sh.empty() || idx_sh.back() < 1 || batch_dims < 0) c.fail("indices must have rank >= 1 and a last dim >= 1");
+    const auto b = std::size_t(batch_dims);
+    const auto q = std::size_t(idx_sh.back());
     if (b + q > data_sh.size() || b >= idx_sh.size()) c.fail("indices do not fit the data's rank");
     std::int64_t batch = 1, rows = 1, inner = 1, tuples = 1;
     for (std::size_t i = 0; i < b; ++i) batch *= data_sh[i];
