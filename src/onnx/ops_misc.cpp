@@ -289,6 +289,8 @@ NodeId resize(Ctx& c) {
     const double scale = scales[ax];
     if (std::abs(scale - 1.0) < 1e-12 && out_w == in_w && roi_lo[ax] == 0.0 && roi_hi[ax] == 1.0) continue;
     if (out_w <= 0 || in_w <= 0) c.fail("an empty resize is not supported");
+    if (out_w > (std::int64_t(1) << 24)) c.fail(fmt::format("a resized extent of {} is over 2^24", out_w));
+    if (c.attr_int("antialias", 0) != 0 && scale < 1.0 / 256) c.fail("antialiased downscaling by more than 256x is not supported");
     const double out_f = scale * double(in_w);
     std::vector<double> xo(static_cast<std::size_t>(out_w));
     std::vector<bool> extrap(static_cast<std::size_t>(out_w), false);
