@@ -257,8 +257,7 @@ NodeId cast_to(Ctx& c, NodeId x, ir::DType to) { return c.g.node(x).dtype == to 
 
 std::int64_t axis_of(Ctx& c, std::int64_t axis, std::size_t rank) {
   const auto r = std::int64_t(rank);
-  if (axis < -r || axis >= r)
-    c.fail(fmt::format("axis {} is out of range for rank {}", axis, r));
+  if (axis < -r || axis >= r) c.fail(fmt::format("axis {} is out of range for rank {}", axis, r));
   return axis < 0 ? axis + r : axis;
 }
 

@@ -266,7 +266,7 @@ NodeId resize(Ctx& c) {
         sc = policy == "not_larger" ? std::min(sc, scales[std::size_t(a)]) : std::max(sc, scales[std::size_t(a)]);
       for (auto a : axes) {
         scales[std::size_t(a)] = sc;
-        out[std::size_t(a)] = std::int64_t(sc * double(sh[std::size_t(a)]) + 0.5);
+        out[std::size_t(a)] = std::int64_t(std::floor(sc * double(sh[std::size_t(a)]) + 0.5));  // ONNX rounds half up
       }
     }
   } else if (c.has(2) && c.value(2) && c.value(2)->numel() > 0) {
@@ -290,7 +290,8 @@ NodeId resize(Ctx& c) {
     if (std::abs(scale - 1.0) < 1e-12 && out_w == in_w && roi_lo[ax] == 0.0 && roi_hi[ax] == 1.0) continue;
     if (out_w <= 0 || in_w <= 0) c.fail("an empty resize is not supported");
     if (out_w > (std::int64_t(1) << 24)) c.fail(fmt::format("a resized extent of {} is over 2^24", out_w));
-    if (c.attr_int("antialias", 0) != 0 && scale < 1.0 / 256) c.fail("antialiased downscaling by more than 256x is not supported");
+    if (c.attr_int("antialias", 0) != 0 && scale < 1.0 / 256)
+      c.fail("antialiased downscaling by more than 256x is not supported");
     const double out_f = scale * double(in_w);
     std::vector<double> xo(static_cast<std::size_t>(out_w));
     std::vector<bool> extrap(static_cast<std::size_t>(out_w), false);

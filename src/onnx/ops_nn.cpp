@@ -58,7 +58,8 @@ NodeId hardmax(Ctx& c, NodeId x, std::int64_t axis) {
 
 // Reshapes a per-channel [C] vector to broadcast against [N, C, spatial...].
 NodeId per_channel(Ctx& c, NodeId v, std::size_t rank) {
-  if (c.g.node(v).shape.rank() != 1 || rank < 2) c.fail("a per-channel operand must be 1-D, against an [N, C, ...] input");
+  if (c.g.node(v).shape.rank() != 1 || rank < 2)
+    c.fail("a per-channel operand must be 1-D, against an [N, C, ...] input");
   I64s sh(rank - 1, 1);
   sh[0] = ext(c, v)[0];
   return c.g.reshape(v, sh);

@@ -315,7 +315,8 @@ void register_tensor(Table& t) {
     // index tuple, batch_dims leading dims shared.
     const auto data_sh = c.shape(0), idx_sh = c.shape(1);
     const auto batch_dims = c.attr_int("batch_dims", 0);
-    if (idx_sh.empty() || idx_sh.back() < 1 || batch_dims < 0) c.fail("indices must have rank >= 1 and a last dim >= 1");
+    if (idx_sh.empty() || idx_sh.back() < 1 || batch_dims < 0)
+      c.fail("indices must have rank >= 1 and a last dim >= 1");
     const auto b = std::size_t(batch_dims);
     const auto q = std::size_t(idx_sh.back());
     if (b + q > data_sh.size() || b >= idx_sh.size()) c.fail("indices do not fit the data's rank");
