@@ -1,6 +1,6 @@
 // The rlx command line: `rlx demo` (the main job of `make demo`), `rlx compile`
-// for IR files, `rlx svg` to draw a graph, `rlx inspect` for GGUF models, `rlx import` / `rlx run` for ONNX models and
-// `rlx tokenize` for their tokenizers.
+// for IR files, `rlx svg` to draw a graph, `rlx inspect` for GGUF models and `rlx tokenize`
+// for their tokenizers, `rlx import` / `rlx run` for ONNX models (tools/onnx_cli.cpp).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
