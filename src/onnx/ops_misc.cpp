@@ -365,9 +365,125 @@ NodeId resize(Ctx& c) {
   return c.g.cast(x, dt);
 }
 
+// RNN, GRU and LSTM unrolled over their (static) sequence, one direction at a time, as ONNX defines them.
+enum class Cell : std::uint8_t { Rnn, Gru, Lstm };
+
+NodeId activation(Ctx& c, const std::string& name, NodeId x) {
+  if (name == "Sigmoid") return c.g.unary(OpKind::Sigmoid, x);
+  if (name == "Tanh") return c.g.unary(OpKind::Tanh, x);
+  if (name == "Relu") return c.g.relu(x);
+  c.fail(fmt::format("activation '{}' is not supported (Sigmoid, Tanh, Relu)", name));
+}
+
+Outs recurrent(Ctx& c, Cell cell) {
+  const std::int64_t gates = cell == Cell::Rnn ? 1 : cell == Cell::Gru ? 3 : 4;
+  const bool batch_major = c.attr_int("layout", 0) != 0;
+  auto x = c.in(0);
+  if (c.rank(0) != 3 || c.rank(1) != 3 || c.rank(2) != 3) c.fail("X, W and R must be 3-D");
+  if (batch_major) x = c.g.permute(x, {1, 0, 2});
+  const auto xs = ext(c, x);
+  const std::int64_t seq = xs[0], batch = xs[1];
+  const std::int64_t hidden = ext(c, c.in(2))[2];
+  if (seq > 4096) c.fail("sequences over 4096 steps are not supported (the loop is unrolled)");
+  if (c.has(4)) {
+    for (auto len : c.ints(4, "sequence_lens"))
+      if (len != seq) c.fail("sequence_lens shorter than the sequence are not supported");
+  }
+  const auto direction = c.attr_str("direction", "forward");
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
+    c.fail(fmt::format("direction '{}' is not forward, reverse or bidirectional", direction));
+  const std::int64_t dirs = direction == "bidirectional" ? 2 : 1;
+  if (ext(c, c.in(1))[0] != dirs || ext(c, c.in(1))[1] != gates * hidden)
+    c.fail("W does not match the direction and hidden_size");
+  std::vector<std::string> acts;
+  if (const auto* a = c.attr("activations"))
+    for (const auto& s : a->strings()) acts.push_back(s);
+  const std::vector<std::string> defaults = cell == Cell::Rnn   ? std::vector<std::string>{"Tanh"}
+                                            : cell == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                                : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+  const double clip = c.attr_float("clip", 0.0);
+  auto pre = [&](NodeId v) { return clip > 0 ? c.g.clamp(v, -clip, clip) : v; };
+  const bool lbr = c.attr_int("linear_before_reset", 0) != 0;
+  auto row = [&](NodeId v, std::int64_t d) { return c.g.squeeze(c.g.slice(v, {0}, {d}, {d + 1}), {0}); };
+  auto part = [&](NodeId v, std::int64_t k) { return c.g.slice(v, {-1}, {k * hidden}, {(k + 1) * hidden}); };
+  std::vector<NodeId> ys, hs, cs;
+  for (std::int64_t d = 0; d < dirs; ++d) {
+    const bool reverse = direction == "reverse" || d == 1;
+    std::vector<std::string> f(defaults);
+    for (std::size_t i = 0; i < f.size(); ++i)
+      if (acts.size() >= std::size_t(d + 1) * f.size()) f[i] = acts[std::size_t(d) * f.size() + i];
+    auto wt = c.g.transpose(row(c.in(1), d));  // [input, G*h]
+    auto rt = c.g.transpose(row(c.in(2), d));  // [h, G*h]
+    std::optional<NodeId> wb, rb;
+    if (c.has(3)) {
+      auto bd = row(c.in(3), d);
+      wb = c.g.slice(bd, {0}, {0}, {gates * hidden});
+      rb = c.g.slice(bd, {0}, {gates * hidden}, {2 * gates * hidden});
+    }
+    auto xw = c.g.matmul(x, wt);  // [seq, batch, G*h], every step at once
+    if (wb) xw = c.g.add(xw, *wb);
+    auto zeros = c.g.expand(c.g.scalar(0, c.dtype(0)), ir::Shape(I64s{batch, hidden}));
+    NodeId h = c.has(5) ? row(c.in(5), d) : zeros;
+    NodeId cst = c.has(6) ? row(c.in(6), d) : zeros;
+    std::optional<NodeId> p;
+    if (c.has(7)) p = row(c.in(7), d);  // LSTM peepholes [3h]: i, o, f
+    std::vector<NodeId> steps(static_cast<std::size_t>(seq));
+    for (std::int64_t s = 0; s < seq; ++s) {
+      const std::int64_t tt = reverse ? seq - 1 - s : s;
+      auto xt = c.g.squeeze(c.g.slice(xw, {0}, {tt}, {tt + 1}), {0});
+      auto hr = c.g.matmul(h, rt);
+      if (rb) hr = c.g.add(hr, *rb);
+      if (cell == Cell::Rnn) {
+        h = activation(c, f[0], pre(c.g.add(xt, hr)));
+      } else if (cell == Cell::Gru) {
+        auto z = activation(c, f[0], pre(c.g.add(part(xt, 0), part(hr, 0))));
+        auto r = activation(c, f[0], pre(c.g.add(part(xt, 1), part(hr, 1))));
+        NodeId cand;
+        if (lbr) {
+          cand = c.g.add(part(xt, 2), c.g.mul(r, part(hr, 2)));
+        } else {
+          auto rh = c.g.matmul(c.g.mul(r, h), c.g.slice(rt, {1}, {2 * hidden}, {3 * hidden}));
+          if (rb) rh = c.g.add(rh, c.g.slice(*rb, {0}, {2 * hidden}, {3 * hidden}));
+          cand = c.g.add(part(xt, 2), rh);
+        }
+        auto hh = activation(c, f[1], pre(cand));
+        h = c.g.add(c.g.mul(c.g.sub(k(c, 1, z), z), hh), c.g.mul(z, h));
+      } else {
+        auto gate = [&](std::int64_t k, std::optional<std::int64_t> peep, NodeId cell_state) {
+          auto v = c.g.add(part(xt, k), part(hr, k));
+          if (p && peep)
+            v = c.g.add(v, c.g.mul(c.g.slice(*p, {0}, {*peep * hidden}, {(*peep + 1) * hidden}), cell_state));
+          return pre(v);
+        };
+        auto i = activation(c, f[0], gate(0, 0, cst));
+        auto fg = activation(c, f[0], gate(2, 2, cst));
+        auto cc = activation(c, f[1], gate(3, std::nullopt, cst));
+        cst = c.g.add(c.g.mul(fg, cst), c.g.mul(i, cc));
+        auto o = activation(c, f[0], gate(1, 1, cst));
+        h = c.g.mul(o, activation(c, f[2], cst));
+      }
+      steps[std::size_t(tt)] = c.g.unsqueeze(h, {0});
+    }
+    ys.push_back(c.g.unsqueeze(c.g.concat(steps, 0), {1}));  // [seq, 1, batch, h]
+    hs.push_back(c.g.unsqueeze(h, {0}));
+    cs.push_back(c.g.unsqueeze(cst, {0}));
+  }
+  auto y = c.g.concat(ys, 1), yh = c.g.concat(hs, 0), yc = c.g.concat(cs, 0);
+  if (batch_major) {
+    y = c.g.permute(y, {2, 0, 1, 3});
+    yh = c.g.permute(yh, {1, 0, 2});
+    yc = c.g.permute(yc, {1, 0, 2});
+  }
+  if (cell == Cell::Lstm) return {y, yh, yc};
+  return {y, yh};
+}
+
 }  // namespace
 
 void register_misc(Table& t) {
+  t["RNN"] = {[](Ctx& c) -> Outs { return recurrent(c, Cell::Rnn); }};
+  t["GRU"] = {[](Ctx& c) -> Outs { return recurrent(c, Cell::Gru); }};
+  t["LSTM"] = {[](Ctx& c) -> Outs { return recurrent(c, Cell::Lstm); }};
   t["Resize"] = {[](Ctx& c) -> Outs { return {resize(c)}; }};
   t["TopK"] = {[](Ctx& c) -> Outs { return topk(c); }};
   t["Einsum"] = {[](Ctx& c) -> Outs { return {einsum(c)}; }};
