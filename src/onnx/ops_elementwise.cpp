@@ -31,7 +31,8 @@ void unary_fn(Table& t, const char* name, F f) {
   t[name] = {[f](Ctx& c) -> Outs {
     const auto dt = c.dtype(0);
     if (dt != ir::DType::F16 && dt != ir::DType::BF16) return {f(c, c.in(0))};
-    return {cast_to(c, f(c, c.g.cast(c.in(0), ir::DType::F32)), dt)};
+    auto y = f(c, c.g.cast(c.in(0), ir::DType::F32));
+    return {c.g.node(y).dtype == ir::DType::F32 ? c.g.cast(y, dt) : y};  // IsNaN, IsInf: bool stays
   }};
 }
 
@@ -224,16 +225,30 @@ void register_elementwise(Table& t) {
     return {c.g.mul(gate, b)};
   }};
   t["BitShift"] = {[](Ctx& c) -> Outs {
-    // Unsigned only (RLX's u8): a shift is a product or a quotient by 2^s, wrapping like the type.
-    auto x = c.in(0);
-    if (c.dtype(0) != ir::DType::U8) c.fail("only uint8 is supported");
+    // In int64, where types up to 32 bits cannot overflow: LEFT multiplies by 2^s and wraps to the type,
+    // RIGHT divides by 2^s rounding down (an arithmetic shift). Shifts outside [0, width) give 0, or -1
+    // for a negative value shifted right, as ONNX's reference.
+    const auto dt = c.dtype(0);
+    const int width = dt == ir::DType::U8 || dt == ir::DType::I8 ? 8 : dt == ir::DType::I32 ? 32 : 0;
+    if (width == 0) c.fail(fmt::format("{} is not supported (uint8, int8, int32)", ir::dtype_name(dt)));
     const auto dir = c.attr_str("direction", "");
-    auto wide = c.g.cast(x, ir::DType::I64);
-    auto pw = c.g.binary(OpKind::Pow, c.g.scalar(2, ir::DType::I64), c.g.cast(c.in(1), ir::DType::I64));
-    if (dir == "LEFT")
-      return {c.g.cast(c.g.binary(OpKind::Mod, c.g.mul(wide, pw), c.g.scalar(256, ir::DType::I64)), ir::DType::U8)};
-    if (dir == "RIGHT") return {c.g.cast(c.g.div(wide, pw), ir::DType::U8)};
-    c.fail(fmt::format("direction '{}' is not LEFT or RIGHT", dir));
+    if (dir != "LEFT" && dir != "RIGHT") c.fail(fmt::format("direction '{}' is not LEFT or RIGHT", dir));
+    auto i64 = [&](double v) { return c.g.scalar(v, ir::DType::I64); };
+    auto x = c.g.cast(c.in(0), ir::DType::I64), sh = c.g.cast(c.in(1), ir::DType::I64);
+    auto valid = c.g.binary(OpKind::And, c.g.binary(OpKind::Ge, sh, i64(0)), c.g.binary(OpKind::Lt, sh, i64(width)));
+    auto p = c.g.binary(OpKind::Pow, i64(2), c.g.where(valid, sh, i64(0)));
+    NodeId y;
+    if (dir == "LEFT") {
+      y = c.g.where(valid, c.g.mul(x, p), i64(0));
+    } else {
+      auto floor_div = c.g.div(c.g.sub(x, c.g.binary(OpKind::Mod, x, p)), p);
+      y = c.g.where(valid, floor_div, c.g.where(c.g.binary(OpKind::Lt, x, i64(0)), i64(-1), i64(0)));
+    }
+    // Wrap to the type's width first: a cast of an out-of-range integer is not defined everywhere.
+    const double span = double(std::int64_t(1) << width);
+    y = c.g.binary(OpKind::Mod, y, i64(span));
+    if (ir::is_signed(dt)) y = c.g.where(c.g.binary(OpKind::Ge, y, i64(span / 2)), c.g.sub(y, i64(span)), y);
+    return {c.g.cast(y, dt)};
   }};
   t["Where"] = {[](Ctx& c) -> Outs { return {c.g.where(c.in(0), c.in(1), c.in(2))}; }};
   t["Cast"] = {[](Ctx& c) -> Outs {

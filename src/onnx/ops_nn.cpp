@@ -478,7 +478,10 @@ void register_nn(Table& t) {
   }};
   t["Dropout"] = {[](Ctx& c) -> Outs {
     // Inference: the identity, and a mask of all true.
-    if (c.has(2) && c.scalar(2, "training_mode") != 0) c.fail("training_mode is not supported (inference only)");
+    // Training mode with a ratio of 0 drops nothing: the identity too.
+    const double ratio = c.has(1) ? c.scalar(1, "ratio") : 0.5;
+    if (c.has(2) && c.scalar(2, "training_mode") != 0 && ratio != 0)
+      c.fail("training_mode with a non-zero ratio is not supported (inference only)");
     auto x = c.in(0);
     return {x, c.g.expand(c.g.scalar(1, ir::DType::Bool), c.g.node(x).shape)};
   }};
@@ -533,7 +536,8 @@ void register_nn(Table& t) {
       else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
         want = sh[2 + i] * strides[i];
       if (want >= 0) {
-        const std::int64_t total = std::max<std::int64_t>(0, full - want);
+        // A negative total (output_shape past the full extent) pads the end: more zeros, more output.
+        const std::int64_t total = out_shape.empty() ? std::max<std::int64_t>(0, full - want) : full - want;
         const bool upper = auto_pad != "SAME_LOWER";
         pads[i] = upper ? total / 2 : total - total / 2;
         pads[s + i] = total - pads[i];
