@@ -172,6 +172,11 @@ class Importer {
                                   gp.node(i).name(), gp.node(i).op_type(), in));
         deps.insert(p->second);
       }
+      // A subgraph (If's branches) may read this graph's values by name: those are dependencies too.
+      std::vector<std::string> captured;
+      subgraph_reads(gp.node(i), captured);
+      for (const auto& in : captured)
+        if (auto p = producer.find(in); p != producer.end() && p->second != i) deps.insert(p->second);
       pending[std::size_t(i)] = int(deps.size());
       for (int d : deps) users[std::size_t(d)].push_back(i);
     }
@@ -193,6 +198,44 @@ class Importer {
                                   gp.node(i).op_type()));
     }
     return order;
+  }
+
+  // The names the nodes of `n`'s subgraphs read, nested ones included (protobuf bounds the nesting).
+  static void subgraph_reads(const ::onnx::NodeProto& n, std::vector<std::string>& out) {
+    for (const auto& a : n.attribute()) {
+      if (!a.has_g()) continue;
+      for (const auto& sn : a.g().node()) {
+        out.insert(out.end(), sn.input().begin(), sn.input().end());
+        subgraph_reads(sn, out);
+      }
+      for (const auto& o : a.g().output()) out.push_back(o.name());
+    }
+  }
+
+  // If with a condition known at import: the chosen branch's nodes are imported in place, reading the
+  // enclosing graph's values by name. Returns false when the condition is not known.
+  bool inline_if(const ::onnx::NodeProto& n, const std::vector<Value*>& ins, Model& m, const std::string& where) {
+    if (ins.size() != 1 || !ins[0] || !ins[0]->value) return false;
+    const bool cond = ins[0]->value->numel() == 1 && ins[0]->value->get(0) != 0;
+    const char* key = cond ? "then_branch" : "else_branch";
+    const ::onnx::GraphProto* branch = nullptr;
+    for (const auto& a : n.attribute())
+      if (a.name() == key && a.has_g()) branch = &a.g();
+    if (!branch) throw Error(fmt::format("{}: no {} graph", where, key));
+    if (branch->output_size() != n.output_size())
+      throw Error(
+          fmt::format("{}: {} has {} outputs, the node {}", where, key, branch->output_size(), n.output_size()));
+    read_initializers(*branch);
+    for (const auto* sn : topo_order(*branch)) convert(*sn, m);
+    for (int i = 0; i < n.output_size(); ++i) {
+      if (n.output(i).empty()) continue;
+      auto it = values_.find(branch->output(i).name());
+      if (it == values_.end())
+        throw Error(fmt::format("{}: {} output '{}' is not defined", where, key, branch->output(i).name()));
+      values_[n.output(i)] = it->second;
+    }
+    report_.push_back({n.name(), n.op_type(), "ai.onnx", NodeReport::Fate::Folded, std::string("inlined ") + key});
+    return true;
   }
 
   // A value known at import enters the graph once, as a constant or a param (the promote rule).
@@ -261,6 +304,7 @@ class Importer {
       return poison();
     }
     if (opset < 0) throw Error(where() + ": the model imports no opset for this domain");
+    if (domain == "ai.onnx" && n.op_type() == "If" && inline_if(n, ins, m, where())) return;
     if (entry == table.end()) {
       const std::string msg = where() + ": unsupported op" +
                               (domain == "ai.onnx" ? std::string(" (docs/onnx-coverage.md lists the supported ones)")

@@ -385,6 +385,8 @@ Outs recurrent(Ctx& c, Cell cell) {
   const std::int64_t seq = xs[0], batch = xs[1];
   const std::int64_t hidden = ext(c, c.in(2))[2];
   if (seq > 4096) c.fail("sequences over 4096 steps are not supported (the loop is unrolled)");
+  for (std::size_t i : {3, 5, 6, 7})
+    if (c.has(i) && c.rank(i) != (i == 3 || i == 7 ? 2u : 3u)) c.fail(fmt::format("input {} has the wrong rank", i));
   if (c.has(4)) {
     for (auto len : c.ints(4, "sequence_lens"))
       if (len != seq) c.fail("sequence_lens shorter than the sequence are not supported");
@@ -481,6 +483,38 @@ Outs recurrent(Ctx& c, Cell cell) {
 }  // namespace
 
 void register_misc(Table& t) {
+  // The importer inlines an If whose condition is known at import (importer.cpp); this entry is reached
+  // only when it is not.
+  t["If"] = {[](Ctx& c) -> Outs {
+    c.fail("the condition must be known at import (an If on a run-time condition is not supported yet)");
+  }};
+  t["AffineGrid"] = {[](Ctx& c) -> Outs {
+    // theta [N, k, k+1] times the homogeneous coordinates (x, y[, z], 1) of every output position, each in
+    // [-1, 1] (pixel centres, or corners with align_corners).
+    const auto size = c.ints(1, "size");
+    const std::size_t k = size.size() - 2;
+    if ((k != 2 && k != 3) || c.rank(0) != 3) c.fail("theta must be [N, 2, 3] or [N, 3, 4] and size 4-D or 5-D");
+    const bool corners = c.attr_int("align_corners", 0) != 0;
+    const I64s dims(size.begin() + 2, size.end());
+    const std::int64_t n_pos = ir::checked_numel(dims, "the grid");
+    ir::Tensor base(c.dtype(0), {std::int64_t(k + 1), n_pos});
+    for (std::int64_t p = 0; p < n_pos; ++p) {
+      std::int64_t rest = p;
+      for (std::size_t d = k; d-- > 0;) {
+        const std::int64_t n = dims[d], i = rest % n;
+        rest /= n;
+        const double v = corners ? (n == 1 ? -1.0 : -1.0 + 2.0 * double(i) / double(n - 1))
+                                 : -1.0 + (2.0 * double(i) + 1.0) / double(n);
+        base.set(std::int64_t(k - 1 - d) * n_pos + p, v);  // row 0 is x, the last dim
+      }
+      base.set(std::int64_t(k) * n_pos + p, 1);
+    }
+    auto grid = c.g.permute(c.g.matmul(c.in(0), c.constant(base)), {0, 2, 1});  // [N, P, k]
+    I64s out{c.shape(0)[0]};
+    out.insert(out.end(), dims.begin(), dims.end());
+    out.push_back(std::int64_t(k));
+    return {c.g.reshape(grid, out)};
+  }};
   t["RNN"] = {[](Ctx& c) -> Outs { return recurrent(c, Cell::Rnn); }};
   t["GRU"] = {[](Ctx& c) -> Outs { return recurrent(c, Cell::Gru); }};
   t["LSTM"] = {[](Ctx& c) -> Outs { return recurrent(c, Cell::Lstm); }};

@@ -265,6 +265,7 @@ Outs attention(Ctx& c) {
   const bool three_d = c.rank(0) == 3;
   if (c.rank(1) != c.rank(0) || c.rank(2) != c.rank(0)) c.fail("Q, K and V must have the same rank");
   if (c.has(3) && c.rank(3) < 1) c.fail("attn_mask must have rank >= 1");
+  if ((c.has(4) && c.rank(4) != 4) || (c.has(5) && c.rank(5) != 4)) c.fail("past_key and past_value must be 4-D");
   if (three_d) {
     q = heads(c, q, c.attr_int("q_num_heads"));
     kk = heads(c, kk, c.attr_int("kv_num_heads"));

@@ -455,6 +455,7 @@ void register_tensor(Table& t) {
     auto pos = c.g.iota(ir::Shape(out), axis, ir::DType::I64);
     auto hit = c.g.binary(OpKind::Eq, pos, idx);
     auto vals = c.in(2);
+    if (c.rank(2) != 1 || c.shape(2)[0] != 2) c.fail("values must be [off_value, on_value]");
     auto off = c.g.slice(vals, {0}, {0}, {1}), on = c.g.slice(vals, {0}, {1}, {2});
     return {c.g.where(hit, c.g.reshape(on, I64s{}), c.g.reshape(off, I64s{}))};
   }};
