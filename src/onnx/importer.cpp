@@ -238,6 +238,86 @@ class Importer {
     return true;
   }
 
+  // The names a graph defines: its inputs, initializers and node outputs, nested subgraphs' included.
+  static void defined_names(const ::onnx::GraphProto& g, std::vector<std::string>& out) {
+    for (const auto& i : g.input()) out.push_back(i.name());
+    for (const auto& t : g.initializer()) out.push_back(t.name());
+    for (const auto& n : g.node()) {
+      out.insert(out.end(), n.output().begin(), n.output().end());
+      for (const auto& a : n.attribute())
+        if (a.has_g()) defined_names(a.g(), out);
+    }
+  }
+
+  // Loop with a trip count and conditions known at import, unrolled: the body is imported once per
+  // iteration with its inputs bound to the iteration number, the condition and the carried values; its
+  // names are dropped after each iteration. Scan outputs are stacked along a new first axis. Returns false
+  // when the trip count or the first condition is not known.
+  bool unroll_loop(const ::onnx::NodeProto& n, const std::vector<Value*>& ins, Model& m, const std::string& where) {
+    const bool has_m = !ins.empty() && ins[0], has_cond = ins.size() > 1 && ins[1];
+    if ((has_m && !ins[0]->value) || (has_cond && !ins[1]->value)) return false;
+    if (!has_m && !has_cond) throw Error(where + ": a loop without a trip count or a condition never ends");
+    const ::onnx::GraphProto* body = nullptr;
+    for (const auto& a : n.attribute())
+      if (a.name() == "body" && a.has_g()) body = &a.g();
+    if (!body) throw Error(where + ": no body graph");
+    const int carried = n.input_size() - 2;
+    const int scans = body->output_size() - 1 - carried;
+    if (carried < 0 || scans < 0 || body->input_size() != 2 + carried || n.output_size() != carried + scans)
+      throw Error(where + ": the body's inputs and outputs do not match the node's");
+    if ((has_m && ins[0]->value->numel() != 1) || (has_cond && ins[1]->value->numel() != 1))
+      throw Error(where + ": the trip count and the condition must hold one element each");
+    // Past 4096 the unrolling stops with an error anyway; clamping first keeps the cast defined.
+    const std::int64_t trips = has_m ? std::int64_t(std::clamp(ins[0]->value->get(0), -1.0, 4097.0)) : 4097;
+    bool cond = !has_cond || ins[1]->value->get(0) != 0;
+    std::vector<Value> state;
+    for (std::size_t j = 2; j < ins.size(); ++j) {
+      if (!ins[j]) throw Error(where + ": a loop-carried input is missing");
+      state.push_back(*ins[j]);
+    }
+    std::vector<std::vector<Value>> scanned(static_cast<std::size_t>(scans));
+    std::vector<std::string> local;
+    defined_names(*body, local);
+    std::int64_t it = 0;
+    for (; it < trips && cond; ++it) {
+      if (it >= 4096) throw Error(where + ": loops over 4096 iterations are not unrolled");
+      values_[body->input(0).name()] =
+          Value{std::nullopt, std::make_shared<const ir::Tensor>(ir::Tensor::scalar(ir::DType::I64, double(it)))};
+      values_[body->input(1).name()] =
+          Value{std::nullopt, std::make_shared<const ir::Tensor>(ir::Tensor::scalar(ir::DType::Bool, 1))};
+      for (int j = 0; j < carried; ++j) values_[body->input(2 + j).name()] = state[std::size_t(j)];
+      read_initializers(*body);
+      for (const auto* sn : topo_order(*body)) convert(*sn, m);
+      auto out = [&](int i) {
+        auto f = values_.find(body->output(i).name());
+        if (f == values_.end())
+          throw Error(fmt::format("{}: body output '{}' is not defined", where, body->output(i).name()));
+        return f->second;
+      };
+      const Value c = out(0);
+      if (!c.value) throw Error(where + ": the loop's condition must be known at import (the loop is unrolled)");
+      cond = c.value->numel() == 1 && c.value->get(0) != 0;
+      for (int j = 0; j < carried; ++j) state[std::size_t(j)] = out(1 + j);
+      for (int k = 0; k < scans; ++k) scanned[std::size_t(k)].push_back(out(1 + carried + k));
+      for (const auto& name : local) values_.erase(name);
+    }
+    for (int j = 0; j < carried; ++j)
+      if (!n.output(j).empty()) values_[n.output(j)] = state[std::size_t(j)];
+    for (int k = 0; k < scans; ++k) {
+      if (scanned[std::size_t(k)].empty())
+        throw Error(where + ": a loop that runs no iteration has scan outputs of unknown shape");
+      std::vector<NodeId> parts;
+      for (std::size_t i = 0; i < scanned[std::size_t(k)].size(); ++i) {
+        auto& v = scanned[std::size_t(k)][i];
+        parts.push_back(g_->unsqueeze(materialize(fmt::format("{}/{}", n.output(carried + k), i), v), {0}));
+      }
+      if (!n.output(carried + k).empty()) values_[n.output(carried + k)] = Value{g_->concat(parts, 0), nullptr};
+    }
+    report_.push_back(
+        {n.name(), n.op_type(), "ai.onnx", NodeReport::Fate::Mapped, fmt::format("unrolled {} iterations", it)});
+    return true;
+  }
+
   // A value known at import enters the graph once, as a constant or a param (the promote rule).
   NodeId materialize(const std::string& name, Value& v) {
     if (v.node) return *v.node;
@@ -305,6 +385,7 @@ class Importer {
     }
     if (opset < 0) throw Error(where() + ": the model imports no opset for this domain");
     if (domain == "ai.onnx" && n.op_type() == "If" && inline_if(n, ins, m, where())) return;
+    if (domain == "ai.onnx" && n.op_type() == "Loop" && unroll_loop(n, ins, m, where())) return;
     if (entry == table.end()) {
       const std::string msg = where() + ": unsupported op" +
                               (domain == "ai.onnx" ? std::string(" (docs/onnx-coverage.md lists the supported ones)")

@@ -488,6 +488,10 @@ void register_misc(Table& t) {
   t["If"] = {[](Ctx& c) -> Outs {
     c.fail("the condition must be known at import (an If on a run-time condition is not supported yet)");
   }};
+  // Likewise Loop, unrolled when its trip count and condition are known at import.
+  t["Loop"] = {[](Ctx& c) -> Outs {
+    c.fail("the trip count and the condition must be known at import (the loop is unrolled)");
+  }};
   t["AffineGrid"] = {[](Ctx& c) -> Outs {
     // theta [N, k, k+1] times the homogeneous coordinates (x, y[, z], 1) of every output position, each in
     // [-1, 1] (pixel centres, or corners with align_corners).
