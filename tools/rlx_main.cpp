@@ -1,6 +1,6 @@
 // The rlx command line: `rlx demo` (the main job of `make demo`), `rlx compile`
 // for IR files, `rlx svg` to draw a graph, `rlx inspect` for GGUF models and `rlx tokenize`
-// for their tokenizers.
+// for their tokenizers, `rlx import` / `rlx run` for ONNX models (tools/onnx_cli.cpp).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "generate.hpp"
+#include "onnx_cli.hpp"
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/gguf/inspect.hpp"
@@ -214,8 +215,10 @@ int main(int argc, char** argv) try {
     sub->add_flag("--stdout", scaffold_stdout, "Print the template instead of writing a file");
   }
 
+  rlx::tools::OnnxCli onnx_cli(app);  // rlx import, rlx run (docs/onnx.md)
   CLI11_PARSE(app, argc, argv);
   try {
+    if (onnx_cli.dispatch()) return 0;
     if (*demo) {
       bool ok = demo_graph(rlx::models::mlp(), runs);
       ok = demo_graph(rlx::models::encoder_block(), runs) && ok;

@@ -32,12 +32,15 @@ __all__ = [
     "backends_manifest",
     # GGUF models (docs/gguf.md, docs/llm.md)
     "load_gguf", "GgufFile", "LLM", "quantize", "convert_to_gguf",
+    # ONNX import (docs/onnx.md)
+    "import_onnx", "onnx_supported_ops",
 ]
 
 Error = _C.Error
 load_gguf = _C.load_gguf
 quantize = _C.quantize
 GgufFile = _C.GgufFile
+onnx_supported_ops = _C.onnx_supported_ops
 
 try:  # bf16 arrays are ml_dtypes.bfloat16 when installed, else a uint16 view of the raw bits
     import ml_dtypes as _ml_dtypes
@@ -611,6 +614,8 @@ class Graph:
 
     def __init__(self, name: str = "graph", _native: Optional[Any] = None):
         self._g = _native if _native is not None else _C._Graph(name)
+        # Values for params that came with the graph (rlx.import_onnx's weights), by name; compile sets them.
+        self.param_values: dict = {}
         # Control-flow bodies being traced (rlx.scan, cond, while_loop): the enclosing
         # graph, and the outer nodes this body uses, by (graph, id), with their body inputs.
         self._parent: Optional[Graph] = None
@@ -1013,7 +1018,10 @@ class Session:
         for sym, extent in (bind or {}).items():
             if isinstance(extent, bool) or not isinstance(extent, (int, np.integer)) or not -2**63 <= extent < 2**63:
                 raise Error(f"bind: symbol '{sym}' must be bound to an int extent that fits in int64, got {extent!r}")
-        return CompiledGraph(self._s.compile(g._g, optimize, fusion, num_threads, dump, bind or {}))
+        compiled = CompiledGraph(self._s.compile(g._g, optimize, fusion, num_threads, dump, bind or {}))
+        for name, value in g.param_values.items():
+            compiled.set_param(name, value)
+        return compiled
 
 
 # ---- autodiff: graph transforms; the result compiles like any other graph ----
@@ -1281,6 +1289,23 @@ def reference_run(g: Graph, inputs: dict, params: Optional[dict] = None) -> list
 
 # ---- backend selection: pyrlx/devices.py ----
 from .llm import LLM  # noqa: E402
+
+
+# ---- ONNX import (docs/onnx.md) ----
+def import_onnx(path, dims: Optional[dict] = None, input_shapes: Optional[dict] = None,
+                max_constant_elements: int = 1024) -> Graph:
+    """Imports an ONNX model as an rlx.Graph that compiles like any other; its weights are in
+    `graph.param_values`, which `Session.compile` sets. Symbolic dims are bound here: `dims={"batch": 1,
+    "sequence": 128}` by name, or `input_shapes={"input_ids": (1, 128)}` per input. Values known at import
+    (shape subgraphs) fold; `graph.onnx_report` lists each node as (name, op, "mapped"|"folded", detail)."""
+    native, params, report, opsets = _C._import_onnx(
+        str(path), {str(k): int(v) for k, v in (dims or {}).items()},
+        {str(k): [int(d) for d in v] for k, v in (input_shapes or {}).items()}, int(max_constant_elements))
+    g = Graph(_native=native)
+    g.param_values = dict(params)
+    g.onnx_report = list(report)
+    g.onnx_opsets = dict(opsets)
+    return g
 from .convert import convert_to_gguf  # noqa: E402
 from .devices import (  # noqa: E402  (it imports the names above)
     DeviceBenchResult, DeviceCandidate, DevicePolicy, DeviceReport, DeviceRouter, FlexibleSession, GraphDevices,

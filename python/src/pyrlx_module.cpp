@@ -106,6 +106,7 @@ void bind_train(nb::module_& m);
 void bind_extend(nb::module_& m);
 void bind_runtime(nb::module_& m);  // runtime_bindings.cpp: DevicePolicy, GraphDevices, DeviceRouter, ...
 void bind_llm(nb::module_& m);      // llm_bindings.cpp: load_gguf, the Llama model under rlx.LLM
+void bind_onnx(nb::module_& m);     // onnx_bindings.cpp: rlx.import_onnx
 
 NB_MODULE(_pyrlx, m) {
   m.doc() = "RLX: an ML graph compiler and runtime (C++ core)";
@@ -407,4 +408,5 @@ NB_MODULE(_pyrlx, m) {
   bind_extend(m);
   bind_runtime(m);
   bind_llm(m);
+  bind_onnx(m);
 }

@@ -29,10 +29,11 @@ BELOW = {
     "gguf": {"ir"},  # the GGUF container; the block types and their codecs are IR dtypes (rlx/ir/quants.hpp)
     "llm": {"gguf", "flow", "runtime"},  # GGUF language models: tokenizer, Llama, generation
     "models": {"flow", "gguf"},
+    "onnx": {"reference"},  # ONNX import; the reference interpreter folds what is known at import
     "autodiff": {"compile"},
     "codegen": {"compile"},
     "train": {"autodiff", "runtime"},
-    "extend": {"backends", "codegen", "flow", "models", "train", "llm"},
+    "extend": {"backends", "codegen", "flow", "models", "train", "llm", "onnx"},
 }
 BASE_HEADERS = {"rlx/error.hpp", "rlx/env.hpp", "rlx/run_control.hpp"}
 # Source folders at the edge include anything; tests are outside the layering.

