@@ -223,7 +223,8 @@ int main(int argc, char** argv) try {
       bool ok = demo_graph(rlx::models::mlp(), runs);
       ok = demo_graph(rlx::models::encoder_block(), runs) && ok;
       if (auto smollm2 = rlx::tools::find_smollm2()) {
-        fmt::print("== SmolLM2-135M-Instruct (GGUF, Q4_1, weights dequantized to f32) ==\n");
+        fmt::print(
+            "== SmolLM2-135M-Instruct (GGUF, Q4_1: weights in their blocks, 8-bit activations, as llama.cpp) ==\n");
         rlx::tools::GenerateArgs g{.model = *smollm2,
                                    .prompt = "What is the capital of France? Answer in one sentence.",
                                    .max_tokens = 48,

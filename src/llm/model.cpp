@@ -204,22 +204,36 @@ struct LlamaModel::Impl {
   Weights weights;  // every weight the graphs read, with its shape
   // A prompt chunk's logits are needed at every position only for forward(..., true) (scoring, tests); generation
   // needs the last row's. So `prefill` computes the output layer for one row, which saves the vocabulary-wide
-  // matmul for all the others (a fifth of SmolLM2's prefill work), and `prefill_all` is compiled on first use.
+  // matmul for all the others (a fifth of SmolLM2's prefill work). It, `decode` and the short prompts' graph are
+  // compiled at load; the one with every position's logits on first use. All but the first two are in `others`.
   CompiledGraph prefill, decode;
-  std::optional<CompiledGraph> prefill_all;
-  CompiledGraph* cache_owner = &decode;  // the graph whose handles hold the cache
+  std::map<std::pair<i64, bool>, CompiledGraph> others;  // by (tokens per run, every position's logits)
+  CompiledGraph* cache_owner = &decode;                  // the graph whose handles hold the cache
+  CompiledGraph* last_prefill = &prefill;                // the last graph that ran more than one token
   i64 chunk = 0;
   i64 cache_rows = 0;  // the context plus chunk - 1
 
   bool profiling = false;
 
-  CompiledGraph& prefill_all_positions(const LlamaConfig& c) {
-    if (!prefill_all) {
-      prefill_all.emplace(session.compile(build(c, chunk, cache_rows, true, act).graph));
-      attach(*prefill_all, c);
-      prefill_all->set_profiling(profiling);
+  // A prompt's rest of r tokens runs in chunks of kShortChunk while that pads it to at most half a chunk: a
+  // 5-token chat turn then computes 16 rows, not 64.
+  static constexpr i64 kShortChunk = 16;
+  i64 tokens_per_run(i64 rest, bool all) const {
+    if (rest == 1 && !all) return 1;
+    if (all || chunk <= kShortChunk) return chunk;
+    return (rest + kShortChunk - 1) / kShortChunk * kShortChunk <= chunk / 2 ? kShortChunk : chunk;
+  }
+
+  CompiledGraph& graph(i64 tokens, bool all, const LlamaConfig& c) {
+    if (!all && tokens == chunk) return prefill;
+    if (!all && tokens == 1) return decode;
+    auto it = others.find({tokens, all});
+    if (it == others.end()) {
+      it = others.emplace(std::pair{tokens, all}, session.compile(build(c, tokens, cache_rows, all, act).graph)).first;
+      attach(it->second, c);
+      it->second.set_profiling(profiling);
     }
-    return *prefill_all;
+    return it->second;
   }
 
   // Gives a compiled graph the weights and its cache handles.
@@ -309,6 +323,8 @@ LlamaModel LlamaModel::load(const std::shared_ptr<const gguf::File>& file, const
                                      std::move(decode), chunk, rows);
   impl->attach(impl->prefill, c);
   impl->attach(impl->decode, c);
+  // The short-prompt graph too, so that a chat turn's first token does not wait for a compile.
+  if (chunk > Impl::kShortChunk) (void)impl->graph(Impl::kShortChunk, false, c);
   m.impl_ = std::move(impl);
   return m;
 }
@@ -319,11 +335,11 @@ void LlamaModel::set_profiling(bool on) {
   impl_->profiling = on;
   impl_->prefill.set_profiling(on);
   impl_->decode.set_profiling(on);
-  if (impl_->prefill_all) impl_->prefill_all->set_profiling(on);
+  for (auto& [key, g] : impl_->others) g.set_profiling(on);
 }
 
 std::vector<runtime::KernelTime> LlamaModel::kernel_times(bool decode) const {
-  return (decode ? impl_->decode : impl_->prefill).kernel_times();
+  return (decode ? impl_->decode : *impl_->last_prefill).kernel_times();
 }
 
 std::vector<float> LlamaModel::forward(std::span<const std::int32_t> tokens, bool all_positions) {
@@ -337,9 +353,9 @@ std::vector<float> LlamaModel::forward(std::span<const std::int32_t> tokens, boo
   std::vector<float> out;
   std::size_t done = 0;
   while (done < tokens.size()) {
-    const bool single = tokens.size() - done == 1 && !all_positions;
-    CompiledGraph& g = single ? impl_->decode : all_positions ? impl_->prefill_all_positions(config_) : impl_->prefill;
-    const i64 T = single ? 1 : impl_->chunk;
+    const i64 T = impl_->tokens_per_run(i64(tokens.size() - done), all_positions);
+    CompiledGraph& g = impl_->graph(T, all_positions, config_);
+    if (T > 1) impl_->last_prefill = &g;
     const i64 n = std::min<i64>(T, i64(tokens.size() - done)), C = impl_->cache_rows, half = c.head_dim / 2;
     // The cache moves to the graph that runs next.
     if (impl_->cache_owner != &g) {

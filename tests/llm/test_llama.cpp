@@ -143,6 +143,26 @@ TEST_F(Llama, LastPositionLogitsEqualTheLastRowOfAllPositions) {
   EXPECT_LE(err_next, 2e-3f);
 }
 
+// With 64-token chunks, a 20-token prompt runs as two 16-token chunks (its padding is then 12 rows, not 44); its
+// last logits equal the last row of a run over all positions (one 64-token chunk), and decoding goes on the same.
+TEST_F(Llama, AShortPromptRunsInSmallerChunks) {
+  LlamaModel m = LlamaModel::load(*path_, {.context = 128, .prefill_chunk = 64, .exact = true});
+  std::vector<std::int32_t> ids;
+  for (std::int32_t i = 0; i < 21; ++i) ids.push_back(7 + (i * 104729) % 40000);
+  const auto vocab = std::size_t(m.config().vocab);
+  const std::vector<float> all = m.forward(ids);
+  m.reset();
+  const std::vector<float> last = m.forward(std::span(ids).first(20), false);
+  const std::vector<float> next = m.forward(std::span(ids).subspan(20, 1), false);
+  float err = 0, err_next = 0;
+  for (std::size_t j = 0; j < vocab; ++j) {
+    err = std::max(err, std::fabs(last[j] - all[19 * vocab + j]));
+    err_next = std::max(err_next, std::fabs(next[j] - all[20 * vocab + j]));
+  }
+  EXPECT_LE(err, 1e-4f);
+  EXPECT_LE(err_next, 2e-3f);
+}
+
 // Resident memory, from /proc/self/statm.
 double rss_bytes() {
   std::ifstream f("/proc/self/statm");

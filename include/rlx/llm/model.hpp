@@ -56,7 +56,8 @@ struct LoadOptions {
   // the rows it writes and attends to, not the bound: the cache is updated in place (dynamic_update_slice over
   // its handle) and attention stops at the last row the mask keeps. Memory is the bound's.
   std::int64_t context = 0;
-  // Prompt tokens per prefill run: a prompt runs in chunks of this many (the last one padded).
+  // Prompt tokens per prefill run: a prompt runs in chunks of this many (the last one padded). A short rest
+  // (padded to at most half a chunk by chunks of 16) runs in chunks of 16 instead, in a third graph.
   std::int64_t prefill_chunk = 64;
   Device device = Device::Cpu;
   // The exact mode, for checking: f32 activations into every quantized matmul (each weight row dequantized
@@ -88,7 +89,7 @@ class LlamaModel {
   std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_positions = true);
 
   // Per-kernel times: with profiling on, every run records its kernels' times; kernel_times returns the last
-  // prefill or decode run's, in LIR order (rlx generate --profile prints them).
+  // prefill run's (the last run of more than one token) or decode run's, in LIR order (rlx generate --profile).
   void set_profiling(bool on);
   std::vector<runtime::KernelTime> kernel_times(bool decode) const;
 
