@@ -126,10 +126,15 @@ double round_to_dtype(double v, DType t) {
   }
   // A block type's elements round together (rlx::ir::quantize); one alone is kept as its f32.
   if (is_block_quantized(t)) return static_cast<float>(v);
-  if (std::isnan(v)) return 0;
-  double tr = std::trunc(v);
-  // Wrap around like a two's complement store of the truncated integer.
-  auto wide = static_cast<std::int64_t>(std::fmod(tr, 18446744073709551616.0));
+  // NaN and the infinities have no integer value; they become 0 (converting them would be undefined).
+  if (!std::isfinite(v)) return 0;
+  // Wrap around like a two's complement store of the truncated integer: into [-2^63, 2^63), exactly (a double
+  // that large is a multiple of 2^11), before the conversion, which is undefined outside that range.
+  constexpr double k2p63 = 9223372036854775808.0, k2p64 = 18446744073709551616.0;
+  double wrapped = std::fmod(std::trunc(v), k2p64);
+  if (wrapped >= k2p63) wrapped -= k2p64;
+  if (wrapped < -k2p63) wrapped += k2p64;
+  auto wide = static_cast<std::int64_t>(wrapped);
   switch (t) {
     case DType::I8: return static_cast<std::int8_t>(wide);
     case DType::U8: return static_cast<std::uint8_t>(wide);

@@ -43,6 +43,16 @@ TEST(DType, BF16AndIntegerRounding) {
   EXPECT_EQ(round_to_dtype(-1.7, DType::I32), -1);
   EXPECT_EQ(round_to_dtype(128, DType::I8), -128);
   EXPECT_EQ(round_to_dtype(0.2, DType::Bool), 1);
+  // Past int64's range an integer wraps as a two's complement store would (exactly, with no undefined
+  // conversion: the ONNX importer's fuzzer found one), and NaN and the infinities become 0.
+  EXPECT_EQ(round_to_dtype(9223372036854775808.0, DType::I64), -9223372036854775808.0);
+  EXPECT_EQ(round_to_dtype(18446744073709551616.0 + 4096.0, DType::I64), 4096.0);
+  EXPECT_EQ(round_to_dtype(-9223372036854775808.0 - 4096.0, DType::I64), 9223372036854771712.0);
+  EXPECT_EQ(round_to_dtype(-1.0, DType::I64), -1.0);
+  EXPECT_EQ(round_to_dtype(1e30, DType::I32), round_to_dtype(std::fmod(1e30, 18446744073709551616.0), DType::I32));
+  EXPECT_EQ(round_to_dtype(INFINITY, DType::I32), 0);
+  EXPECT_EQ(round_to_dtype(-INFINITY, DType::I64), 0);
+  EXPECT_EQ(round_to_dtype(NAN, DType::U8), 0);
   EXPECT_THROW(parse_dtype("f8"), rlx::Error);
 }
 
