@@ -6,7 +6,7 @@
 //
 // The weights stay in the file's blocks: each block-quantized tensor is a param
 // of its block dtype read in place from the mapping (share_param), shared by
-// both compiled graphs, and its layer runs quantized_matmul. Only f16/bf16
+// every compiled graph, and its layer runs quantized_matmul. Only f16/bf16
 // tensors are converted (to f32).
 //
 //   auto model = rlx::llm::LlamaModel::load("SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -66,7 +66,7 @@ struct LoadOptions {
   bool exact = false;
 };
 
-// The model's two compiled graphs (a prefill chunk and one-token decode) over
+// The model's compiled graphs (prefill chunks of prefill_chunk and 16 tokens, one-token decode) over
 // one KV cache. Not thread-safe: one sequence at a time.
 class LlamaModel {
  public:
