@@ -44,6 +44,23 @@ def overhead(exe, reps):
           f"extra {(med(py) - med(cpp)) * 1e6:.2f} us per run", file=sys.stderr)
 
 
+def versus_ort(name, rlx_run, ort_run, reps, work):
+    """pyrlx against ONNX Runtime's Python API, interleaved sample by sample (the order alternating)."""
+    impls = {"pyrlx": rlx_run, "onnxruntime": ort_run}
+    diff = float(np.abs(rlx_run()[0] - ort_run()[0]).max())
+    iters = {k: calibrate(timed(f, 3)) for k, f in impls.items()}
+    samples = {k: [] for k in impls}
+    for r in range(reps):
+        for k in (("pyrlx", "onnxruntime") if r % 2 == 0 else ("onnxruntime", "pyrlx")):
+            samples[k].append(timed(impls[k], iters[k]))
+            time.sleep(SETTLE_S)
+    for k in impls:
+        emit(name, k, samples[k], iters[k], work)
+    med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in samples.items()}
+    print(f"  {name}  pyrlx {med['pyrlx']:.3f} ms  onnxruntime {med['onnxruntime']:.3f} ms  (max |diff| {diff:.2g})",
+          file=sys.stderr)
+
+
 def mlp(reps, batch=64, width=1024):
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(0)
@@ -71,20 +88,8 @@ def mlp(reps, batch=64, width=1024):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, width])], inits)
     sess = ort_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
 
-    impls = {"pyrlx": lambda: c.run({"x": x}), "onnxruntime": lambda: sess.run(None, {"x": x})}
-    diff = float(np.abs(impls["pyrlx"]()[0] - impls["onnxruntime"]()[0]).max())
-    iters = {k: calibrate(timed(f, 3)) for k, f in impls.items()}
-    samples = {k: [] for k in impls}
-    for r in range(reps):
-        for k in (("pyrlx", "onnxruntime") if r % 2 == 0 else ("onnxruntime", "pyrlx")):
-            samples[k].append(timed(impls[k], iters[k]))
-            time.sleep(SETTLE_S)
-    work = {"flops": 2.0 * batch * width * width * 2}
-    for k in impls:
-        emit("pyrlx_mlp_b64_w1024_l2", k, samples[k], iters[k], work)
-    med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in samples.items()}
-    print(f"  pyrlx_mlp_b64_w1024_l2  pyrlx {med['pyrlx']:.3f} ms  onnxruntime {med['onnxruntime']:.3f} ms  "
-          f"(max |diff| {diff:.2g})", file=sys.stderr)
+    versus_ort("pyrlx_mlp_b64_w1024_l2", lambda: c.run({"x": x}), lambda: sess.run(None, {"x": x}), reps,
+               {"flops": 2.0 * batch * width * width * 2})
 
 
 def minilm(reps, batch, seq):
@@ -102,23 +107,10 @@ def minilm(reps, batch, seq):
     c = rlx.Session("cpu").compile(rlx.import_onnx(path, dims={"batch": batch, "sequence": seq}))
     with open(path, "rb") as f:
         sess = ort_session(f.read())
-    impls = {"pyrlx": lambda: c.run(feeds), "onnxruntime": lambda: sess.run(None, feeds)}
-    diff = float(np.abs(impls["pyrlx"]()[0] - impls["onnxruntime"]()[0]).max())
-    iters = {k: calibrate(timed(f, 3)) for k, f in impls.items()}
-    samples = {k: [] for k in impls}
-    for r in range(reps):
-        for k in (("pyrlx", "onnxruntime") if r % 2 == 0 else ("onnxruntime", "pyrlx")):
-            samples[k].append(timed(impls[k], iters[k]))
-            time.sleep(SETTLE_S)
     # The six layers' matmuls (q, k, v, out, two MLP) and attention's two products: 2 flops per multiply-add.
     d, ff, layers = 384, 1536, 6
-    work = {"flops": 2.0 * layers * batch * seq * (4 * d * d + 2 * d * ff + 2 * seq * d)}
-    name = f"onnx_minilm_b{batch}_s{seq}"
-    for k in impls:
-        emit(name, k, samples[k], iters[k], work)
-    med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in samples.items()}
-    print(f"  {name}  pyrlx {med['pyrlx']:.3f} ms  onnxruntime {med['onnxruntime']:.3f} ms  (max |diff| {diff:.2g})",
-          file=sys.stderr)
+    versus_ort(f"onnx_minilm_b{batch}_s{seq}", lambda: c.run(feeds), lambda: sess.run(None, feeds), reps,
+               {"flops": 2.0 * layers * batch * seq * (4 * d * d + 2 * d * ff + 2 * seq * d)})
 
 
 if __name__ == "__main__":

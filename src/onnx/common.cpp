@@ -261,7 +261,7 @@ std::int64_t axis_of(Ctx& c, std::int64_t axis, std::size_t rank) {
   return axis < 0 ? axis + r : axis;
 }
 
-const std::map<std::string, OpEntry, std::less<>>& op_table() {
+const Table& op_table() {
   static const auto table = [] {
     std::map<std::string, OpEntry, std::less<>> t;
     register_elementwise(t);

@@ -86,19 +86,26 @@ class Ctx {
 
 // A converter maps one ONNX node onto RLX ops; it returns one graph node per ONNX output (nullopt for an
 // output it does not produce).
-using Converter = std::function<std::vector<std::optional<NodeId>>(Ctx&)>;
+using Outs = std::vector<std::optional<NodeId>>;
+using Converter = std::function<Outs(Ctx&)>;
 struct OpEntry {
   Converter convert;
   bool foldable = true;  // random ops are not evaluated at import
 };
 // op_type -> entry, for the default domain; each ops_*.cpp adds its family.
-const std::map<std::string, OpEntry, std::less<>>& op_table();
-void register_elementwise(std::map<std::string, OpEntry, std::less<>>& t);
-void register_tensor(std::map<std::string, OpEntry, std::less<>>& t);
-void register_nn(std::map<std::string, OpEntry, std::less<>>& t);
-void register_misc(std::map<std::string, OpEntry, std::less<>>& t);
+using Table = std::map<std::string, OpEntry, std::less<>>;
+const Table& op_table();
+void register_elementwise(Table& t);
+void register_tensor(Table& t);
+void register_nn(Table& t);
+void register_misc(Table& t);
 
 // Shared helpers for converters.
+using I64s = std::vector<std::int64_t>;
+// A scalar constant of `like`'s dtype.
+inline NodeId k(Ctx& c, double v, NodeId like) { return c.g.scalar(v, c.g.node(like).dtype); }
+// A node's static extents.
+inline I64s ext(Ctx& c, NodeId x) { return c.g.node(x).shape.extents(); }
 NodeId cast_to(Ctx& c, NodeId x, ir::DType to);
 // Normalizes a possibly negative axis, failing with the node's context.
 std::int64_t axis_of(Ctx& c, std::int64_t axis, std::size_t rank);

@@ -13,11 +13,8 @@ namespace rlx::onnx::detail {
 namespace {
 
 using ir::OpKind;
-using Outs = std::vector<std::optional<NodeId>>;
-using Table = std::map<std::string, OpEntry, std::less<>>;
 
 // A scalar constant of x's dtype.
-NodeId k(Ctx& c, double v, NodeId like) { return c.g.scalar(v, c.g.node(like).dtype); }
 
 void unary(Table& t, const char* name, OpKind op) {
   t[name] = {[op](Ctx& c) -> Outs { return {c.g.unary(op, c.in(0))}; }};

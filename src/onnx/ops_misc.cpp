@@ -17,12 +17,6 @@ namespace rlx::onnx::detail {
 namespace {
 
 using ir::OpKind;
-using Outs = std::vector<std::optional<NodeId>>;
-using Table = std::map<std::string, OpEntry, std::less<>>;
-using I64s = std::vector<std::int64_t>;
-
-NodeId k(Ctx& c, double v, NodeId like) { return c.g.scalar(v, c.g.node(like).dtype); }
-I64s ext(Ctx& c, NodeId x) { return c.g.node(x).shape.extents(); }
 
 // Negative indices count from the end of an axis of extent d.
 NodeId wrap(Ctx& c, NodeId idx, std::int64_t d) {
