@@ -121,7 +121,7 @@ bool same_node(const ir::Node& a, const ir::Node& b) {
   if (a.op != OpKind::Constant || a.value == b.value) return true;
   // Bytes, not values: 0.0 and -0.0 differ, NaN payloads match.
   return a.value->nbytes() == b.value->nbytes() &&
-         std::memcmp(a.value->data(), b.value->data(), a.value->nbytes()) == 0;
+         (a.value->nbytes() == 0 || std::memcmp(a.value->data(), b.value->data(), a.value->nbytes()) == 0);
 }
 
 }  // namespace

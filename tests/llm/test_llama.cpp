@@ -183,8 +183,13 @@ TEST_F(Llama, FastModeReadsTheFileInPlaceAndStaysClose) {
   const LlamaConfig& c = fast.config();
   const double kv = 2.0 * double(c.n_layer * c.n_head_kv * fast.context() * c.head_dim) * sizeof(float);
   const double file = double(fs::file_size(*path_));
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's shadow memory and quarantine are in the RSS too: the bound holds for the uninstrumented build.
+  (void)grown;
+#else
   EXPECT_LE(grown, file + kv + 64e6) << "RSS grew by " << grown / 1e6 << " MB (file " << file / 1e6 << " MB, KV "
                                      << kv / 1e6 << " MB)";
+#endif
   const std::vector<double> want = reference(ids);
   const auto vocab = std::size_t(c.vocab);
   std::size_t agree = 0;
