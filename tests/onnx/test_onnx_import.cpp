@@ -12,6 +12,7 @@
 #include "rlx/ir/text.hpp"
 #include "rlx/onnx/onnx.hpp"
 #include "rlx/runtime/session.hpp"
+#include "support/testing.hpp"
 
 namespace fs = std::filesystem;
 
@@ -20,13 +21,7 @@ namespace {
 const fs::path kModels = fs::path(RLX_SOURCE_DIR) / "tests/onnx/models";
 const fs::path kBad = fs::path(RLX_SOURCE_DIR) / "tests/malformed/onnx";
 
-std::vector<std::byte> read_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::vector<char> buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(buf.size());
-  for (std::size_t i = 0; i < buf.size(); ++i) out[i] = std::byte(buf[i]);
-  return out;
-}
+using rlx::testing::read_bytes;
 
 rlx::ir::Tensor read_tensor(const fs::path& p) { return rlx::onnx::read_tensor_proto(read_bytes(p)).second; }
 

@@ -18,18 +18,13 @@
 #include "rlx/error.hpp"
 #include "rlx/onnx/onnx.hpp"
 #include "rlx/runtime/session.hpp"
+#include "support/testing.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::byte> read_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::vector<char> buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(buf.size());
-  for (std::size_t i = 0; i < buf.size(); ++i) out[i] = std::byte(buf[i]);
-  return out;
-}
+using rlx::testing::read_bytes;
 
 std::string read_text(const fs::path& p) {
   std::ifstream f(p);

@@ -6,17 +6,29 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <random>
 #include <source_location>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/tensor.hpp"
 
 namespace rlx::testing {
+
+// A file's bytes (empty when it cannot be read).
+inline std::vector<std::byte> read_bytes(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::vector<char> buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(buf.size());
+  for (std::size_t i = 0; i < buf.size(); ++i) out[i] = std::byte(buf[i]);
+  return out;
+}
 
 // A fresh seed per run unless RLX_TEST_SEED is set; recorded in the test log
 // so a failure can be replayed.
