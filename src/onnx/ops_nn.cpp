@@ -217,14 +217,40 @@ std::pair<double, double> qrange(Ctx& c, ir::DType t) {
   c.fail(fmt::format("quantized type {} is not supported (uint8, int8)", ir::dtype_name(t)));
 }
 
-// A per-tensor scalar or a per-axis [C] vector reshaped to broadcast along `axis` of rank r.
-NodeId along(Ctx& c, NodeId v, std::int64_t axis, std::size_t r) {
+// A per-tensor scalar or a per-axis [C] vector reshaped to broadcast along `axis` of `x`. With
+// `block` > 0 (blocked quantization, opset 21) `v` has x's rank and ceil(D / block) entries along the
+// axis: each is repeated over its block, and the last block may be short.
+NodeId along(Ctx& c, NodeId v, std::int64_t axis, NodeId x, std::int64_t block = 0) {
   const auto& vs = c.g.node(v).shape;
-  if (vs.rank() == 0) return v;
-  if (vs.rank() != 1) c.fail("blocked quantization is not supported (scale must be a scalar or 1-D)");
-  I64s sh(r, 1);
-  sh[std::size_t(axis_of(c, axis, r))] = vs[0].size;
-  return c.g.reshape(v, sh);
+  const auto xs = ext(c, x);
+  const auto r = xs.size();
+  if (vs.rank() == 0 && block <= 0) return v;
+  const auto a = std::size_t(axis_of(c, axis, r));
+  if (block <= 0) {
+    if (vs.rank() != 1) c.fail("a scale or zero point of rank 2 or more needs block_size (blocked quantization)");
+    if (vs[0].size != xs[a])
+      c.fail(fmt::format("the per-axis scale or zero point has {} entries, axis {} of the input {}", vs[0].size, a,
+                         xs[a]));
+    I64s sh(r, 1);
+    sh[a] = vs[0].size;
+    return c.g.reshape(v, sh);
+  }
+  auto vx = ext(c, v);
+  bool fits = vx.size() == r && vx[a] == (xs[a] + block - 1) / block;
+  for (std::size_t i = 0; fits && i < r; ++i) fits = i == a || vx[i] == xs[i];
+  if (!fits)
+    c.fail(
+        fmt::format("blocked quantization: the scale or zero point is [{}]; with block_size {} on axis {} of "
+                    "[{}] it must have the input's extents but ceil({} / {}) on the axis",
+                    fmt::join(vx, ","), block, a, fmt::join(xs, ","), xs[a], block));
+  I64s un = vx;  // [.., B, ..] -> [.., B, 1, ..] -> [.., B, block, ..] -> [.., B * block, ..] -> [.., D, ..]
+  un.insert(un.begin() + std::ptrdiff_t(a) + 1, 1);
+  I64s wide = un;
+  wide[a + 1] = block;
+  I64s flat = vx;
+  flat[a] *= block;
+  auto rep = c.g.reshape(c.g.expand(c.g.reshape(v, un), ir::Shape(wide)), flat);
+  return c.g.slice(rep, {std::int64_t(a)}, {0}, {xs[a]});
 }
 
 // round-half-even(x / scale) + zero point, saturated and cast to the quantized type.
@@ -489,14 +515,14 @@ void register_nn(Table& t) {
     // In f64, exact: the products are below 2^16 and their sums far below 2^53.
     auto x = c.g.cast(c.in(0), ir::DType::F64), w = c.g.cast(c.in(1), ir::DType::F64);
     if (c.has(2)) x = c.g.sub(x, c.g.cast(c.in(2), ir::DType::F64));
-    if (c.has(3)) w = c.g.sub(w, along(c, c.g.cast(c.in(3), ir::DType::F64), 0, c.rank(1)));
+    if (c.has(3)) w = c.g.sub(w, along(c, c.g.cast(c.in(3), ir::DType::F64), 0, w));
     return {c.g.cast(conv(c, x, w, std::nullopt), ir::DType::I32)};
   }};
   t["QLinearConv"] = {[](Ctx& c) -> Outs {
     auto deq = [&](std::size_t v, std::size_t sc, std::size_t z, std::int64_t axis) {
-      const auto r = c.rank(v);
-      return c.g.mul(c.g.sub(c.g.cast(c.in(v), ir::DType::F32), along(c, c.g.cast(c.in(z), ir::DType::F32), axis, r)),
-                     along(c, cast_to(c, c.in(sc), ir::DType::F32), axis, r));
+      return c.g.mul(
+          c.g.sub(c.g.cast(c.in(v), ir::DType::F32), along(c, c.g.cast(c.in(z), ir::DType::F32), axis, c.in(v))),
+          along(c, cast_to(c, c.in(sc), ir::DType::F32), axis, c.in(v)));
     };
     auto y = conv(c, deq(0, 1, 2, 1), deq(3, 4, 5, 0), std::nullopt);
     if (c.has(8)) {  // int32 bias in units of x_scale * w_scale
@@ -624,27 +650,39 @@ void register_nn(Table& t) {
     return {c.g.reduce(OpKind::ReduceMax, c.in(0), axes, true)};
   }};
 
+  // Opset 10 is per tensor; 13 adds per-axis `axis`; 21 adds `block_size` and QuantizeLinear's
+  // `output_dtype`; 23 adds DequantizeLinear's `output_dtype`. (`saturate` concerns float8 only.)
   t["QuantizeLinear"] = {[](Ctx& c) -> Outs {
-    const auto r = c.rank(0);
-    const auto axis = c.attr_int("axis", 1);
+    const auto axis = c.attr_int("axis", 1), block = c.attr_int("block_size", 0);
+    if (block < 0) c.fail(fmt::format("block_size is {}; it must be >= 0", block));
     ir::DType qt = c.has(2) ? c.dtype(2) : ir::DType::U8;
-    if (c.has_attr("output_dtype") && c.attr_int("output_dtype") != 0) {
+    if (c.attr_int("output_dtype", 0) != 0) {
       auto d = dtype_of(c.attr_int("output_dtype"));
       if (!d) c.fail("output_dtype names a type RLX lacks");
+      if (c.has(2) && *d != qt) c.fail("output_dtype differs from the zero point's type");
       qt = *d;
     }
     std::optional<NodeId> zp;
-    if (c.has(2)) zp = along(c, c.in(2), axis, r);
-    return {quantize(c, c.in(0), along(c, c.in(1), axis, r), zp, qt)};
+    if (c.has(2)) zp = along(c, c.in(2), axis, c.in(0), block);
+    return {quantize(c, c.in(0), along(c, c.in(1), axis, c.in(0), block), zp, qt)};
   }};
   t["DequantizeLinear"] = {[](Ctx& c) -> Outs {
-    const auto r = c.rank(0);
-    const auto axis = c.attr_int("axis", 1);
-    auto scale = along(c, c.in(1), axis, r);
+    const auto axis = c.attr_int("axis", 1), block = c.attr_int("block_size", 0);
+    if (block < 0) c.fail(fmt::format("block_size is {}; it must be >= 0", block));
+    if (!ir::is_integer(c.dtype(0)) || c.dtype(0) == ir::DType::I64)  // int32 too: a quantized bias
+      c.fail(fmt::format("x is {}; it must be uint8, int8 or int32", ir::dtype_name(c.dtype(0))));
+    auto scale = along(c, c.in(1), axis, c.in(0), block);
     const auto ft = c.g.node(scale).dtype;
+    if (!ir::is_float(ft)) c.fail("the scale must be a float tensor");
     auto x = c.g.cast(c.in(0), ft);
-    if (c.has(2)) x = c.g.sub(x, c.g.cast(along(c, c.in(2), axis, r), ft));
-    return {c.g.mul(x, scale)};
+    if (c.has(2)) x = c.g.sub(x, c.g.cast(along(c, c.in(2), axis, c.in(0), block), ft));
+    auto y = c.g.mul(x, scale);
+    if (c.attr_int("output_dtype", 0) != 0) {
+      auto d = dtype_of(c.attr_int("output_dtype"));
+      if (!d || !ir::is_float(*d)) c.fail("output_dtype must name a float type RLX has");
+      y = cast_to(c, y, *d);
+    }
+    return {y};
   }};
   t["DynamicQuantizeLinear"] = {[](Ctx& c) -> Outs {
     // The uint8 affine quantization of x over its whole range, 0 included (ONNX's formula).

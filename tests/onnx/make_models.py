@@ -106,3 +106,40 @@ for name, arr in (("external_x.pb", x2), ("external_y.pb", x2 @ w1)):
     with open(os.path.join(GOOD, name), "wb") as f:
         f.write(numpy_helper.from_array(arr, name[9]).SerializeToString())
 np.save(os.path.join(GOOD, "mlp_x.npy"), x)  # `rlx run`'s input in tests/onnx/check_cli.sh
+
+
+# ---- models checked against ONNX's reference evaluator: <stem>.onnx, <stem>_in_<i>.pb, <stem>_out_<i>.pb ----
+def save_checked(m, stem, feeds):
+    save(m, GOOD, stem + ".onnx")
+    outs = ReferenceEvaluator(m).run(None, feeds)
+    for i, (name, arr) in enumerate(feeds.items()):
+        with open(os.path.join(GOOD, f"{stem}_in_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(np.asarray(arr), name).SerializeToString())
+    for i, (o, arr) in enumerate(zip(m.graph.output, outs)):
+        with open(os.path.join(GOOD, f"{stem}_out_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(np.asarray(arr), o.name).SerializeToString())
+
+
+# Q/DQ: int8 per axis (ties round to even, saturation at both ends), uint8 blocked (opset 21's block_size, a short
+# last block), and the dequantized values.
+qx = np.array([[-300.0, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 300.0],
+               [0.25, 0.75, 1.25, 1.75, -0.25, -0.75, 100.0, -100.0]], np.float32)
+qdq = model(
+    [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], axis=0, name="q_axis"),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["dq"], axis=0, name="dq_axis"),
+        helper.make_node("QuantizeLinear", ["x", "bs", "bzp"], ["qb"], axis=1, block_size=3, name="q_blocked"),
+        helper.make_node("DequantizeLinear", ["qb", "bs", "bzp"], ["dqb"], axis=1, block_size=3, name="dq_blocked"),
+    ],
+    [vi("x", [2, 8])],
+    [vi("q", [2, 8], TensorProto.INT8), vi("dq", [2, 8]), vi("qb", [2, 8], TensorProto.UINT8), vi("dqb", [2, 8])],
+    [numpy_helper.from_array(np.array([1.0, 0.5], np.float32), "s"),
+     numpy_helper.from_array(np.array([3, -2], np.int8), "zp"),
+     numpy_helper.from_array(np.array([[1.0, 0.5, 2.0], [0.25, 1.0, 4.0]], np.float32), "bs"),
+     numpy_helper.from_array(np.array([[128, 100, 7], [0, 255, 128]], np.uint8), "bzp")],
+    opset=21,
+)
+save_checked(qdq, "qdq", {"x": qx})
+save(model([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, name="dq")], [vi("x", [2, 3], TensorProto.INT8)],
+           [vi("y", [2, 3])], [numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "s")], opset=13),
+     BAD, "dequantize_scale_extent.onnx")
