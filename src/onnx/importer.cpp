@@ -7,15 +7,18 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "onnx/detail.hpp"
 #include "onnx/proto/onnx.pb.h"
 #include "rlx/error.hpp"
+#include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/limits.hpp"
 #include "rlx/onnx/onnx.hpp"
 #include "rlx/reference/interpreter.hpp"
@@ -25,6 +28,7 @@ namespace rlx::onnx {
 namespace {
 
 using detail::Ctx;
+using detail::I64s;
 using ir::NodeId;
 
 std::string domain_name(const std::string& d) { return d.empty() ? "ai.onnx" : d; }
@@ -252,7 +256,9 @@ class Importer {
   // Loop with a trip count and conditions known at import, unrolled: the body is imported once per
   // iteration with its inputs bound to the iteration number, the condition and the carried values; its
   // names are dropped after each iteration. Scan outputs are stacked along a new first axis. Returns false
-  // when the trip count or the first condition is not known.
+  // when the trip count or the first condition is not known, when the body's condition turns out not to
+  // be, or past 4096 iterations: what the unrolling added is then dropped (its graph nodes are pruned),
+  // and the loop becomes a run-time while (runtime_loop).
   bool unroll_loop(const ::onnx::NodeProto& n, const std::vector<Value*>& ins, Model& m, const std::string& where) {
     const bool has_m = !ins.empty() && ins[0], has_cond = ins.size() > 1 && ins[1];
     if ((has_m && !ins[0]->value) || (has_cond && !ins[1]->value)) return false;
@@ -278,9 +284,15 @@ class Importer {
     std::vector<std::vector<Value>> scanned(static_cast<std::size_t>(scans));
     std::vector<std::string> local;
     defined_names(*body, local);
+    const std::size_t report_mark = report_.size();
+    auto give_up = [&] {
+      for (const auto& name : local) values_.erase(name);
+      report_.resize(report_mark);
+      return false;
+    };
     std::int64_t it = 0;
     for (; it < trips && cond; ++it) {
-      if (it >= 4096) throw Error(where + ": loops over 4096 iterations are not unrolled");
+      if (it >= 4096) return give_up();
       values_[body->input(0).name()] =
           Value{std::nullopt, std::make_shared<const ir::Tensor>(ir::Tensor::scalar(ir::DType::I64, double(it)))};
       values_[body->input(1).name()] =
@@ -295,7 +307,7 @@ class Importer {
         return f->second;
       };
       const Value c = out(0);
-      if (!c.value) throw Error(where + ": the loop's condition must be known at import (the loop is unrolled)");
+      if (!c.value) return give_up();
       cond = c.value->numel() == 1 && c.value->get(0) != 0;
       for (int j = 0; j < carried; ++j) state[std::size_t(j)] = out(1 + j);
       for (int k = 0; k < scans; ++k) scanned[std::size_t(k)].push_back(out(1 + carried + k));
@@ -318,11 +330,388 @@ class Importer {
     return true;
   }
 
+  // ---- run-time control flow: ONNX subgraphs as RLX bodies (rlx/ir/control_flow.hpp) ----
+
+  // While a subgraph is imported into a body graph, the importer's graph and values are the body's; the
+  // destructor restores the enclosing scope's.
+  class BodyScope {
+   public:
+    BodyScope(Importer& im, ir::Graph& body)
+        : im_(im), g_(std::exchange(im.g_, &body)), values_(std::exchange(im.values_, {})) {
+      ++im_.body_depth_;
+    }
+    ~BodyScope() {
+      im_.g_ = g_;
+      im_.values_ = std::move(values_);
+      --im_.body_depth_;
+    }
+    BodyScope(const BodyScope&) = delete;
+    BodyScope& operator=(const BodyScope&) = delete;
+
+   private:
+    Importer& im_;
+    ir::Graph* g_;
+    std::unordered_map<std::string, Value> values_;
+  };
+
+  // The values of the enclosing scope that a node's subgraphs read. Those known at import and small enough
+  // to be constants are copied into the bodies, where they fold; the rest are passed in as operands (`nodes`,
+  // materialized here) and become body inputs after the op's own.
+  struct Captures {
+    std::vector<std::string> names;  // the operands', in order
+    std::vector<NodeId> nodes;
+    std::vector<ir::TypeInfo> types;  // the operands' types
+    std::vector<std::pair<std::string, Value>> known;
+    bool poisoned = false;
+  };
+  Captures captures_of(const ::onnx::NodeProto& n) {
+    std::vector<std::string> reads, local;
+    subgraph_reads(n, reads);
+    for (const auto& a : n.attribute())
+      if (a.has_g()) defined_names(a.g(), local);
+    const std::set<std::string> own(local.begin(), local.end());
+    std::set<std::string> seen;
+    Captures c;
+    for (const auto& name : reads) {
+      if (name.empty() || own.count(name) || !seen.insert(name).second) continue;
+      auto it = values_.find(name);
+      if (it == values_.end()) continue;  // topo_order names what nothing defines
+      Value& v = it->second;
+      c.poisoned = c.poisoned || v.poisoned;
+      if (v.poisoned) continue;
+      if (v.value && v.value->numel() <= opts_.max_constant_elements) {
+        c.known.emplace_back(name, Value{std::nullopt, v.value});
+      } else {
+        c.names.push_back(name);
+        c.nodes.push_back(materialize(name, v));
+        c.types.push_back({g_->node(c.nodes.back()).dtype, g_->node(c.nodes.back()).shape});
+      }
+    }
+    return c;
+  }
+
+  // An ONNX subgraph imported as an RLX body: `inputs` are its own inputs (a name and the type the op
+  // passes), then one input per capture operand. `finish`, when given, maps the subgraph's outputs to the
+  // body's (inside the body's scope). `poisoned`: the subgraph reads an unsupported node's result (report
+  // mode).
+  struct Body {
+    ir::GraphRef graph;
+    bool poisoned = false;
+  };
+  using Finish = std::function<std::vector<NodeId>(std::vector<NodeId>)>;
+  Body import_body(const ::onnx::GraphProto& sub, const std::string& what,
+                   const std::vector<std::pair<std::string, ir::TypeInfo>>& inputs, const Captures& cap, Model& m,
+                   const std::string& where, const Finish& finish = {}) {
+    ir::Graph body(sub.name().empty() ? what : sub.name());
+    Body out;
+    {
+      BodyScope scope(*this, body);
+      auto bind = [&](const std::string& name, const ir::TypeInfo& t) {
+        if (values_.count(name))
+          throw Error(fmt::format("{}: the {} takes '{}' twice (as an input and as a value of the enclosing graph)",
+                                  where, what, name));
+        values_[name] = Value{g_->input(name, t.shape, t.dtype), nullptr};
+      };
+      for (const auto& [name, t] : inputs) bind(name, t);
+      for (std::size_t i = 0; i < cap.names.size(); ++i) bind(cap.names[i], cap.types[i]);
+      for (const auto& [name, v] : cap.known) values_.emplace(name, v);
+      read_initializers(sub);
+      for (const auto* sn : topo_order(sub)) convert(*sn, m);
+      std::vector<NodeId> outs;
+      for (const auto& o : sub.output()) {
+        auto it = values_.find(o.name());
+        if (it == values_.end()) throw Error(fmt::format("{}: {} output '{}' is not defined", where, what, o.name()));
+        if (it->second.poisoned) {
+          out.poisoned = true;
+          return out;
+        }
+        outs.push_back(materialize(o.name(), it->second));
+      }
+      if (finish) outs = finish(std::move(outs));
+      for (NodeId o : outs) g_->add_output(o);
+    }
+    try {
+      out.graph = ir::body_ref(prune(body));
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}: {}", where, what, e.what()));
+    }
+    return out;
+  }
+
+  static const ::onnx::GraphProto& subgraph(const ::onnx::NodeProto& n, std::string_view key,
+                                            const std::string& where) {
+    for (const auto& a : n.attribute())
+      if (a.name() == key && a.has_g()) return a.g();
+    throw Error(fmt::format("{}: no {} graph", where, key));
+  }
+
+  // A condition as the bool scalar RLX's if and while take (ONNX allows any one-element bool tensor).
+  NodeId bool_scalar(NodeId x, const std::string& where, std::string_view what) {
+    const auto& node = g_->node(x);
+    if (node.dtype != ir::DType::Bool || node.shape.numel() != 1)
+      throw Error(fmt::format("{}: {} is {}{}; it must be a bool tensor of one element", where, what,
+                              ir::dtype_name(node.dtype), node.shape.str()));
+    return node.shape.rank() == 0 ? x : g_->reshape(x, ir::Shape(std::vector<std::int64_t>{}));
+  }
+
+  // If on a run-time condition: RLX's if, with both branches as bodies. The values of the enclosing graph
+  // the branches read are the if's operands. Returns false when a branch reads an unsupported node's result.
+  bool runtime_if(const ::onnx::NodeProto& n, const std::vector<Value*>& ins, Model& m, const std::string& where) {
+    if (ins.size() != 1 || !ins[0]) throw Error(where + ": If takes one input, the condition");
+    const NodeId cond = bool_scalar(materialize(n.input(0), *ins[0]), where, "the condition");
+    const auto& then_g = subgraph(n, "then_branch", where);
+    const auto& else_g = subgraph(n, "else_branch", where);
+    for (const auto* b : {&then_g, &else_g})
+      if (b->output_size() != n.output_size())
+        throw Error(fmt::format("{}: {} has {} outputs, the node {}", where,
+                                b == &then_g ? "then_branch" : "else_branch", b->output_size(), n.output_size()));
+    const auto cap = captures_of(n);
+    if (cap.poisoned) return false;
+    const auto tb = import_body(then_g, "then_branch", {}, cap, m, where);
+    const auto eb = import_body(else_g, "else_branch", {}, cap, m, where);
+    if (tb.poisoned || eb.poisoned) return false;
+    std::vector<NodeId> outs;
+    try {
+      outs = ir::if_else(*g_, cond, tb.graph, eb.graph, cap.nodes);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", where, e.what()));
+    }
+    for (int i = 0; i < n.output_size(); ++i)
+      if (!n.output(i).empty()) values_[n.output(i)] = Value{outs[std::size_t(i)], nullptr};
+    report_.push_back({n.name(), n.op_type(), "ai.onnx", NodeReport::Fate::Mapped,
+                       fmt::format("if on a run-time condition ({} operands)", cap.nodes.size())});
+    return true;
+  }
+
+  // Loop whose trip count or conditions are known only at run time: RLX's while. Its carries are the
+  // iteration number, the condition and the loop-carried values; its consts the trip count (when it is
+  // not known at import; a known one is the while's max_trip_count) and the values of the enclosing graph
+  // the body reads. Scan outputs are refused: their extent would be known only at run time.
+  bool runtime_loop(const ::onnx::NodeProto& n, const std::vector<Value*>& ins, Model& m, const std::string& where) {
+    const auto& body = subgraph(n, "body", where);
+    const int carried = n.input_size() - 2;
+    const int scans = body.output_size() - 1 - carried;
+    if (carried < 0 || scans < 0 || body.input_size() != 2 + carried || n.output_size() > carried + scans)
+      throw Error(where + ": the body's inputs and outputs do not match the node's");
+    if (scans > 0)
+      throw Error(fmt::format(
+          "{}: the loop has {} scan outputs, whose extent must be known at import: they need the trip count and "
+          "every condition known at import (the loop is then unrolled, up to 4096 iterations)",
+          where, scans));
+    const bool has_m = !ins.empty() && ins[0], has_cond = ins.size() > 1 && ins[1];
+    if (!has_m && !has_cond) throw Error(where + ": a loop without a trip count or a condition never ends");
+    std::int64_t max_trips = -1;
+    std::optional<NodeId> trip_count;
+    if (has_m && ins[0]->value) {
+      if (ins[0]->value->numel() != 1) throw Error(where + ": the trip count M must hold one element");
+      max_trips = std::int64_t(std::clamp(ins[0]->value->get(0), 0.0, 9.2e18));
+    } else if (has_m) {
+      const NodeId mm = materialize(n.input(0), *ins[0]);
+      const auto& node = g_->node(mm);
+      if (node.dtype != ir::DType::I64 || node.shape.numel() != 1)
+        throw Error(fmt::format("{}: the trip count M is {}{}; it must be an int64 tensor of one element", where,
+                                ir::dtype_name(node.dtype), node.shape.str()));
+      trip_count = node.shape.rank() == 0 ? mm : g_->reshape(mm, ir::Shape(std::vector<std::int64_t>{}));
+    }
+    const ir::TypeInfo i64{ir::DType::I64, ir::Shape(std::vector<std::int64_t>{})},
+        flag{ir::DType::Bool, ir::Shape(std::vector<std::int64_t>{})};
+    std::vector<NodeId> init{g_->scalar(0, ir::DType::I64),
+                             has_cond ? bool_scalar(materialize(n.input(1), *ins[1]), where, "the condition")
+                                      : g_->scalar(1, ir::DType::Bool)};
+    std::vector<std::pair<std::string, ir::TypeInfo>> inputs{{body.input(0).name(), i64}, {body.input(1).name(), flag}};
+    for (int j = 0; j < carried; ++j) {
+      if (!ins[std::size_t(2 + j)]) throw Error(where + ": a loop-carried input is missing");
+      init.push_back(materialize(n.input(2 + j), *ins[std::size_t(2 + j)]));
+      inputs.emplace_back(body.input(2 + j).name(),
+                          ir::TypeInfo{g_->node(init.back()).dtype, g_->node(init.back()).shape});
+    }
+    std::vector<NodeId> consts;
+    if (trip_count) {
+      consts.push_back(*trip_count);
+      inputs.emplace_back("%trip_count", i64);
+    }
+    const auto cap = captures_of(n);
+    if (cap.poisoned) return false;
+    consts.insert(consts.end(), cap.nodes.begin(), cap.nodes.end());
+    // The body: (iteration, condition, carried..., consts...) -> (iteration + 1, its condition, carried...).
+    const std::string iter_name = body.input(0).name();
+    const auto b = import_body(body, "body", inputs, cap, m, where, [&](std::vector<NodeId> outs) {
+      std::vector<NodeId> next{g_->add(*values_.at(iter_name).node, g_->scalar(1, ir::DType::I64)),
+                               bool_scalar(outs[0], where, "the body's condition output")};
+      for (int j = 0; j < carried; ++j) {
+        const auto& have = g_->node(outs[std::size_t(1 + j)]);
+        const auto& want = inputs[std::size_t(2 + j)].second;
+        if (have.dtype != want.dtype || have.shape != want.shape)
+          throw Error(
+              fmt::format("{}: loop-carried value {} ('{}'): the body gives {}{} for it, but it enters the "
+                          "loop as {}{} (a run-time loop keeps each carried value's type)",
+                          where, j, n.input(2 + j), ir::dtype_name(have.dtype), have.shape.str(),
+                          ir::dtype_name(want.dtype), want.shape.str()));
+        next.push_back(outs[std::size_t(1 + j)]);
+      }
+      return next;
+    });
+    if (b.poisoned) return false;
+    // The condition: (iteration, condition, carried..., consts...) -> condition [and iteration < M].
+    ir::Graph cond("loop_condition");
+    const NodeId ci = cond.input("iteration", i64.shape, i64.dtype);
+    NodeId keep_on = cond.input("condition", flag.shape, flag.dtype);
+    for (int j = 0; j < carried; ++j) {
+      const auto& t = inputs[std::size_t(2 + j)].second;
+      cond.input(fmt::format("carried{}", j), t.shape, t.dtype);
+    }
+    if (trip_count)
+      keep_on = cond.binary(ir::OpKind::And, keep_on,
+                            cond.binary(ir::OpKind::Lt, ci, cond.input("trip_count", i64.shape, i64.dtype)));
+    for (std::size_t k = 0; k < cap.types.size(); ++k)
+      cond.input(fmt::format("capture{}", k), cap.types[k].shape, cap.types[k].dtype);
+    cond.add_output(keep_on);
+    std::vector<NodeId> outs;
+    try {
+      outs = ir::while_loop(*g_, ir::body_ref(std::move(cond)), b.graph, init, consts, max_trips);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", where, e.what()));
+    }
+    for (int j = 0; j < n.output_size(); ++j)
+      if (!n.output(j).empty()) values_[n.output(j)] = Value{outs[std::size_t(2 + j)], nullptr};
+    report_.push_back({n.name(), n.op_type(), "ai.onnx", NodeReport::Fate::Mapped,
+                       max_trips >= 0 ? fmt::format("while (at most {} iterations)", max_trips)
+                                      : std::string("while (trip count known at run time)")});
+    return true;
+  }
+
+  // Scan: RLX's scan over the common extent of the scan inputs' axes (static, as every shape is), with
+  // the state variables as carries and the values of the enclosing graph the body reads as consts. A scan
+  // input's axis moves to the front and a reversed one is flipped; each scan output's stacked axis moves to
+  // its scan_output_axes entry and a reversed one is flipped. Opset 8's batch axis becomes an outer scan
+  // over the batch.
+  bool runtime_scan(const ::onnx::NodeProto& n, const std::vector<Value*>& ins, Model& m, std::int64_t opset,
+                    const std::string& where) {
+    Ctx c(*g_, n, "ai.onnx", opset, {}, {});
+    const auto& body = subgraph(n, "body", where);
+    const std::int64_t nscan = c.attr_int("num_scan_inputs");
+    const int first = opset < 9 ? 1 : 0;  // opset 8's sequence_lens
+    const std::int64_t nstate = std::int64_t(ins.size()) - first - nscan;
+    const std::int64_t nout = body.output_size() - nstate;
+    if (nscan < 1 || nstate < 0 || nout < 0 || body.input_size() != nstate + nscan || n.output_size() > nstate + nout)
+      c.fail("the body's inputs and outputs do not match the node's (num_scan_inputs, states, scan outputs)");
+    const auto dirs_in = c.attr_ints(opset < 9 ? "directions" : "scan_input_directions", I64s(std::size_t(nscan), 0));
+    const auto axes_in = c.attr_ints("scan_input_axes", I64s(std::size_t(nscan), 0));
+    const auto dirs_out = c.attr_ints("scan_output_directions", I64s(std::size_t(nout), 0));
+    const auto axes_out = c.attr_ints("scan_output_axes", I64s(std::size_t(nout), 0));
+    if (dirs_in.size() != std::size_t(nscan) || axes_in.size() != std::size_t(nscan) ||
+        dirs_out.size() != std::size_t(nout) || axes_out.size() != std::size_t(nout))
+      c.fail("the direction and axis lists must have one entry per scan input or scan output");
+    auto operand = [&](std::size_t i) {
+      if (!ins[i]) c.fail(fmt::format("input {} is missing", i));
+      return materialize(n.input(int(i)), *ins[i]);
+    };
+    std::vector<NodeId> states, xs;
+    for (std::int64_t j = 0; j < nstate; ++j) states.push_back(operand(std::size_t(first + j)));
+    for (std::int64_t j = 0; j < nscan; ++j) xs.push_back(operand(std::size_t(first + nstate + j)));
+    auto type = [&](NodeId x, std::size_t drop) {
+      const auto e = ext(x);
+      return ir::TypeInfo{g_->node(x).dtype, ir::Shape(I64s(e.begin() + std::ptrdiff_t(drop), e.end()))};
+    };
+    const auto cap = captures_of(n);
+    if (cap.poisoned) return false;
+    std::vector<NodeId> res;
+    try {
+      if (opset >= 9) {
+        std::int64_t length = -1;
+        for (std::int64_t j = 0; j < nscan; ++j) {
+          auto& x = xs[std::size_t(j)];
+          const auto r = g_->node(x).shape.rank();
+          const auto a = detail::axis_of(c, axes_in[std::size_t(j)], r);
+          if (length >= 0 && ext(x)[std::size_t(a)] != length)
+            c.fail(fmt::format("scan input {} has {} steps along axis {}, the first {}", j, ext(x)[std::size_t(a)], a,
+                               length));
+          length = ext(x)[std::size_t(a)];
+          if (a != 0) {
+            I64s perm{a};
+            for (std::int64_t i = 0; i < std::int64_t(r); ++i)
+              if (i != a) perm.push_back(i);
+            x = g_->permute(x, perm);
+          }
+          if (dirs_in[std::size_t(j)] != 0) x = g_->flip(x, {0});
+        }
+        std::vector<std::pair<std::string, ir::TypeInfo>> inputs;
+        for (std::int64_t j = 0; j < nstate; ++j)
+          inputs.emplace_back(body.input(int(j)).name(), type(states[std::size_t(j)], 0));
+        for (std::int64_t j = 0; j < nscan; ++j)
+          inputs.emplace_back(body.input(int(nstate + j)).name(), type(xs[std::size_t(j)], 1));
+        const auto b = import_body(body, "body", inputs, cap, m, where);
+        if (b.poisoned) return false;
+        res = ir::scan(*g_, b.graph, states, xs, length, false, cap.nodes);
+        for (std::int64_t k = 0; k < nout; ++k) {
+          auto& y = res[std::size_t(nstate + k)];
+          if (dirs_out[std::size_t(k)] != 0) y = g_->flip(y, {0});
+          const auto r = g_->node(y).shape.rank();
+          const auto a = detail::axis_of(c, axes_out[std::size_t(k)], r);
+          if (a != 0) {  // the non-stacked axes in order, the stacked one inserted at a
+            I64s perm;
+            for (std::int64_t i = 1; i < std::int64_t(r); ++i) perm.push_back(i);
+            perm.insert(perm.begin() + a, 0);
+            y = g_->permute(y, perm);
+          }
+        }
+      } else {
+        // Opset 8: states [B, ...] and scan inputs [B, S, ...]; an outer scan over the batch runs the scan
+        // over the sequence for each batch entry.
+        if (!xs.empty() && g_->node(xs[0]).shape.rank() < 2) c.fail("scan inputs must be [batch, sequence, ...]");
+        const std::int64_t batch = ext(xs[0])[0], seq = ext(xs[0])[1];
+        for (auto x : states)
+          if (g_->node(x).shape.rank() < 1 || ext(x)[0] != batch) c.fail("states must be [batch, ...]");
+        for (auto x : xs)
+          if (g_->node(x).shape.rank() < 2 || ext(x)[0] != batch || ext(x)[1] != seq)
+            c.fail("scan inputs must be [batch, sequence, ...] with one batch and sequence length");
+        if (ins[0]) {
+          if (!ins[0]->value) c.fail("sequence_lens must be known at import");
+          for (std::int64_t i = 0; i < ins[0]->value->numel(); ++i)
+            if (ins[0]->value->get(i) != double(seq))
+              c.fail("sequence_lens shorter than the sequence is not supported");
+        }
+        std::vector<std::pair<std::string, ir::TypeInfo>> inputs;
+        for (std::int64_t j = 0; j < nstate; ++j)
+          inputs.emplace_back(body.input(int(j)).name(), type(states[std::size_t(j)], 1));
+        for (std::int64_t j = 0; j < nscan; ++j)
+          inputs.emplace_back(body.input(int(nstate + j)).name(), type(xs[std::size_t(j)], 2));
+        const auto inner = import_body(body, "body", inputs, cap, m, where);
+        if (inner.poisoned) return false;
+        ir::Graph outer("scan_batch_entry");
+        std::vector<NodeId> st, sx, consts;
+        for (auto x : states)
+          st.push_back(outer.input(fmt::format("state{}", st.size()), type(x, 1).shape, g_->node(x).dtype));
+        for (std::size_t j = 0; j < xs.size(); ++j) {
+          NodeId x = outer.input(fmt::format("input{}", j), type(xs[j], 1).shape, g_->node(xs[j]).dtype);
+          sx.push_back(dirs_in[j] != 0 ? outer.flip(x, {0}) : x);
+        }
+        for (std::size_t k = 0; k < cap.types.size(); ++k)
+          consts.push_back(outer.input(fmt::format("capture{}", k), cap.types[k].shape, cap.types[k].dtype));
+        for (NodeId o : ir::scan(outer, inner.graph, st, sx, seq, false, consts)) outer.add_output(o);
+        std::vector<NodeId> batched = states;
+        batched.insert(batched.end(), xs.begin(), xs.end());
+        res = ir::scan(*g_, ir::body_ref(std::move(outer)), {}, batched, batch, false, cap.nodes);
+      }
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.rfind("onnx: node", 0) == 0) throw;
+      throw Error(fmt::format("{}: {}", where, what));
+    }
+    for (int i = 0; i < n.output_size(); ++i)
+      if (!n.output(i).empty()) values_[n.output(i)] = Value{res[std::size_t(i)], nullptr};
+    report_.push_back({n.name(), n.op_type(), "ai.onnx", NodeReport::Fate::Mapped,
+                       fmt::format("scan ({} states, {} scan inputs)", nstate, nscan)});
+    return true;
+  }
+
+  detail::I64s ext(NodeId x) const { return g_->node(x).shape.extents(); }
+
   // A value known at import enters the graph once, as a constant or a param (the promote rule).
   NodeId materialize(const std::string& name, Value& v) {
     if (v.node) return *v.node;
     const ir::Tensor& t = *v.value;
-    if (t.numel() <= opts_.max_constant_elements) {
+    if (t.numel() <= opts_.max_constant_elements || body_depth_ > 0) {  // bodies take no params
       v.node = g_->constant(t);
     } else {
       v.node = g_->param(name, ir::Shape(t.shape()), t.dtype());
@@ -384,8 +773,14 @@ class Importer {
       return poison();
     }
     if (opset < 0) throw Error(where() + ": the model imports no opset for this domain");
-    if (domain == "ai.onnx" && n.op_type() == "If" && inline_if(n, ins, m, where())) return;
-    if (domain == "ai.onnx" && n.op_type() == "Loop" && unroll_loop(n, ins, m, where())) return;
+    if (domain == "ai.onnx" && (n.op_type() == "If" || n.op_type() == "Loop" || n.op_type() == "Scan")) {
+      // Resolved at import when the condition or trip count is known; otherwise RLX's if, while or scan.
+      if (n.op_type() == "If" && (inline_if(n, ins, m, where()) || runtime_if(n, ins, m, where()))) return;
+      if (n.op_type() == "Loop" && (unroll_loop(n, ins, m, where()) || runtime_loop(n, ins, m, where()))) return;
+      if (n.op_type() == "Scan" && runtime_scan(n, ins, m, opset, where())) return;
+      record(NodeReport::Fate::Unsupported, "a subgraph reads the result of an unsupported node");
+      return poison();
+    }
     if (entry == table.end()) {
       const std::string msg = where() + ": unsupported op" +
                               (domain == "ai.onnx" ? std::string(" (docs/onnx-coverage.md lists the supported ones)")
@@ -506,6 +901,7 @@ class Importer {
   ir::Graph* g_ = nullptr;
   std::map<std::string, std::int64_t, std::less<>> opsets_;
   std::unordered_map<std::string, Value> values_;
+  int body_depth_ = 0;  // > 0 while a subgraph is imported into a body (BodyScope)
   std::vector<std::pair<std::string, ir::Tensor>> params_;
   std::vector<NodeReport> report_;
 };

@@ -477,15 +477,11 @@ Outs recurrent(Ctx& c, Cell cell) {
 }  // namespace
 
 void register_misc(Table& t) {
-  // The importer inlines an If whose condition is known at import (importer.cpp); this entry is reached
-  // only when it is not.
-  t["If"] = {[](Ctx& c) -> Outs {
-    c.fail("the condition must be known at import (an If on a run-time condition is not supported yet)");
-  }};
-  // Likewise Loop, unrolled when its trip count and condition are known at import.
-  t["Loop"] = {[](Ctx& c) -> Outs {
-    c.fail("the trip count and the condition must be known at import (the loop is unrolled)");
-  }};
+  // If, Loop and Scan hold subgraphs, which the importer converts itself (importer.cpp): an If or Loop
+  // known at import is inlined or unrolled, the rest become RLX's if, while and scan. These entries claim
+  // the ops and are not reached.
+  for (const char* op : {"If", "Loop", "Scan"})
+    t[op] = {[](Ctx& c) -> Outs { c.fail("control flow is converted by the importer, not the op table"); }};
   t["AffineGrid"] = {[](Ctx& c) -> Outs {
     // theta [N, k, k+1] times the homogeneous coordinates (x, y[, z], 1) of every output position, each in
     // [-1, 1] (pixel centres, or corners with align_corners).

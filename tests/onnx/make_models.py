@@ -109,9 +109,16 @@ np.save(os.path.join(GOOD, "mlp_x.npy"), x)  # `rlx run`'s input in tests/onnx/c
 
 
 # ---- models checked against ONNX's reference evaluator: <stem>.onnx, <stem>_in_<i>.pb, <stem>_out_<i>.pb ----
-def save_checked(m, stem, feeds):
+def save_checked(m, stem, feeds, outs=None):
+    """`outs` for a model ONNX's reference evaluator cannot run (it is then checked against ONNX Runtime)."""
     save(m, GOOD, stem + ".onnx")
-    outs = ReferenceEvaluator(m).run(None, feeds)
+    if outs is None:
+        outs = ReferenceEvaluator(m).run(None, feeds)
+    else:
+        import onnxruntime
+        got = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        for a, b in zip(got, outs):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     for i, (name, arr) in enumerate(feeds.items()):
         with open(os.path.join(GOOD, f"{stem}_in_{i}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(np.asarray(arr), name).SerializeToString())
@@ -143,3 +150,96 @@ save_checked(qdq, "qdq", {"x": qx})
 save(model([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, name="dq")], [vi("x", [2, 3], TensorProto.INT8)],
            [vi("y", [2, 3])], [numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "s")], opset=13),
      BAD, "dequantize_scale_extent.onnx")
+
+
+# ---- control flow on run-time values: If -> RLX's if, Loop -> while, Scan -> scan ----
+def graph(nodes, inputs, outputs, name, inits=()):
+    return helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+
+
+def scalar(name, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, [])
+
+
+# If on an input: the then branch reads a value of the enclosing graph computed at run time (b) and an
+# initializer; the else branch only x.
+if_then = graph([helper.make_node("Add", ["x", "b"], ["s"]), helper.make_node("Mul", ["s", "w"], ["t_out"])],
+                [], [vi("t_out", [3])], "then_g")
+if_else = graph([helper.make_node("Neg", ["x"], ["e_out"])], [], [vi("e_out", [3])], "else_g")
+if_rt = model(
+    [helper.make_node("Relu", ["x"], ["b"], name="relu"),
+     helper.make_node("If", ["c"], ["y"], then_branch=if_then, else_branch=if_else, name="branch")],
+    [scalar("c", TensorProto.BOOL), vi("x", [3])], [vi("y", [3])],
+    [numpy_helper.from_array(np.array([2.0, -1.0, 0.5], np.float32), "w")])
+xs3 = np.array([1.5, -2.0, 3.0], np.float32)
+save_checked(if_rt, "if_runtime", {"c": np.array(True), "x": xs3})
+save_checked(if_rt, "if_runtime_else", {"c": np.array(False), "x": xs3})
+os.remove(os.path.join(GOOD, "if_runtime_else.onnx"))  # the same model
+
+# Loop with a run-time trip count and a condition the body computes from a carried value and an input of the
+# enclosing graph (limit); the body holds an If on a run-time condition too.
+inner_then = graph([helper.make_node("Add", ["v_in", "one_f"], ["a_out"])], [], [vi("a_out", [2])], "inner_then")
+inner_else = graph([helper.make_node("Mul", ["v_in", "two_f"], ["m_out"])], [], [vi("m_out", [2])], "inner_else")
+loop_body = graph(
+    [helper.make_node("ReduceSum", ["v_in"], ["tot"], keepdims=0),
+     helper.make_node("Greater", ["tot", "ten"], ["big"]),
+     helper.make_node("If", ["big"], ["stepped"], then_branch=inner_then, else_branch=inner_else),
+     helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
+     helper.make_node("Add", ["stepped", "i_f"], ["v_out"]),
+     helper.make_node("ReduceSum", ["v_out"], ["tot_out"], keepdims=0),
+     helper.make_node("Less", ["tot_out", "limit"], ["cond_out"])],
+    [scalar("i", TensorProto.INT64), scalar("cond_in", TensorProto.BOOL), vi("v_in", [2])],
+    [scalar("cond_out", TensorProto.BOOL), vi("v_out", [2])], "loop_body",
+    [numpy_helper.from_array(np.array(1.0, np.float32), "one_f"), numpy_helper.from_array(np.array(2.0, np.float32), "two_f"),
+     numpy_helper.from_array(np.array(10.0, np.float32), "ten")])
+loop_rt = model(
+    [helper.make_node("Loop", ["m", "go", "v0"], ["v_final"], body=loop_body, name="loop"),
+     helper.make_node("Loop", ["m_known", "go", "v0"], ["v_known"], body=loop_body, name="loop_known_trips")],
+    [scalar("m", TensorProto.INT64), vi("v0", [2]), scalar("limit")], [vi("v_final", [2]), vi("v_known", [2])],
+    [numpy_helper.from_array(np.array(6, np.int64), "m_known"), numpy_helper.from_array(np.array(True), "go")])
+save_checked(loop_rt, "loop_runtime", {"m": np.array(20, np.int64), "v0": np.array([0.5, 1.0], np.float32),
+                                       "limit": np.array(200.0, np.float32)})
+save_checked(loop_rt, "loop_runtime_trips", {"m": np.array(3, np.int64), "v0": np.array([0.5, 1.0], np.float32),
+                                             "limit": np.array(200.0, np.float32)})
+os.remove(os.path.join(GOOD, "loop_runtime_trips.onnx"))
+
+# Scan along axis 1 in reverse, its output stacked along axis 1 and reversed, the body reading a weight of the
+# enclosing graph too large to be a constant (a param passed in as an operand).
+sw = (rng.standard_normal((40, 40)) * 0.2).astype(np.float32)
+scan_body = graph([helper.make_node("MatMul", ["s_in", "sw"], ["sm"]), helper.make_node("Add", ["sm", "x_t"], ["sa"]),
+                   helper.make_node("Tanh", ["sa"], ["s_out"]), helper.make_node("Mul", ["s_out", "x_t"], ["y_t"])],
+                  [vi("s_in", [40]), vi("x_t", [40])], [vi("s_out", [40]), vi("y_t", [40])], "scan_body")
+scan_rt = model(
+    [helper.make_node("Scan", ["s0", "xseq"], ["s_final", "ys"], body=scan_body, num_scan_inputs=1,
+                      scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1],
+                      scan_output_directions=[1], name="scan")],
+    [vi("s0", [40]), vi("xseq", [40, 3])], [vi("s_final", [40]), vi("ys", [40, 3])],
+    [numpy_helper.from_array(sw, "sw")], opset=16)
+s0 = rng.standard_normal(40).astype(np.float32)
+xseq = rng.standard_normal((40, 3)).astype(np.float32)
+s_np, ys_np = s0.copy(), np.zeros((40, 3), np.float32)
+for t in (2, 1, 0):  # the input scanned in reverse; the output prepended, so ys[:, t] is step t's
+    s_np = np.tanh(s_np @ sw + xseq[:, t])
+    ys_np[:, t] = s_np * xseq[:, t]
+save_checked(scan_rt, "scan_axes", {"s0": s0, "xseq": xseq}, [s_np, ys_np])
+
+# Errors: scan outputs of a loop with a run-time trip count; branches of different shapes; a carried value
+# that changes its shape.
+scan_out_body = graph([helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Identity", ["v_in"], ["v_out"]),
+                       helper.make_node("Identity", ["v_in"], ["v_scan"])],
+                      [scalar("i", TensorProto.INT64), scalar("c_in", TensorProto.BOOL), vi("v_in", [2])],
+                      [scalar("c_out", TensorProto.BOOL), vi("v_out", [2]), vi("v_scan", [2])], "body")
+save(model([helper.make_node("Loop", ["m", "", "v0"], ["v", "vs"], body=scan_out_body, name="loop")],
+           [scalar("m", TensorProto.INT64), vi("v0", [2])], [vi("v", [2]), vi("vs", [None, 2])]),
+     BAD, "loop_runtime_scan_outputs.onnx")
+save(model([helper.make_node("If", ["c"], ["y"], name="branch",
+                             then_branch=graph([helper.make_node("Identity", ["x"], ["t"])], [], [vi("t", [2])], "t"),
+                             else_branch=graph([helper.make_node("Concat", ["x", "x"], ["e"], axis=0)], [], [vi("e", [4])], "e"))],
+           [scalar("c", TensorProto.BOOL), vi("x", [2])], [vi("y", [None])]),
+     BAD, "if_branch_shapes.onnx")
+grow_body = graph([helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Concat", ["v_in", "v_in"], ["v_out"], axis=0)],
+                  [scalar("i", TensorProto.INT64), scalar("c_in", TensorProto.BOOL), vi("v_in", [None])],
+                  [scalar("c_out", TensorProto.BOOL), vi("v_out", [None])], "body")
+save(model([helper.make_node("Loop", ["m", "", "v0"], ["v"], body=grow_body, name="loop")],
+           [scalar("m", TensorProto.INT64), vi("v0", [2])], [vi("v", [None])]),
+     BAD, "loop_carried_shape.onnx")

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -47,23 +48,29 @@ std::string error_of(const fs::path& p, rlx::onnx::ImportOptions o = {}) {
   return "";
 }
 
-// Imports <stem>.onnx, runs it on <stem>_in_<i>.pb and compares every output with <stem>_out_<i>.pb (ONNX's
-// reference evaluator's, written by make_models.py): integers exactly, floats within `tol`.
-rlx::onnx::Model check_against_reference(const std::string& stem, double tol = 1e-5) {
+// Imports <stem>.onnx, runs it on <data>_in_<i>.pb (data defaults to stem) and compares every output with
+// <data>_out_<i>.pb (ONNX's reference evaluator's, written by make_models.py): integers exactly, floats
+// within `tol`.
+rlx::onnx::Model check_against_reference(const std::string& stem, std::string data = "", double tol = 1e-5) {
+  if (data.empty()) data = stem;
   auto m = rlx::onnx::import(kModels / (stem + ".onnx"));
   auto cg = rlx::runtime::Session(rlx::runtime::Device::Cpu).compile(m.graph);
   for (const auto& [name, value] : m.params) cg.set_param(name, value);
   std::map<std::string, rlx::ir::Tensor, std::less<>> inputs;
-  for (int i = 0; fs::exists(kModels / fmt::format("{}_in_{}.pb", stem, i)); ++i)
-    inputs.insert(rlx::onnx::read_tensor_proto(read_bytes(kModels / fmt::format("{}_in_{}.pb", stem, i))));
+  for (int i = 0; fs::exists(kModels / fmt::format("{}_in_{}.pb", data, i)); ++i)
+    inputs.insert(rlx::onnx::read_tensor_proto(read_bytes(kModels / fmt::format("{}_in_{}.pb", data, i))));
   const auto outs = cg.run(inputs);
-  EXPECT_FALSE(fs::exists(kModels / fmt::format("{}_out_{}.pb", stem, outs.size()))) << stem << ": too few outputs";
+  EXPECT_FALSE(fs::exists(kModels / fmt::format("{}_out_{}.pb", data, outs.size()))) << data << ": too few outputs";
   for (std::size_t i = 0; i < outs.size(); ++i) {
-    const auto want = read_tensor(kModels / fmt::format("{}_out_{}.pb", stem, i));
-    EXPECT_EQ(outs[i].dtype(), want.dtype()) << stem << " output " << i;
+    const auto want = read_tensor(kModels / fmt::format("{}_out_{}.pb", data, i));
+    EXPECT_EQ(outs[i].dtype(), want.dtype()) << data << " output " << i;
     expect_close(outs[i], want, rlx::ir::is_float(want.dtype()) ? tol : 0.0);
   }
   return m;
+}
+
+std::size_t count_ops(const rlx::ir::Graph& g, rlx::ir::OpKind op) {
+  return std::size_t(std::count_if(g.nodes().begin(), g.nodes().end(), [&](const auto& n) { return n.op == op; }));
 }
 
 }  // namespace
@@ -71,6 +78,32 @@ rlx::onnx::Model check_against_reference(const std::string& stem, double tol = 1
 TEST(OnnxImport, QuantizeDequantizePerAxisAndBlocked) {
   // Ties round to even, values past the type's range saturate; blocked scales repeat over a short last block.
   check_against_reference("qdq");
+}
+
+TEST(OnnxImport, IfOnARunTimeConditionBecomesAnRlxIf) {
+  // The then branch reads a run-time value of the enclosing graph (an operand of the if) and an initializer.
+  const auto m = check_against_reference("if_runtime");
+  check_against_reference("if_runtime", "if_runtime_else");
+  EXPECT_EQ(count_ops(m.graph, rlx::ir::OpKind::If), 1u);
+}
+
+TEST(OnnxImport, LoopOnRunTimeValuesBecomesAnRlxWhile) {
+  // One loop with a run-time trip count, one with a known one; both stop early on a condition the body
+  // computes from a run-time input of the enclosing graph, and the body holds an If on a run-time condition.
+  const auto m = check_against_reference("loop_runtime");
+  check_against_reference("loop_runtime", "loop_runtime_trips");  // the trip count ends the first loop
+  EXPECT_EQ(count_ops(m.graph, rlx::ir::OpKind::While), 2u);      // each loop's one used result
+  const auto report = rlx::onnx::report_text(m.report);
+  EXPECT_NE(report.find("Loop"), std::string::npos) << report;
+}
+
+TEST(OnnxImport, ScanBecomesAnRlxScan) {
+  // Along axis 1, reversed, its output stacked along axis 1 and reversed; the body reads a 40x40 weight of
+  // the enclosing graph, which stays a param and enters the scan as an operand.
+  const auto m = check_against_reference("scan_axes");
+  EXPECT_EQ(count_ops(m.graph, rlx::ir::OpKind::Scan), 2u);  // the final state and the stacked outputs
+  ASSERT_EQ(m.params.size(), 1u);
+  EXPECT_EQ(m.params[0].first, "sw");
 }
 
 TEST(OnnxImport, MlpWithSymbolicBatchMatchesOnnxReference) {
@@ -132,6 +165,9 @@ TEST(OnnxImport, MalformedFilesGiveClearErrors) {
       {"declared_shape.onnx", {"mismatched shapes", "output 'c'"}},
       {"unknown_opset.onnx", {"unknown opset 99", "ai.onnx"}},
       {"dequantize_scale_extent.onnx", {"node 'dq'", "DequantizeLinear", "per-axis scale", "2 entries"}},
+      {"loop_runtime_scan_outputs.onnx", {"node 'loop'", "(Loop", "scan outputs", "known at import"}},
+      {"if_branch_shapes.onnx", {"node 'branch'", "(If", "then body gives f32[2]", "else body f32[4]"}},
+      {"loop_carried_shape.onnx", {"node 'loop'", "(Loop", "loop-carried value 0 ('v0')", "f32[4]", "f32[2]"}},
       {"unsupported_op.onnx", {"node 'nms'", "NonMaxSuppression", "domain ai.onnx", "opset 17", "unsupported op"}},
   };
   for (const auto& [file, needles] : cases) {
