@@ -11,6 +11,7 @@
 
 #include "onnx/detail.hpp"
 #include "onnx/proto/onnx.pb.h"
+#include "rlx/ir/limits.hpp"
 
 namespace rlx::onnx::detail {
 
@@ -55,15 +56,68 @@ NodeId nll(Ctx& c, NodeId x, NodeId target, std::optional<NodeId> weight) {
   return c.g.div(total, c.g.sum(w, all));
 }
 
-// ScatterElements' rule on a flat [rows, inner]-style layout: `none` overwrites, `add` accumulates.
+// ScatterElements' rule: `none` overwrites, `add` accumulates (both over scatter_add). `mul`, `max` and `min`
+// compare every update with every position along the axis: a mask [.., updates j, positions k, ..] of
+// idx[.., j, ..] == k selects the updates each position receives, which reduce over j, and positions that
+// receive none keep their data.
 NodeId scatter(Ctx& c, NodeId data, NodeId idx, NodeId upd, std::int64_t axis, const std::string& reduction) {
   if (reduction == "add") return c.g.scatter_add(data, idx, upd, axis);
-  if (reduction != "none") c.fail(fmt::format("reduction '{}' is not supported (none, add)", reduction));
   const auto dt = c.g.node(data).dtype;
-  auto zeros = c.g.expand(c.g.scalar(0, dt), c.g.node(data).shape);
-  auto ones = c.g.expand(c.g.scalar(1, dt), c.g.node(upd).shape);
-  auto hit = c.g.binary(OpKind::Gt, c.g.scatter_add(zeros, idx, ones, axis), c.g.scalar(0, dt));
-  return c.g.where(hit, c.g.scatter_add(zeros, idx, upd, axis), data);
+  if (reduction == "none") {
+    auto zeros = c.g.expand(c.g.scalar(0, dt), c.g.node(data).shape);
+    auto ones = c.g.expand(c.g.scalar(1, dt), c.g.node(upd).shape);
+    auto hit = c.g.binary(OpKind::Gt, c.g.scatter_add(zeros, idx, ones, axis), c.g.scalar(0, dt));
+    return c.g.where(hit, c.g.scatter_add(zeros, idx, upd, axis), data);
+  }
+  OpKind reduce, combine;
+  if (reduction == "mul") {
+    reduce = OpKind::ReduceProd, combine = OpKind::Mul;
+  } else if (reduction == "max") {
+    reduce = OpKind::ReduceMax, combine = OpKind::Max;
+  } else if (reduction == "min") {
+    reduce = OpKind::ReduceMin, combine = OpKind::Min;
+  } else {
+    c.fail(fmt::format("reduction '{}' is not none, add, mul, max or min", reduction));
+  }
+  const auto ds = ext(c, data), is = ext(c, idx);
+  const auto a = std::size_t(axis);
+  for (std::size_t i = 0; i < ds.size(); ++i)
+    if (i != a && is[i] > ds[i]) c.fail("indices reach past the data's extents");
+  I64s wide = is;  // [.., j, k, ..]
+  wide.insert(wide.begin() + std::ptrdiff_t(a) + 1, ds[a]);
+  ir::limits::check_allocation(ir::limits::checked_mul(ir::Shape(wide).numel(), 8, "a scatter's mask"),
+                               "a scatter's mask (updates x positions)");
+  auto mask = c.g.binary(OpKind::Eq, c.g.expand(c.g.unsqueeze(idx, {axis + 1}), ir::Shape(wide)),
+                         c.g.iota(ir::Shape(wide), axis + 1, ir::DType::I64));
+  // The reduction's identity fills the pairs that do not match: 1 for the product, the lowest value for max
+  // and the highest for min.
+  double identity = 1;
+  if (reduce != OpKind::ReduceProd) {
+    const bool lowest = reduce == OpKind::ReduceMax;
+    if (ir::is_float(dt))
+      identity = lowest ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+    else if (dt == ir::DType::I8)
+      identity = lowest ? -128 : 127;
+    else if (dt == ir::DType::U8)
+      identity = lowest ? 0 : 255;
+    else if (dt == ir::DType::I32)
+      identity = lowest ? -2147483648.0 : 2147483647.0;
+    else if (dt == ir::DType::I64)
+      identity = lowest ? -9223372036854775808.0 : 9223372036854775807.0;
+    else
+      c.fail(fmt::format("reduction '{}' on {} is not supported", reduction, ir::dtype_name(dt)));
+  }
+  auto upd_w = c.g.expand(c.g.unsqueeze(upd, {axis + 1}), ir::Shape(wide));
+  auto fill = c.g.expand(c.g.scalar(identity, dt), ir::Shape(wide));
+  auto got = c.g.reduce(reduce, c.g.where(mask, upd_w, fill), {axis});  // idx's extents, ds[a] along the axis
+  auto hit = c.g.reduce(OpKind::ReduceMax, c.g.cast(mask, ir::DType::I32), {axis});
+  I64s pads(2 * ds.size(), 0);  // positions past idx's extents receive nothing
+  for (std::size_t i = 0; i < ds.size(); ++i)
+    if (i != a) pads[ds.size() + i] = ds[i] - is[i];
+  got = c.g.pad(got, pads, reduce == OpKind::ReduceProd ? 1 : 0);
+  hit = c.g.pad(hit, pads, 0);
+  auto combined = c.g.binary(combine, data, got);
+  return c.g.where(c.g.binary(OpKind::Gt, hit, c.g.scalar(0, ir::DType::I32)), combined, data);
 }
 
 NodeId scatter_elements(Ctx& c) {
@@ -120,11 +174,14 @@ Outs topk(Ctx& c) {
 
 // Einsum over single letters: every operand permuted and reshaped onto all the letters (output letters
 // first), multiplied with broadcasting, then summed over the contracted ones.
+// Einsum: each operand's letters laid out along one list of all the letters, the operands multiplied
+// broadcast over it, the letters not in the output summed. An ellipsis stands for unnamed letters, aligned
+// from the right across the operands as numpy broadcasts; a letter repeated within one operand takes the
+// diagonal first.
 NodeId einsum(Ctx& c) {
   std::string eq;
   for (char ch : c.attr_str("equation", ""))
     if (ch != ' ') eq += ch;
-  if (eq.find('.') != std::string::npos) c.fail("ellipses are not supported");
   const auto arrow = eq.find("->");
   std::vector<std::string> terms;
   const std::string lhs = eq.substr(0, arrow);
@@ -135,15 +192,44 @@ NodeId einsum(Ctx& c) {
     at = comma + 1;
   }
   if (terms.size() != c.num_inputs()) c.fail("the equation's operands do not match the inputs");
+  // The ellipsis' letters: chars no equation uses, the last ones shared by operands with fewer dims.
+  auto dots = [&](const std::string& t) {
+    const auto at = t.find("...");
+    if (at != std::string::npos && t.find('.', at + 3) != std::string::npos) c.fail("a term has two ellipses");
+    if (at == std::string::npos && t.find('.') != std::string::npos) c.fail("a '.' outside an ellipsis");
+    return at;
+  };
+  std::size_t ell = 0;
+  for (std::size_t i = 0; i < terms.size(); ++i)
+    if (dots(terms[i]) != std::string::npos) {
+      if (c.rank(i) + 3 < terms[i].size()) c.fail(fmt::format("operand {} has fewer dims than its term", i));
+      ell = std::max(ell, c.rank(i) + 3 - terms[i].size());
+    }
+  if (ell > 64) c.fail("an ellipsis over 64 dims");
+  auto unnamed = [&](std::size_t n) {
+    std::string u;
+    for (std::size_t k = ell - n; k < ell; ++k) u += char(0x80 + k);
+    return u;
+  };
+  for (std::size_t i = 0; i < terms.size(); ++i)
+    if (const auto at = dots(terms[i]); at != std::string::npos)
+      terms[i] = terms[i].substr(0, at) + unnamed(c.rank(i) + 3 - terms[i].size()) + terms[i].substr(at + 3);
   std::string out;
   if (arrow != std::string::npos) {
     out = eq.substr(arrow + 2);
+    if (const auto at = dots(out); at != std::string::npos) out = out.substr(0, at) + unnamed(ell) + out.substr(at + 3);
   } else {
     std::map<char, int> count;
     for (const auto& t : terms)
-      for (char ch : t) count[ch]++;
+      for (char ch : t) count[ch]++;  // a letter repeated in one operand is summed too ("ii": the trace)
+    out = unnamed(ell);
     for (auto [ch, n] : count)
-      if (n == 1) out += ch;
+      if (n == 1 && (unsigned char)(ch) < 0x80) out += ch;
+  }
+  for (std::size_t a = 0; a < out.size(); ++a) {
+    bool used = false;
+    for (const auto& t : terms) used = used || t.find(out[a]) != std::string::npos;
+    if (out.find(out[a]) != a || !used) c.fail("an output letter is repeated or in no operand");
   }
   std::string letters = out;
   for (const auto& t : terms)
@@ -151,13 +237,26 @@ NodeId einsum(Ctx& c) {
       if (letters.find(ch) == std::string::npos) letters += ch;
   std::optional<NodeId> acc;
   for (std::size_t i = 0; i < terms.size(); ++i) {
-    const auto& term = terms[i];
+    auto term = terms[i];
     auto x = c.in(i);
-    const auto sh = c.shape(i);
+    auto sh = c.shape(i);
     if (term.size() != sh.size())
       c.fail(fmt::format("operand {} has rank {}, its term '{}' has {} letters", i, sh.size(), term, term.size()));
-    for (std::size_t a = 0; a < term.size(); ++a)
-      if (term.find(term[a]) != a) c.fail("a letter repeated within one operand (a diagonal) is not supported");
+    // A repeated letter: the diagonal (x times the identity over the two axes, summed over the second).
+    for (std::size_t q = 0; q < term.size(); ++q) {
+      const auto p = term.find(term[q]);
+      if (p == q) continue;
+      if (sh[p] != sh[q])
+        c.fail(fmt::format("the letter '{}' of operand {} has extents {} and {}", term[q], i, sh[p], sh[q]));
+      I64s eye_sh(sh.size(), 1);
+      eye_sh[p] = eye_sh[q] = sh[p];
+      auto eye = c.g.binary(OpKind::Eq, c.g.iota(ir::Shape(eye_sh), std::int64_t(p)),
+                            c.g.iota(ir::Shape(eye_sh), std::int64_t(q)));
+      x = c.g.sum(c.g.mul(x, c.g.cast(eye, c.dtype(i))), {std::int64_t(q)});
+      term.erase(q, 1);
+      sh.erase(sh.begin() + std::ptrdiff_t(q));
+      --q;
+    }
     I64s perm, full;
     for (char ch : letters) {
       const auto at = term.find(ch);

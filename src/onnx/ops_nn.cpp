@@ -99,7 +99,9 @@ Window window(Ctx& c, const I64s& in, const I64s& kernel) {
 // elements under it when count_include_pad is 0.
 enum class Pool : std::uint8_t { Max, Average, Lp };
 
-NodeId pool(Ctx& c, Pool kind) {
+// `argmax`, for MaxPool's Indices output: each maximum's flat index in the input (the first of equal
+// maxima, row-major over the spatial dims, or column-major with storage_order 1; padding not counted).
+NodeId pool(Ctx& c, Pool kind, std::optional<NodeId>* argmax = nullptr) {
   const bool is_max = kind == Pool::Max;
   auto x = c.in(0);
   const auto p_norm = double(c.attr_int("p", 2));
@@ -155,6 +157,25 @@ NodeId pool(Ctx& c, Pool kind) {
     if (std::any_of(extra.begin(), extra.end(), [](auto v) { return v != 0; })) o = c.g.pad(o, tail, 0.0);
     ones = o;
   }
+  std::optional<NodeId> pos, best;  // the flat spatial index of each padded position (-1 in the padding)
+  if (argmax) {
+    I64s pos_sh{1, 1};
+    pos_sh.insert(pos_sh.end(), in.begin(), in.end());
+    ir::Tensor t(ir::DType::I64, pos_sh);
+    const bool column_major = c.attr_int("storage_order", 0) != 0;
+    for (std::int64_t e = 0; e < t.numel(); ++e) {
+      std::int64_t rest = e, flat = 0, stride = 1;
+      I64s at(s);
+      for (std::size_t i = s; i-- > 0;) at[i] = rest % in[i], rest /= in[i];
+      for (std::size_t j = 0; j < s; ++j) {
+        const std::size_t i = column_major ? j : s - 1 - j;
+        flat += at[i] * stride;
+        stride *= in[i];
+      }
+      t.set(e, double(flat));
+    }
+    pos = any_pad ? c.g.pad(c.constant(t), pads, -1) : c.constant(t);
+  }
   std::optional<NodeId> acc, cnt;
   I64s offs(s, 0);
   I64s axes(s);
@@ -166,6 +187,10 @@ NodeId pool(Ctx& c, Pool kind) {
       en[i] = st[i] + (out[i] - 1) * w.strides[i] + 1;
     }
     auto part = c.g.slice(padded, axes, st, en, w.strides);
+    if (pos) {
+      auto p = c.g.slice(*pos, axes, st, en, w.strides);
+      best = !best ? c.g.expand(p, ir::Shape(ext(c, part))) : c.g.where(c.g.binary(OpKind::Gt, part, *acc), p, *best);
+    }
     acc = !acc ? part : is_max ? c.g.binary(OpKind::Max, *acc, part) : c.g.add(*acc, part);
     if (ones) {
       auto cp = c.g.slice(*ones, axes, st, en, w.strides);
@@ -177,6 +202,15 @@ NodeId pool(Ctx& c, Pool kind) {
       offs[i] = 0;
     }
     if (i == std::size_t(-1)) break;
+  }
+  if (argmax) {  // plus (n * C + c) * the spatial size
+    std::int64_t spatial = 1;
+    for (auto e : in) spatial *= e;
+    I64s base_sh(sh.size(), 1);
+    base_sh[0] = sh[0], base_sh[1] = sh[1];
+    ir::Tensor base(ir::DType::I64, base_sh);
+    for (std::int64_t e = 0; e < base.numel(); ++e) base.set(e, double(e * spatial));
+    *argmax = c.g.add(*best, c.constant(base));
   }
   if (is_max) return *acc;
   if (kind == Pool::Lp) return c.g.binary(OpKind::Pow, *acc, k(c, 1.0 / p_norm, *acc));
@@ -445,13 +479,30 @@ void register_nn(Table& t) {
     return {c.g.mul(y, c.in(1))};
   }};
   t["BatchNormalization"] = {[](Ctx& c) -> Outs {
-    if (c.attr_int("training_mode", 0) != 0) c.fail("training_mode is not supported (inference only)");
     auto x = c.in(0);
     const auto r = c.rank(0);
     if (r < 2) c.fail("the input must be [N, C, ...]");
     auto pc = [&](std::size_t i) { return per_channel(c, c.in(i), r); };
-    auto inv = c.g.unary(OpKind::Rsqrt, c.g.add(pc(4), k(c, c.attr_float("epsilon", 1e-5), x)));
-    return {c.g.add(c.g.mul(c.g.mul(c.g.sub(x, pc(3)), inv), pc(1)), pc(2))};
+    const auto eps = k(c, c.attr_float("epsilon", 1e-5), x);
+    if (c.attr_int("training_mode", 0) == 0) {
+      auto inv = c.g.unary(OpKind::Rsqrt, c.g.add(pc(4), eps));
+      return {c.g.add(c.g.mul(c.g.mul(c.g.sub(x, pc(3)), inv), pc(1)), pc(2))};
+    }
+    // Training mode (opset 14+): normalized with the batch's statistics (the population variance), and
+    // the running mean and variance moved toward them by 1 - momentum.
+    I64s axes{0};
+    for (std::size_t i = 2; i < r; ++i) axes.push_back(std::int64_t(i));
+    auto mean = c.g.mean(x, axes, true);
+    auto centered = c.g.sub(x, mean);
+    auto var = c.g.mean(c.g.mul(centered, centered), axes, true);
+    auto y = c.g.add(c.g.mul(c.g.mul(centered, c.g.unary(OpKind::Rsqrt, c.g.add(var, eps))), pc(1)), pc(2));
+    const double momentum = c.attr_float("momentum", 0.9);
+    auto running = [&](std::size_t i, NodeId batch) {
+      auto b = c.g.reshape(batch, I64s{c.shape(0)[1]});
+      auto prev = cast_to(c, c.in(i), c.g.node(b).dtype);
+      return cast_to(c, c.g.add(c.g.mul(prev, k(c, momentum, b)), c.g.mul(b, k(c, 1 - momentum, b))), c.dtype(i));
+    };
+    return {y, running(3, mean), running(4, var)};
   }};
   t["InstanceNormalization"] = {[](Ctx& c) -> Outs {
     auto x = c.in(0);
@@ -605,8 +656,10 @@ void register_nn(Table& t) {
     return {c.g.conv2d(x, w, bias, {1, 1}, {0, 0}, dil, group)};
   }};
   t["MaxPool"] = {[](Ctx& c) -> Outs {
-    if (c.attr_int("storage_order", 0) != 0) c.fail("storage_order 1 is not supported");
-    return {pool(c, Pool::Max)};
+    if (c.num_outputs() < 2) return {pool(c, Pool::Max)};
+    std::optional<NodeId> indices;
+    auto y = pool(c, Pool::Max, &indices);
+    return {y, indices};
   }};
   t["AveragePool"] = {[](Ctx& c) -> Outs { return {pool(c, Pool::Average)}; }};
   t["LpPool"] = {[](Ctx& c) -> Outs { return {pool(c, Pool::Lp)}; }};

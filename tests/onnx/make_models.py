@@ -243,3 +243,37 @@ grow_body = graph([helper.make_node("Identity", ["c_in"], ["c_out"]), helper.mak
 save(model([helper.make_node("Loop", ["m", "", "v0"], ["v"], body=grow_body, name="loop")],
            [scalar("m", TensorProto.INT64), vi("v0", [2])], [vi("v", [None])]),
      BAD, "loop_carried_shape.onnx")
+
+
+# Einsum with ellipses of different ranks, an implicit output, a trace and a batched diagonal; scatters with
+# the mul/max/min reductions over repeated indices (int32 and float); MaxPool's argmax indices with padding.
+misc = model(
+    [
+        helper.make_node("Einsum", ["ea", "eb"], ["e_mm"], equation="...ij,...jk->...ik", name="ellipsis"),
+        helper.make_node("Einsum", ["ea", "ec"], ["e_implicit"], equation="bij,jk", name="implicit"),
+        helper.make_node("Einsum", ["sq"], ["e_trace"], equation="ii", name="trace"),
+        helper.make_node("Einsum", ["bsq"], ["e_diag"], equation="...ii->...i", name="diagonal"),
+        helper.make_node("ScatterElements", ["sd", "si", "su"], ["s_max"], axis=0, reduction="max", name="smax"),
+        helper.make_node("ScatterElements", ["sd", "si", "su"], ["s_min"], axis=0, reduction="min", name="smin"),
+        helper.make_node("ScatterElements", ["fd", "fi", "fu"], ["s_mul"], axis=1, reduction="mul", name="smul"),
+        helper.make_node("MaxPool", ["px"], ["p_y", "p_i"], kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 0, 0],
+                         name="pool"),
+    ],
+    [vi("ea", [2, 3, 4]), vi("eb", [4, 5]), vi("ec", [4, 5]), vi("sq", [3, 3]), vi("bsq", [2, 3, 3]),
+     vi("sd", [3, 4], TensorProto.INT32), vi("su", [2, 4], TensorProto.INT32), vi("fd", [2, 3]), vi("fu", [2, 4]),
+     vi("px", [1, 2, 3, 3])],
+    [vi("e_mm", [2, 3, 5]), vi("e_implicit", [2, 3, 5]), vi("e_trace", []), vi("e_diag", [2, 3]),
+     vi("s_max", [3, 4], TensorProto.INT32), vi("s_min", [3, 4], TensorProto.INT32), vi("s_mul", [2, 3]),
+     vi("p_y", [1, 2, 2, 2]), vi("p_i", [1, 2, 2, 2], TensorProto.INT64)],
+    [numpy_helper.from_array(np.array([[0, 1, 0, 2], [0, 1, 1, 2]], np.int64), "si"),
+     numpy_helper.from_array(np.array([[2, 0, 2, 1], [1, 1, 2, 0]], np.int64), "fi")],
+    opset=18,
+)
+px = np.array([1, 5, 5, 2, 0, 3, 4, 4, 1, 9, 8, 9, 7, 7, 6, 9, 2, 2], np.float32).reshape(1, 2, 3, 3)
+save_checked(misc, "misc_ops", {
+    "ea": rng.standard_normal((2, 3, 4)).astype(np.float32), "eb": rng.standard_normal((4, 5)).astype(np.float32),
+    "ec": rng.standard_normal((4, 5)).astype(np.float32), "sq": rng.standard_normal((3, 3)).astype(np.float32),
+    "bsq": rng.standard_normal((2, 3, 3)).astype(np.float32),
+    "sd": rng.integers(-50, 50, (3, 4)).astype(np.int32), "su": rng.integers(-50, 50, (2, 4)).astype(np.int32),
+    "fd": rng.standard_normal((2, 3)).astype(np.float32), "fu": rng.standard_normal((2, 4)).astype(np.float32),
+    "px": px})

@@ -81,6 +81,12 @@ TEST(OnnxImport, QuantizeDequantizePerAxisAndBlocked) {
   check_against_reference("qdq");
 }
 
+TEST(OnnxImport, EinsumScatterReductionsAndPoolIndices) {
+  // Einsum with ellipses of different ranks, an implicit output, a trace and a batched diagonal; ScatterElements
+  // with max/min (int32) and mul over repeated indices; MaxPool's Indices output with padding and ties.
+  check_against_reference("misc_ops");
+}
+
 TEST(OnnxImport, IfOnARunTimeConditionBecomesAnRlxIf) {
   // The then branch reads a run-time value of the enclosing graph (an operand of the if) and an initializer.
   const auto m = check_against_reference("if_runtime");
