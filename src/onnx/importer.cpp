@@ -520,8 +520,8 @@ class Importer {
                                       : g_->scalar(1, ir::DType::Bool)};
     std::vector<std::pair<std::string, ir::TypeInfo>> inputs{{body.input(0).name(), i64}, {body.input(1).name(), flag}};
     for (int j = 0; j < carried; ++j) {
-      if (!ins[std::size_t(2 + j)]) throw Error(where + ": a loop-carried input is missing");
-      init.push_back(materialize(n.input(2 + j), *ins[std::size_t(2 + j)]));
+      if (!ins[std::size_t(j) + 2]) throw Error(where + ": a loop-carried input is missing");
+      init.push_back(materialize(n.input(2 + j), *ins[std::size_t(j) + 2]));
       inputs.emplace_back(body.input(2 + j).name(),
                           ir::TypeInfo{g_->node(init.back()).dtype, g_->node(init.back()).shape});
     }
@@ -539,15 +539,15 @@ class Importer {
       std::vector<NodeId> next{g_->add(*values_.at(iter_name).node, g_->scalar(1, ir::DType::I64)),
                                bool_scalar(outs[0], where, "the body's condition output")};
       for (int j = 0; j < carried; ++j) {
-        const auto& have = g_->node(outs[std::size_t(1 + j)]);
-        const auto& want = inputs[std::size_t(2 + j)].second;
+        const auto& have = g_->node(outs[std::size_t(j) + 1]);
+        const auto& want = inputs[std::size_t(j) + 2].second;
         if (have.dtype != want.dtype || have.shape != want.shape)
           throw Error(
               fmt::format("{}: loop-carried value {} ('{}'): the body gives {}{} for it, but it enters the "
                           "loop as {}{} (a run-time loop keeps each carried value's type)",
                           where, j, n.input(2 + j), ir::dtype_name(have.dtype), have.shape.str(),
                           ir::dtype_name(want.dtype), want.shape.str()));
-        next.push_back(outs[std::size_t(1 + j)]);
+        next.push_back(outs[std::size_t(j) + 1]);
       }
       return next;
     });
@@ -557,7 +557,7 @@ class Importer {
     const NodeId ci = cond.input("iteration", i64.shape, i64.dtype);
     NodeId keep_on = cond.input("condition", flag.shape, flag.dtype);
     for (int j = 0; j < carried; ++j) {
-      const auto& t = inputs[std::size_t(2 + j)].second;
+      const auto& t = inputs[std::size_t(j) + 2].second;
       cond.input(fmt::format("carried{}", j), t.shape, t.dtype);
     }
     if (trip_count)
@@ -573,7 +573,7 @@ class Importer {
       throw Error(fmt::format("{}: {}", where, e.what()));
     }
     for (int j = 0; j < n.output_size(); ++j)
-      if (!n.output(j).empty()) values_[n.output(j)] = Value{outs[std::size_t(2 + j)], nullptr};
+      if (!n.output(j).empty()) values_[n.output(j)] = Value{outs[std::size_t(j) + 2], nullptr};
     report_.push_back({n.name(), n.op_type(), "ai.onnx", NodeReport::Fate::Mapped,
                        max_trips >= 0 ? fmt::format("while (at most {} iterations)", max_trips)
                                       : std::string("while (trip count known at run time)")});
