@@ -48,6 +48,39 @@ def test_a_conv_net_matches_onnx_reference(tmp_path, rng):
     assert g.onnx_opsets == {"ai.onnx": 17}
 
 
+def test_a_loop_on_a_run_time_trip_count_runs_as_a_while(tmp_path, rng):
+    # The trip count and a weight of the enclosing graph (a param, passed into the body) reach the loop at run
+    # time; a Scan beside it becomes RLX's scan.
+    scalar = lambda n, t=TensorProto.FLOAT: helper.make_tensor_value_info(n, t, [])  # noqa: E731
+    vec = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
+    w = (rng.standard_normal((8, 8)) * 0.3).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["v_in", "w"], ["mm"]), helper.make_node("Tanh", ["mm"], ["v_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "body", [scalar("i", TensorProto.INT64), scalar("c_in", TensorProto.BOOL), vec("v_in", [8])],
+        [scalar("c_out", TensorProto.BOOL), vec("v_out", [8])])
+    scan_body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["y_t"])],
+        "scan_body", [vec("s_in", [8]), vec("x_t", [8])], [vec("s_out", [8]), vec("y_t", [8])])
+    p, m = save(tmp_path, [
+        helper.make_node("Loop", ["m", "", "v0"], ["v"], body=body),
+        helper.make_node("Scan", ["v", "xs"], ["s", "ys"], body=scan_body, num_scan_inputs=1),
+    ], [scalar("m", TensorProto.INT64), vec("v0", [8]), vec("xs", [3, 8])], [vec("s", [8]), vec("ys", [3, 8])],
+        [onnx.numpy_helper.from_array(w, "w")])
+    g = rlx.import_onnx(p, max_constant_elements=16)
+    assert set(g.param_values) == {"w"}
+    cg = rlx.Session("cpu").compile(g)
+    v0, xs = rng.standard_normal(8).astype(np.float32), rng.standard_normal((3, 8)).astype(np.float32)
+    for trips in (0, 1, 5):
+        have = cg.run({"m": np.array(trips, np.int64), "v0": v0, "xs": xs})
+        v = v0
+        for _ in range(trips):
+            v = np.tanh(v @ w)
+        ys = v + np.cumsum(xs, axis=0)
+        np.testing.assert_allclose(have[0], ys[-1], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(have[1], ys, rtol=1e-5, atol=1e-5)
+
+
 def test_errors_name_the_node_op_domain_and_opset(tmp_path):
     p, _ = save(tmp_path, [helper.make_node("Unique", ["x"], ["y"], name="uniq")],
                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],

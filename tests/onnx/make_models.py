@@ -147,8 +147,9 @@ qdq = model(
     opset=21,
 )
 save_checked(qdq, "qdq", {"x": qx})
-save(model([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, name="dq")], [vi("x", [2, 3], TensorProto.INT8)],
-           [vi("y", [2, 3])], [numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "s")], opset=13),
+save(model([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, name="dq")],
+           [vi("x", [2, 3], TensorProto.INT8)], [vi("y", [2, 3])],
+           [numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "s")], opset=13),
      BAD, "dequantize_scale_extent.onnx")
 
 
@@ -190,7 +191,8 @@ loop_body = graph(
      helper.make_node("Less", ["tot_out", "limit"], ["cond_out"])],
     [scalar("i", TensorProto.INT64), scalar("cond_in", TensorProto.BOOL), vi("v_in", [2])],
     [scalar("cond_out", TensorProto.BOOL), vi("v_out", [2])], "loop_body",
-    [numpy_helper.from_array(np.array(1.0, np.float32), "one_f"), numpy_helper.from_array(np.array(2.0, np.float32), "two_f"),
+    [numpy_helper.from_array(np.array(1.0, np.float32), "one_f"),
+     numpy_helper.from_array(np.array(2.0, np.float32), "two_f"),
      numpy_helper.from_array(np.array(10.0, np.float32), "ten")])
 loop_rt = model(
     [helper.make_node("Loop", ["m", "go", "v0"], ["v_final"], body=loop_body, name="loop"),
@@ -225,7 +227,8 @@ save_checked(scan_rt, "scan_axes", {"s0": s0, "xseq": xseq}, [s_np, ys_np])
 
 # Errors: scan outputs of a loop with a run-time trip count; branches of different shapes; a carried value
 # that changes its shape.
-scan_out_body = graph([helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Identity", ["v_in"], ["v_out"]),
+scan_out_body = graph([helper.make_node("Identity", ["c_in"], ["c_out"]),
+                       helper.make_node("Identity", ["v_in"], ["v_out"]),
                        helper.make_node("Identity", ["v_in"], ["v_scan"])],
                       [scalar("i", TensorProto.INT64), scalar("c_in", TensorProto.BOOL), vi("v_in", [2])],
                       [scalar("c_out", TensorProto.BOOL), vi("v_out", [2]), vi("v_scan", [2])], "body")
@@ -234,10 +237,12 @@ save(model([helper.make_node("Loop", ["m", "", "v0"], ["v", "vs"], body=scan_out
      BAD, "loop_runtime_scan_outputs.onnx")
 save(model([helper.make_node("If", ["c"], ["y"], name="branch",
                              then_branch=graph([helper.make_node("Identity", ["x"], ["t"])], [], [vi("t", [2])], "t"),
-                             else_branch=graph([helper.make_node("Concat", ["x", "x"], ["e"], axis=0)], [], [vi("e", [4])], "e"))],
+                             else_branch=graph([helper.make_node("Concat", ["x", "x"], ["e"], axis=0)], [],
+                                               [vi("e", [4])], "e"))],
            [scalar("c", TensorProto.BOOL), vi("x", [2])], [vi("y", [None])]),
      BAD, "if_branch_shapes.onnx")
-grow_body = graph([helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Concat", ["v_in", "v_in"], ["v_out"], axis=0)],
+grow_body = graph([helper.make_node("Identity", ["c_in"], ["c_out"]),
+                   helper.make_node("Concat", ["v_in", "v_in"], ["v_out"], axis=0)],
                   [scalar("i", TensorProto.INT64), scalar("c_in", TensorProto.BOOL), vi("v_in", [None])],
                   [scalar("c_out", TensorProto.BOOL), vi("v_out", [None])], "body")
 save(model([helper.make_node("Loop", ["m", "", "v0"], ["v"], body=grow_body, name="loop")],
