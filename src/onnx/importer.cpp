@@ -276,6 +276,9 @@ class Importer {
     // Past 4096 the unrolling stops with an error anyway; clamping first keeps the cast defined.
     const std::int64_t trips = has_m ? std::int64_t(std::clamp(ins[0]->value->get(0), -1.0, 4097.0)) : 4097;
     bool cond = !has_cond || ins[1]->value->get(0) != 0;
+    // Without scan outputs, a trip count over 4096 goes straight to the while; with them the unrolling is
+    // still tried, as the body's condition may end the loop sooner.
+    if (scans == 0 && has_m && trips > 4096 && cond) return false;
     std::vector<Value> state;
     for (std::size_t j = 2; j < ins.size(); ++j) {
       if (!ins[j]) throw Error(where + ": a loop-carried input is missing");

@@ -282,3 +282,15 @@ save_checked(misc, "misc_ops", {
     "sd": rng.integers(-50, 50, (3, 4)).astype(np.int32), "su": rng.integers(-50, 50, (2, 4)).astype(np.int32),
     "fd": rng.standard_normal((2, 3)).astype(np.float32), "fu": rng.standard_normal((2, 4)).astype(np.float32),
     "px": px})
+
+# A loop whose trip count and conditions are known at import, but too long to unroll: a while of 5000 trips.
+count_body = graph([helper.make_node("Identity", ["c_in"], ["c_out"]),
+                    helper.make_node("Add", ["v_in", "step"], ["v_out"])],
+                   [scalar("i", TensorProto.INT64), scalar("c_in", TensorProto.BOOL), vi("v_in", [2])],
+                   [scalar("c_out", TensorProto.BOOL), vi("v_out", [2])], "count_body")
+loop_long = model([helper.make_node("Loop", ["m_long", "", "v0"], ["v"], body=count_body, name="long_loop")],
+                  [vi("v0", [2])], [vi("v", [2])],
+                  [numpy_helper.from_array(np.array(5000, np.int64), "m_long"),
+                   numpy_helper.from_array(np.array([0.5, -1.0], np.float32), "step")])
+save_checked(loop_long, "loop_long", {"v0": np.array([1.0, 2.0], np.float32)},
+             [np.array([2501.0, -4998.0], np.float32)])

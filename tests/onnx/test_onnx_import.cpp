@@ -102,6 +102,11 @@ TEST(OnnxImport, LoopOnRunTimeValuesBecomesAnRlxWhile) {
   EXPECT_EQ(count_ops(m.graph, rlx::ir::OpKind::While), 2u);      // each loop's one used result
   const auto report = rlx::onnx::report_text(m.report);
   EXPECT_NE(report.find("Loop"), std::string::npos) << report;
+  // Known at import but past 4096 iterations: a while with max_trip_count 5000, not an unrolling.
+  const auto long_loop = check_against_reference("loop_long");
+  EXPECT_EQ(count_ops(long_loop.graph, rlx::ir::OpKind::While), 1u);
+  ASSERT_FALSE(long_loop.report.empty());
+  EXPECT_EQ(long_loop.report.back().detail, "while (at most 5000 iterations)");
 }
 
 TEST(OnnxImport, ScanBecomesAnRlxScan) {
