@@ -7,6 +7,8 @@
 #   bash bench/gpu.sh run                there: unpacks the loader and the build, runs the Vulkan conformance
 #                                        suites and vulkan_bench, then bench/gpu_peers.py (PyTorch); results
 #                                        also go to $OUT when it is set
+#   bash bench/gpu.sh cuda               there: unpacks the build and runs the conformance suites on the CUDA
+#                                        backend (docs/backends/cuda.md)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,7 @@ pack() {
   local bins=("$build/vulkan_bench" "$build/tests/conformance_test_op_parity" "$build/tests/conformance_test_random_graphs"
               "$build/tests/conformance_test_errors")
   mapfile -t -O ${#bins[@]} bins < <(find "$build/tests" -maxdepth 1 -type f -executable -name 'vulkan_test_*')
+  [ -x "$build/cuda_bench" ] && bins+=("$build/cuda_bench")
   cp "${bins[@]}" "$stage/bin/"
   cp "$build/librlx.so" "$stage/lib/"
   # Non-system libraries the binaries load (the GPU machine's glibc and libstdc++ are newer than ours).
@@ -66,8 +69,38 @@ run() {
   PYTHONUNBUFFERED=1 python3 bench/gpu_peers.py --rlx "$out/rlx_bench.txt" | tee "$out/table.txt"
 }
 
+cuda() {
+  local out=${OUT:-/tmp/rlx-out} r=/tmp/rlx
+  mkdir -p "$out" "$r"
+  tar xJf .gpu/rlx-gpu.tar.xz -C "$r"
+  export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$r/cache
+  nvidia-smi -L
+  echo "## cuda_bench"
+  timeout 120 "$r/bin/cuda_bench" | tee "$out/cuda_bench.txt"
+  echo "## RLX CUDA vs PyTorch"
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/gpu_peers.py --rlx "$out/cuda_bench.txt" --label "RLX CUDA" |
+    tee "$out/table.txt"
+  # NVRTC's time (tens of ms per kernel) dominates the suites: each binary runs as gtest shards, one per core.
+  local shards
+  shards=$(nproc)
+  echo "## conformance on CUDA ($shards shards per binary)"
+  for b in conformance_test_op_parity conformance_test_random_graphs conformance_test_errors; do
+    local t0=$SECONDS
+    for ((i = 0; i < shards; i++)); do
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${RLX_GPU_TIMEOUT:-400}" "$r/bin/$b" \
+        --gtest_filter='*cuda*:-*CudaCodegen*' --gtest_brief=1 >"$out/$b.$i.log" 2>&1 &
+    done
+    wait
+    cat "$out/$b".*.log >"$out/$b.log" && rm -f "$out/$b".*.log
+    echo "$b: $((SECONDS - t0)) s | passed $(grep -hoE '^\[  PASSED  \] [0-9]+' "$out/$b.log" | awk '{s+=$4} END {print s+0}')" \
+      "| failed $(grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | wc -l) | skipped $(grep -cE '^\[  SKIPPED \] [A-Z]' "$out/$b.log")"
+    grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | head -40
+  done
+}
+
 case "${1:-}" in
   pack) shift; pack "$@" ;;
   run) run ;;
-  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run" >&2; exit 2 ;;
+  cuda) cuda ;;
+  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda" >&2; exit 2 ;;
 esac

@@ -76,7 +76,8 @@ def encoder_params(D, FF, dev):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rlx", required=True, help="vulkan_bench output")
+    ap.add_argument("--rlx", required=True, help="vulkan_bench or cuda_bench output")
+    ap.add_argument("--label", default="RLX Vulkan", help="the RLX column's title")
     args = ap.parse_args()
     rlx = {}
     for line in open(args.rlx):
@@ -133,8 +134,9 @@ def main():
         # RLX's wall time includes copying the input and output through host memory; eager's tensors stay on the GPU.
         rows.append((label, f"{wall:.0f} wall / {gpu:.0f} GPU", f"eager {enc[name]:.0f}",
                      f"{enc[name] / gpu:.2f}x eager's speed by GPU time, {enc[name] / wall:.2f}x by wall time"))
-    widths = [max(len(r[i]) for r in rows + [("figure", "RLX Vulkan", "PyTorch", "ratio")]) for i in range(4)]
-    for r in [("figure", "RLX Vulkan", "PyTorch", "ratio")] + rows:
+    head = ("figure", args.label, "PyTorch", "ratio")
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(4)]
+    for r in [head] + rows:
         print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
 
 

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "conformance/harness.hpp"
+#include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
 #include "rlx/ir/control_flow.hpp"
 #include "support/c_module.hpp"
@@ -1369,6 +1370,57 @@ TEST_P(CCodegen, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OpParity, CCodegen, ::testing::Range(std::size_t{0}, parity_table().size()),
+                         [](const auto& info) { return std::string(ir::op_name(parity_table()[info.param].op)); });
+
+// ---- generated CUDA C: every kernel compiles with NVRTC ---------------------------
+// The CUDA backend runs the C target's loop nests as CUDA C (codegen::c::emit_cuda). NVRTC needs no GPU, so
+// every kernel of every variant, compiled for the CUDA backend's traits, is built here to Hopper's PTX
+// (compute_90: the front end's checks at half the time of machine code); on a machine with a GPU, OpParity
+// runs them. A kernel emit_cuda refuses must be one the backend runs on
+// the host: control flow left as a host loop, or a native kernel.
+class CudaCodegen : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  void SetUp() override {
+    if (auto why = backends::cuda::nvrtc_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(CudaCodegen, EveryKernelCompiles) {
+  const OpCase& c = parity_table()[GetParam()];
+  std::size_t kernels = 0, host = 0;
+  for (const Variant& v : c.variants()) {
+    compile::CompileResult r;
+    try {
+      r = compile::compile(v.graph, backends::cuda::traits(), {});
+    } catch (const Error& e) {
+      ADD_FAILURE() << v.label << ": compiling for the CUDA backend's traits threw: " << e.what();
+      continue;
+    }
+    const codegen::c::CudaModule module = codegen::c::emit_cuda(r.lir);
+    ASSERT_EQ(module.kernels.size(), r.lir.kernels.size());
+    for (std::size_t k = 0; k < r.lir.kernels.size(); ++k) {
+      const auto& kernel = r.lir.kernels[k];
+      const auto& code = module.kernels[k];
+      if (!code.why.empty()) {
+        EXPECT_TRUE(kernel.kind == compile::KernelKind::ControlFlow || kernel.kind == compile::KernelKind::Native)
+            << v.label << ": kernel '" << kernel.name << "' has no CUDA C: " << code.why;
+        ++host;
+        continue;
+      }
+      ++kernels;
+      EXPECT_FALSE(code.phases.empty()) << v.label << ": kernel '" << kernel.name << "'";
+    }
+    try {
+      EXPECT_GT(backends::cuda::compile_for_arch(module.source, "compute_90"), 0u);
+    } catch (const Error& e) {
+      ADD_FAILURE() << v.label << ": " << e.what();
+    }
+  }
+  std::fprintf(stderr, "[rlx] %s: %zu kernels compiled by NVRTC, %zu left to the host\n",
+               std::string(ir::op_name(c.op)).c_str(), kernels, host);
+}
+
+INSTANTIATE_TEST_SUITE_P(OpParity, CudaCodegen, ::testing::Range(std::size_t{0}, parity_table().size()),
                          [](const auto& info) { return std::string(ir::op_name(parity_table()[info.param].op)); });
 
 // ---- the harness itself -------------------------------------------------------

@@ -24,7 +24,7 @@ BELOW = {
     "reference": {"ir"},
     "compile": {"reference"},
     "runtime": {"compile"},
-    "backends": {"runtime"},
+    "backends": {"runtime", "codegen"},  # the GPU backends generate kernels with the C target's emitter
     "flow": {"ir"},
     "gguf": {"ir"},  # the GGUF container; the block types and their codecs are IR dtypes (rlx/ir/quants.hpp)
     "llm": {"gguf", "flow", "runtime"},  # GGUF language models: tokenizer, Llama, generation

@@ -89,6 +89,31 @@ Source emit(const ir::Graph& g, const Options& options = {});
 // Emits C for an LIR module compiled for traits() (or traits like them: a
 // native or control-flow kernel is an rlx::Error naming the kernel).
 Source emit(const compile::LirModule& lir, const Options& options = {});
+// ---- the CUDA dialect, for GPU backends --------------------------------------
+// An LIR module's kernels as CUDA C, for a backend to compile with NVRTC as one
+// program. The loop nests are the C target's; each top-level nest is a phase:
+// one __global__ function whose iterations are spread over the grid (a
+// grid-stride loop over the nest's flattened index). A kernel's phases run in
+// order (pad fills its output, then copies the input into it). Every function
+// takes its kernel's operands as device pointers: in0.. (Kernel::inputs,
+// const) then out0.. (Kernel::outputs).
+struct CudaPhase {
+  std::string entry;            // the __global__ function
+  std::int64_t iterations = 0;  // the nest's flattened extent (0: nothing to launch)
+  bool serial = false;          // runs on one thread: an accumulation whose targets may repeat (scatter_add)
+};
+struct CudaKernelCode {
+  std::vector<CudaPhase> phases;
+  // Non-empty when the C target cannot express the kernel (control flow left as a host loop, a native
+  // composite, a block-quantized type), naming the kernel, node and op: the backend runs it elsewhere.
+  std::string why;
+};
+struct CudaModule {
+  std::string source;                   // self-contained CUDA C (no #include)
+  std::vector<CudaKernelCode> kernels;  // per LIR kernel
+};
+CudaModule emit_cuda(const compile::LirModule& lir);
+
 // Writes source.header_file and source.source_file into `dir` (created if missing).
 void write(const Source& source, const std::filesystem::path& dir);
 // The C type used for `dtype` ("float", "int64_t", "uint8_t" for bool, ...);

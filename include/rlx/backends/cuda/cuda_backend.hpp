@@ -1,0 +1,47 @@
+#pragma once
+// The CUDA backend ("cuda", Device::Cuda). It registers itself when librlx
+// loads. The driver, NVRTC and cuBLASLt are opened with dlopen at run time, so
+// librlx has no link-time CUDA dependency: on a machine without an NVIDIA
+// driver, make_backend(Device::Cuda) throws with the reason and everything else
+// runs. Built without the CUDA headers, the backend registers as unavailable.
+// See docs/backends/cuda.md.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rlx/runtime/backend.hpp"
+
+namespace rlx::backends::cuda {
+
+std::unique_ptr<runtime::Backend> make_cuda_backend();
+// Empty when the backend can run here; otherwise why not.
+std::string unavailable_reason();
+// What the backend declares to the compile pipeline, with or without a GPU: the
+// C target's primitives and dtypes (its kernels are the C target's loop nests in
+// CUDA C; f16/bf16 compute in f32), control flow left as host loops.
+compile::BackendTraits traits();
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;  // "NVIDIA H200"
+  std::string arch;  // "sm_90", what NVRTC compiles for
+  int multiprocessors = 0;
+  std::uint64_t memory_bytes = 0;
+  int driver_version = 0;  // 13000 for CUDA 13.0
+};
+DeviceInfo selected_device();  // throws rlx::Error when unavailable
+
+// Device-to-device copy bandwidth (cuMemcpyDtoDAsync of `bytes` between two
+// allocations, timed with events, best of `reps`), counting bytes read plus
+// written, in GB/s: the device's practical memory ceiling.
+double copy_bandwidth_gbps(std::uint64_t bytes, int reps = 10);
+
+// Compiles CUDA C with NVRTC for `arch` (as the backend does, through its
+// cubin cache) and returns the cubin's size. Needs NVRTC, not a GPU: the tests
+// compile every generated kernel on machines without one.
+std::size_t compile_for_arch(const std::string& source, const std::string& arch);
+// Empty when NVRTC can be loaded; otherwise why not.
+std::string nvrtc_unavailable_reason();
+
+}  // namespace rlx::backends::cuda

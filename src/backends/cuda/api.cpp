@@ -1,0 +1,341 @@
+#ifdef RLX_HAVE_CUDA
+#include "backends/cuda/api.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "rlx/error.hpp"
+#include "rlx/runtime/calibration.hpp"
+
+namespace rlx::backends::cuda {
+
+Library Library::open(std::initializer_list<const char*> names, std::string* why) {
+  Library lib;
+  for (const char* n : names) {
+    dlerror();
+    if (void* h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) {
+      lib.handle_ = h;
+      lib.name_ = n;
+      return lib;
+    }
+    const char* err = dlerror();
+    if (why) *why += fmt::format("{}{}", why->empty() ? "" : "; ", err ? err : n);
+  }
+  return lib;
+}
+
+Library::~Library() {
+  if (handle_) dlclose(handle_);
+}
+
+Library& Library::operator=(Library&& o) noexcept {
+  if (this != &o) {
+    if (handle_) dlclose(handle_);
+    handle_ = o.handle_;
+    name_ = std::move(o.name_);
+    o.handle_ = nullptr;
+  }
+  return *this;
+}
+
+void* Library::symbol(const char* name) const { return handle_ ? dlsym(handle_, name) : nullptr; }
+
+namespace {
+
+// Looks `name` up in `lib` into `fn`; a missing symbol is recorded in `missing`.
+template <class F>
+void load(const Library& lib, F& fn, const char* name, std::string& missing) {
+  fn = reinterpret_cast<F>(lib.symbol(name));
+  if (!fn) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", name);
+}
+#define RLX_LOAD(obj, name) load(obj.lib, obj.name, RLX_CUDA_STR(name), missing)
+
+// The toolkit's own folders, after the loader's search path: a toolkit installed under
+// /usr/local/cuda is often not in ld.so.conf.
+std::initializer_list<const char*> nvrtc_names() {
+  static const std::initializer_list<const char*> names = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
+                                                           "/usr/local/cuda/lib64/libnvrtc.so.13",
+                                                           "/usr/local/cuda/lib64/libnvrtc.so"};
+  return names;
+}
+
+}  // namespace
+
+const Driver& Driver::get() {
+  static const auto* state = [] {
+    struct State {
+      Driver d;
+      std::string why;
+    };
+    auto* s = new State;  // never destroyed: kernels may run from static destructors' threads
+    std::string why;
+    s->d.lib = Library::open({"libcuda.so.1", "libcuda.so"}, &why);
+    if (!s->d.lib) {
+      s->why = "no NVIDIA driver: libcuda.so.1 could not be loaded (" + why + ")";
+      return s;
+    }
+    std::string missing;
+    Driver& d = s->d;
+    RLX_LOAD(d, cuInit);
+    RLX_LOAD(d, cuDriverGetVersion);
+    RLX_LOAD(d, cuGetErrorName);
+    RLX_LOAD(d, cuGetErrorString);
+    RLX_LOAD(d, cuDeviceGetCount);
+    RLX_LOAD(d, cuDeviceGet);
+    RLX_LOAD(d, cuDeviceGetName);
+    RLX_LOAD(d, cuDeviceGetAttribute);
+    RLX_LOAD(d, cuDeviceTotalMem);
+    RLX_LOAD(d, cuDevicePrimaryCtxRetain);
+    RLX_LOAD(d, cuDevicePrimaryCtxRelease);
+    RLX_LOAD(d, cuCtxSetCurrent);
+    RLX_LOAD(d, cuCtxSynchronize);
+    RLX_LOAD(d, cuMemAlloc);
+    RLX_LOAD(d, cuMemFree);
+    RLX_LOAD(d, cuMemAllocHost);
+    RLX_LOAD(d, cuMemFreeHost);
+    RLX_LOAD(d, cuMemcpyHtoD);
+    RLX_LOAD(d, cuMemcpyDtoH);
+    RLX_LOAD(d, cuMemcpyHtoDAsync);
+    RLX_LOAD(d, cuMemcpyDtoHAsync);
+    RLX_LOAD(d, cuMemcpyDtoDAsync);
+    RLX_LOAD(d, cuMemsetD8Async);
+    RLX_LOAD(d, cuStreamCreate);
+    RLX_LOAD(d, cuStreamDestroy);
+    RLX_LOAD(d, cuStreamSynchronize);
+    RLX_LOAD(d, cuStreamBeginCapture);
+    RLX_LOAD(d, cuStreamEndCapture);
+    RLX_LOAD(d, cuGraphInstantiateWithFlags);
+    RLX_LOAD(d, cuGraphLaunch);
+    RLX_LOAD(d, cuGraphExecDestroy);
+    RLX_LOAD(d, cuGraphDestroy);
+    RLX_LOAD(d, cuEventCreate);
+    RLX_LOAD(d, cuEventDestroy);
+    RLX_LOAD(d, cuEventRecord);
+    RLX_LOAD(d, cuEventElapsedTime);
+    RLX_LOAD(d, cuModuleLoadData);
+    RLX_LOAD(d, cuModuleUnload);
+    RLX_LOAD(d, cuModuleGetFunction);
+    RLX_LOAD(d, cuLaunchKernel);
+    if (!missing.empty()) {
+      s->why = fmt::format("the NVIDIA driver ({}) lacks {}: it is older than CUDA 12", d.lib.name(), missing);
+      return s;
+    }
+    if (CUresult r = d.cuInit(0); r != CUDA_SUCCESS) {
+      const char* name = nullptr;
+      d.cuGetErrorName(r, &name);
+      s->why = fmt::format("cuInit failed: {} (no usable NVIDIA GPU)", name ? name : "unknown error");
+      return s;
+    }
+    d.cuDriverGetVersion(&d.version);
+    int count = 0;
+    if (d.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) s->why = "the NVIDIA driver reports no GPU";
+    return s;
+  }();
+  if (!state->why.empty()) throw Error("cuda: " + state->why);
+  return state->d;
+}
+
+void Driver::check(CUresult r, std::string_view what) const {
+  if (r == CUDA_SUCCESS) return;
+  const char *name = nullptr, *desc = nullptr;
+  cuGetErrorName(r, &name);
+  cuGetErrorString(r, &desc);
+  throw Error(fmt::format("cuda: {}: {} ({})", what, name ? name : "unknown error", desc ? desc : "no description"));
+}
+
+const Nvrtc& Nvrtc::get() {
+  static const auto* state = [] {
+    struct State {
+      Nvrtc n;
+      std::string why;
+    };
+    auto* s = new State;
+    std::string why;
+    s->n.lib = Library::open(nvrtc_names(), &why);
+    if (!s->n.lib) {
+      s->why = "NVRTC could not be loaded (" + why + "); install the CUDA toolkit or the nvidia-cuda-nvrtc wheel";
+      return s;
+    }
+    std::string missing;
+    Nvrtc& n = s->n;
+    RLX_LOAD(n, nvrtcVersion);
+    RLX_LOAD(n, nvrtcGetErrorString);
+    RLX_LOAD(n, nvrtcCreateProgram);
+    RLX_LOAD(n, nvrtcDestroyProgram);
+    RLX_LOAD(n, nvrtcCompileProgram);
+    RLX_LOAD(n, nvrtcGetProgramLogSize);
+    RLX_LOAD(n, nvrtcGetProgramLog);
+    RLX_LOAD(n, nvrtcGetCUBINSize);
+    RLX_LOAD(n, nvrtcGetCUBIN);
+    RLX_LOAD(n, nvrtcGetPTXSize);
+    RLX_LOAD(n, nvrtcGetPTX);
+    if (!missing.empty()) {
+      s->why = fmt::format("NVRTC ({}) lacks {}", n.lib.name(), missing);
+      return s;
+    }
+    n.nvrtcVersion(&n.major, &n.minor);
+    return s;
+  }();
+  if (!state->why.empty()) throw Error("cuda: " + state->why);
+  return state->n;
+}
+
+const BlasLt& BlasLt::get() {
+  static const auto* state = [] {
+    struct State {
+      BlasLt b;
+      std::string why;
+    };
+    auto* s = new State;
+    std::string why;
+    s->b.lib = Library::open({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
+                              "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so"},
+                             &why);
+    if (!s->b.lib) {
+      s->why = "cuBLASLt could not be loaded (" + why + ")";
+      return s;
+    }
+    std::string missing;
+    BlasLt& b = s->b;
+    RLX_LOAD(b, cublasLtCreate);
+    RLX_LOAD(b, cublasLtDestroy);
+    RLX_LOAD(b, cublasLtMatmulDescCreate);
+    RLX_LOAD(b, cublasLtMatmulDescDestroy);
+    RLX_LOAD(b, cublasLtMatmulDescSetAttribute);
+    RLX_LOAD(b, cublasLtMatrixLayoutCreate);
+    RLX_LOAD(b, cublasLtMatrixLayoutDestroy);
+    RLX_LOAD(b, cublasLtMatrixLayoutSetAttribute);
+    RLX_LOAD(b, cublasLtMatmulPreferenceCreate);
+    RLX_LOAD(b, cublasLtMatmulPreferenceDestroy);
+    RLX_LOAD(b, cublasLtMatmulPreferenceSetAttribute);
+    RLX_LOAD(b, cublasLtMatmulAlgoGetHeuristic);
+    RLX_LOAD(b, cublasLtMatmul);
+    if (!missing.empty()) s->why = fmt::format("cuBLASLt ({}) lacks {}", b.lib.name(), missing);
+    return s;
+  }();
+  if (!state->why.empty()) throw Error("cuda: " + state->why);
+  return state->b;
+}
+
+void BlasLt::check(cublasStatus_t s, std::string_view what) const {
+  if (s != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuda: cuBLASLt {}: status {}", what, int(s)));
+}
+
+#undef RLX_LOAD
+
+// ---- the cubin cache ------------------------------------------------------------
+
+namespace {
+
+std::uint64_t fnv(std::string_view s, std::uint64_t h) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 33);
+}
+
+struct MemoryCache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::string> map;
+};
+MemoryCache& memory_cache() {
+  static auto* c = new MemoryCache;
+  return *c;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary | std::ios::ate);
+  if (!f) return {};
+  auto n = std::streamsize(f.tellg());
+  std::string s(std::size_t(std::max<std::streamsize>(n, 0)), '\0');
+  f.seekg(0);
+  f.read(s.data(), n);
+  // A cubin is an ELF file: anything else (a torn write from another process) is compiled again.
+  if (!f || s.empty()) return {};
+  if (s.size() < 4 || (s.compare(0, 4,
+                                 "\x7f"
+                                 "ELF") != 0 &&
+                       s.find(".target") == std::string::npos))
+    return {};
+  return s;
+}
+
+// Best effort: a cache that cannot be written only costs compile time.
+void write_file(const std::filesystem::path& p, const std::string& bytes) {
+  std::error_code ec;
+  std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) return;
+  auto tmp = p;
+  tmp += fmt::format(".tmp{}", ::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return;
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!f) return;
+  }
+  std::filesystem::rename(tmp, p, ec);  // atomic: a concurrent reader sees the old file or the new one
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+}  // namespace
+
+std::string compile_cubin(const std::string& source, const std::string& arch, std::string_view what) {
+  const Nvrtc& nv = Nvrtc::get();
+  const std::string keyed = fmt::format("rlx-cubin-1|nvrtc {}.{}|{}|", nv.major, nv.minor, arch) + source;
+  const std::string key =
+      fmt::format("{:016x}{:016x}", fnv(keyed, 1469598103934665603ull), fnv(keyed, 0x9E3779B97F4A7C15ull));
+  auto& mc = memory_cache();
+  {
+    std::lock_guard lock(mc.mu);
+    if (auto it = mc.map.find(key); it != mc.map.end()) return it->second;
+  }
+  std::filesystem::path file;
+  if (auto root = runtime::cache_dir(); !root.empty()) file = root / "cuda-cubin" / (key + ".cubin");
+  std::string cubin = file.empty() ? std::string() : read_file(file);
+  if (cubin.empty()) {
+    nvrtcProgram prog = nullptr;
+    if (nvrtcResult r = nv.nvrtcCreateProgram(&prog, source.c_str(), "rlx_kernel.cu", 0, nullptr, nullptr);
+        r != NVRTC_SUCCESS)
+      throw Error(fmt::format("cuda: NVRTC could not create a program for {}: {}", what, nv.nvrtcGetErrorString(r)));
+    const std::string arch_opt = "--gpu-architecture=" + arch;
+    const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--extra-device-vectorization"};
+    nvrtcResult r = nv.nvrtcCompileProgram(prog, int(std::size(opts)), opts);
+    std::size_t log_size = 0;
+    nv.nvrtcGetProgramLogSize(prog, &log_size);
+    std::string log(log_size, '\0');
+    if (log_size) nv.nvrtcGetProgramLog(prog, log.data());
+    if (r == NVRTC_SUCCESS) {
+      std::size_t n = 0;
+      if (arch.starts_with("compute_")) {
+        nv.nvrtcGetPTXSize(prog, &n);
+        cubin.resize(n);
+        nv.nvrtcGetPTX(prog, cubin.data());
+      } else {
+        nv.nvrtcGetCUBINSize(prog, &n);
+        cubin.resize(n);
+        nv.nvrtcGetCUBIN(prog, cubin.data());
+      }
+    }
+    nv.nvrtcDestroyProgram(&prog);
+    if (r != NVRTC_SUCCESS)
+      throw Error(fmt::format("cuda: NVRTC failed to compile {} for {}: {}\n{}\n--- source ---\n{}", what, arch,
+                              nv.nvrtcGetErrorString(r), log, source));
+    if (!file.empty()) write_file(file, cubin);
+  }
+  std::lock_guard lock(mc.mu);
+  mc.map.emplace(key, cubin);
+  return cubin;
+}
+
+}  // namespace rlx::backends::cuda
+#endif

@@ -1,0 +1,592 @@
+#ifdef RLX_HAVE_CUDA
+// The CUDA backend: traits, compile_lir and the executable.
+//
+// Kernels are the C target's loop nests in CUDA C (codegen::c::emit_cuda),
+// compiled by NVRTC for the device's architecture through the cubin cache. A
+// kernel the C target cannot express (control flow left as a host loop) runs
+// on the host, through the CPU backend, on staged copies of its operands.
+//
+// compile_lir lays out one device arena per executable (the LIR memory plan,
+// then a region for the inputs), one weights buffer shared by clones (params,
+// then constants) and one pinned host staging buffer (inputs, outputs, host
+// kernels' operands). The work between host kernels forms segments; each
+// segment (copies in, launches, copies out) is captured once per executable
+// as a CUDA graph and replayed by run().
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "backends/cuda/api.hpp"
+#include "backends/cuda/layout.hpp"
+#include "rlx/backends/cuda/cuda_backend.hpp"
+#include "rlx/codegen/c.hpp"
+#include "rlx/error.hpp"
+#include "rlx/runtime/host_kernel.hpp"
+
+namespace rlx::backends::cuda {
+
+namespace {
+
+using compile::BufferId;
+using compile::BufferRole;
+using Clock = std::chrono::steady_clock;
+using runtime::KernelTime;
+
+constexpr std::uint64_t kAlign = kArenaAlignment;  // cudaMalloc's alignment; every buffer starts on it
+std::uint64_t align(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+constexpr unsigned kBlock = 256;
+
+// The process's device: the primary context of device 0, made current on each thread that uses it.
+class Context {
+ public:
+  static std::shared_ptr<Context> get() {
+    static std::mutex mu;
+    static std::weak_ptr<Context> cached;
+    std::lock_guard lock(mu);
+    if (auto c = cached.lock()) return c;
+    auto c = std::shared_ptr<Context>(new Context(Driver::get()));
+    cached = c;
+    return c;
+  }
+  ~Context() {
+    for (auto& [key, m] : modules_) drv.cuModuleUnload(m);
+    drv.cuDevicePrimaryCtxRelease(device_);
+  }
+  void make_current() const { drv.check(drv.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent"); }
+  bool try_make_current() const noexcept { return drv.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS; }
+  // The function `entry` of `source`, compiled once per process (and cached on disk by source).
+  CUfunction function(const std::string& source, const std::string& entry, std::string_view what) {
+    std::lock_guard lock(mu_);
+    auto it = modules_.find(source);
+    if (it == modules_.end()) {
+      const std::string cubin = compile_cubin(source, info.arch, what);
+      CUmodule m = nullptr;
+      make_current();
+      drv.check(drv.cuModuleLoadData(&m, cubin.data()), fmt::format("loading the module of {}", what));
+      it = modules_.emplace(source, m).first;
+    }
+    CUfunction f = nullptr;
+    drv.check(drv.cuModuleGetFunction(&f, it->second, entry.c_str()), fmt::format("finding {} in {}", entry, what));
+    return f;
+  }
+
+  const Driver& drv;
+  DeviceInfo info;
+
+ private:
+  explicit Context(const Driver& d) : drv(d) {
+    drv.check(drv.cuDeviceGet(&device_, 0), "cuDeviceGet");
+    char name[256] = {};
+    drv.check(drv.cuDeviceGetName(name, sizeof name, device_), "cuDeviceGetName");
+    int major = 0, minor = 0;
+    drv.check(drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_),
+              "compute capability");
+    drv.check(drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_),
+              "compute capability");
+    drv.check(drv.cuDeviceGetAttribute(&info.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
+              "multiprocessor count");
+    std::size_t mem = 0;
+    drv.check(drv.cuDeviceTotalMem(&mem, device_), "cuDeviceTotalMem");
+    info.ordinal = 0;
+    info.name = name;
+    info.arch = fmt::format("sm_{}{}", major, minor);
+    info.memory_bytes = mem;
+    info.driver_version = drv.version;
+    drv.check(drv.cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain");
+  }
+
+  CUdevice device_ = 0;
+  CUcontext ctx_ = nullptr;
+  std::mutex mu_;
+  std::unordered_map<std::string, CUmodule> modules_;
+};
+
+// Device memory, freed with its owner.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(std::shared_ptr<Context> ctx, std::uint64_t bytes, std::string_view what) : ctx_(std::move(ctx)) {
+    ctx_->make_current();
+    ctx_->drv.check(ctx_->drv.cuMemAlloc(&ptr_, std::max<std::uint64_t>(bytes, kAlign)),
+                    fmt::format("allocating {} bytes for {}", bytes, what));
+  }
+  ~DeviceMemory() {
+    if (ptr_ && ctx_->try_make_current()) ctx_->drv.cuMemFree(ptr_);
+  }
+  DeviceMemory(DeviceMemory&& o) noexcept : ctx_(std::move(o.ctx_)), ptr_(o.ptr_) { o.ptr_ = 0; }
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+    std::swap(ctx_, o.ctx_);
+    std::swap(ptr_, o.ptr_);
+    return *this;
+  }
+  CUdeviceptr get() const { return ptr_; }
+
+ private:
+  std::shared_ptr<Context> ctx_;
+  CUdeviceptr ptr_ = 0;
+};
+
+// Page-locked host memory: copies from it run asynchronously and can be captured in a graph.
+class PinnedMemory {
+ public:
+  PinnedMemory(std::shared_ptr<Context> ctx, std::uint64_t bytes) : ctx_(std::move(ctx)) {
+    ctx_->make_current();
+    void* p = nullptr;
+    ctx_->drv.check(ctx_->drv.cuMemAllocHost(&p, std::max<std::uint64_t>(bytes, kAlign)),
+                    fmt::format("allocating {} bytes of pinned host staging", bytes));
+    ptr_ = static_cast<std::byte*>(p);
+  }
+  ~PinnedMemory() {
+    if (ptr_ && ctx_->try_make_current()) ctx_->drv.cuMemFreeHost(ptr_);
+  }
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+  std::byte* get() const { return ptr_; }
+
+ private:
+  std::shared_ptr<Context> ctx_;
+  std::byte* ptr_ = nullptr;
+};
+
+enum class Where : std::uint8_t { Arena, Weights, Staging };
+struct Loc {
+  Where where = Where::Arena;
+  std::uint64_t offset = 0;
+};
+struct Copy {
+  Loc src, dst;
+  std::uint64_t bytes = 0;
+};
+
+struct Launch {
+  std::size_t kernel = 0;  // the LIR kernel it is a phase of
+  CUfunction fn = nullptr;
+  unsigned grid = 1, block = 1;
+  std::vector<Loc> operands;  // the kernel's inputs, then its outputs
+};
+
+struct HostStep {
+  std::size_t kernel = 0;
+  runtime::StagedKernel prototype;
+  std::vector<std::uint64_t> in_off, out_off;  // in staging
+};
+
+struct Segment {
+  std::vector<Copy> head;
+  std::vector<std::size_t> launches;  // indices into Plan::launches
+  std::vector<Copy> tail;
+  int host = -1;  // the host step run after it
+};
+
+// Immutable after compile_lir; shared by clones.
+struct Plan {
+  std::shared_ptr<Context> ctx;
+  std::vector<std::string> kernel_names;
+  std::uint64_t arena_bytes = 0, staging_bytes = 0, weights_bytes = 0;
+  std::vector<std::uint64_t> in_staging, in_bytes, out_staging, out_bytes, param_off, param_bytes;
+  std::vector<Launch> launches;
+  std::vector<HostStep> host;
+  std::vector<Segment> segments;
+};
+
+struct Weights {
+  DeviceMemory mem;
+};
+
+class CudaExecutable final : public runtime::ExecutableGraph {
+ public:
+  CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<Weights> weights);
+  ~CudaExecutable() override;
+  CudaExecutable(const CudaExecutable&) = delete;
+  CudaExecutable& operator=(const CudaExecutable&) = delete;
+
+  void set_param(std::size_t index, const void* data, std::size_t nbytes) override;
+  void run(std::span<const void* const> inputs, std::span<void* const> outputs) override;
+  std::unique_ptr<runtime::ExecutableGraph> clone() const override {
+    return std::make_unique<CudaExecutable>(plan_, weights_);
+  }
+  runtime::ExecutableCapabilities capabilities() const override { return {.clone = true, .kernel_times = true}; }
+  // Event pairs around each kernel are part of the captured graphs: timing is always on.
+  void set_profiling(bool) override {}
+  std::vector<KernelTime> kernel_times() const override;
+
+ private:
+  CUdeviceptr device(const Loc& l) const {
+    return (l.where == Where::Arena ? arena_.get() : weights_->mem.get()) + l.offset;
+  }
+  void enqueue(const Copy& c) const;
+  void record(std::size_t s);
+
+  std::shared_ptr<const Plan> plan_;
+  std::shared_ptr<Weights> weights_;
+  const Context& ctx_;
+  DeviceMemory arena_;
+  PinnedMemory staging_;
+  CUstream stream_ = nullptr;
+  std::vector<std::vector<CUdeviceptr>> args_;  // per launch: its operands' addresses
+  std::vector<std::vector<void*>> arg_ptrs_;    // per launch: pointers to those, as cuLaunchKernel takes them
+  std::vector<CUgraphExec> graphs_;             // per segment
+  std::vector<runtime::StagedKernel> host_;     // clones of the plan's host kernels (own arenas)
+  std::vector<std::vector<const void*>> host_in_;
+  std::vector<std::vector<void*>> host_out_;
+  std::vector<double> host_micros_;
+  std::vector<std::pair<CUevent, CUevent>> events_;  // per LIR kernel run on the device; null for host kernels
+  bool ran_ = false;
+};
+
+CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<Weights> weights)
+    : plan_(std::move(plan)),
+      weights_(std::move(weights)),
+      ctx_(*plan_->ctx),
+      arena_(plan_->ctx, plan_->arena_bytes, "the arena"),
+      staging_(plan_->ctx, plan_->staging_bytes) {
+  const Driver& drv = ctx_.drv;
+  ctx_.make_current();
+  drv.check(drv.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  for (const Launch& l : plan_->launches) {
+    auto& a = args_.emplace_back();
+    for (const Loc& o : l.operands) a.push_back(device(o));
+  }
+  for (auto& a : args_) {
+    auto& p = arg_ptrs_.emplace_back();
+    for (auto& x : a) p.push_back(&x);
+  }
+  for (const auto& h : plan_->host) {
+    runtime::StagedKernel k{h.prototype.exe->clone(), h.prototype.input_bytes, h.prototype.output_bytes};
+    auto& in = host_in_.emplace_back();
+    auto& out = host_out_.emplace_back();
+    for (auto off : h.in_off) in.push_back(staging_.get() + off);
+    for (auto off : h.out_off) out.push_back(staging_.get() + off);
+    host_.push_back(std::move(k));
+  }
+  host_micros_.assign(plan_->host.size(), 0.0);
+  events_.assign(plan_->kernel_names.size(), {nullptr, nullptr});
+  for (const Launch& l : plan_->launches)
+    if (!events_[l.kernel].first) {
+      drv.check(drv.cuEventCreate(&events_[l.kernel].first, CU_EVENT_DEFAULT), "cuEventCreate");
+      drv.check(drv.cuEventCreate(&events_[l.kernel].second, CU_EVENT_DEFAULT), "cuEventCreate");
+    }
+  graphs_.assign(plan_->segments.size(), nullptr);
+  for (std::size_t s = 0; s < plan_->segments.size(); ++s) record(s);
+}
+
+CudaExecutable::~CudaExecutable() {
+  const Driver& drv = ctx_.drv;
+  if (!ctx_.try_make_current()) return;
+  for (CUgraphExec g : graphs_)
+    if (g) drv.cuGraphExecDestroy(g);
+  if (stream_) {
+    drv.cuStreamSynchronize(stream_);
+    drv.cuStreamDestroy(stream_);
+  }
+  for (auto [a, b] : events_) {
+    if (a) drv.cuEventDestroy(a);
+    if (b) drv.cuEventDestroy(b);
+  }
+}
+
+void CudaExecutable::enqueue(const Copy& c) const {
+  if (!c.bytes) return;
+  const Driver& drv = ctx_.drv;
+  if (c.src.where == Where::Staging)
+    drv.check(drv.cuMemcpyHtoDAsync(device(c.dst), staging_.get() + c.src.offset, c.bytes, stream_), "a copy in");
+  else if (c.dst.where == Where::Staging)
+    drv.check(drv.cuMemcpyDtoHAsync(staging_.get() + c.dst.offset, device(c.src), c.bytes, stream_), "a copy out");
+  else
+    drv.check(drv.cuMemcpyDtoDAsync(device(c.dst), device(c.src), c.bytes, stream_), "a device copy");
+}
+
+// Captures segment s (copies in, launches, copies out) as a CUDA graph.
+void CudaExecutable::record(std::size_t s) {
+  const Driver& drv = ctx_.drv;
+  const Segment& seg = plan_->segments[s];
+  drv.check(drv.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  try {
+    for (const auto& c : seg.head) enqueue(c);
+    for (std::size_t i = 0; i < seg.launches.size(); ++i) {
+      const std::size_t li = seg.launches[i];
+      const Launch& l = plan_->launches[li];
+      const bool first = i == 0 || plan_->launches[seg.launches[i - 1]].kernel != l.kernel;
+      const bool last = i + 1 == seg.launches.size() || plan_->launches[seg.launches[i + 1]].kernel != l.kernel;
+      if (first) drv.check(drv.cuEventRecord(events_[l.kernel].first, stream_), "cuEventRecord");
+      drv.check(drv.cuLaunchKernel(l.fn, l.grid, 1, 1, l.block, 1, 1, 0, stream_, arg_ptrs_[li].data(), nullptr),
+                "cuLaunchKernel");
+      if (last) drv.check(drv.cuEventRecord(events_[l.kernel].second, stream_), "cuEventRecord");
+    }
+    for (const auto& c : seg.tail) enqueue(c);
+  } catch (...) {
+    CUgraph g = nullptr;
+    drv.cuStreamEndCapture(stream_, &g);
+    if (g) drv.cuGraphDestroy(g);
+    throw;
+  }
+  CUgraph g = nullptr;
+  drv.check(drv.cuStreamEndCapture(stream_, &g), "cuStreamEndCapture");
+  CUresult r = drv.cuGraphInstantiateWithFlags(&graphs_[s], g, 0);
+  drv.cuGraphDestroy(g);
+  drv.check(r, "cuGraphInstantiateWithFlags");
+}
+
+void CudaExecutable::set_param(std::size_t index, const void* data, std::size_t nbytes) {
+  if (index >= plan_->param_bytes.size())
+    throw Error(fmt::format("cuda: param index {} out of range ({} params)", index, plan_->param_bytes.size()));
+  if (nbytes != plan_->param_bytes[index])
+    throw Error(fmt::format("cuda: param {} expects {} bytes, got {}", index, plan_->param_bytes[index], nbytes));
+  if (!nbytes) return;
+  // A synchronous copy from pageable memory may return before its DMA lands, and the runs' streams do not
+  // wait on the legacy stream: the context is synchronized before any run can read the param.
+  ctx_.make_current();
+  const Driver& drv = ctx_.drv;
+  drv.check(drv.cuMemcpyHtoD(weights_->mem.get() + plan_->param_off[index], data, nbytes), "uploading a param");
+  drv.check(drv.cuCtxSynchronize(), "uploading a param");
+}
+
+void CudaExecutable::run(std::span<const void* const> inputs, std::span<void* const> outputs) {
+  const Plan& p = *plan_;
+  if (inputs.size() != p.in_bytes.size() || outputs.size() != p.out_bytes.size())
+    throw Error(fmt::format("cuda: run() got {} inputs and {} outputs, expected {} and {}", inputs.size(),
+                            outputs.size(), p.in_bytes.size(), p.out_bytes.size()));
+  const Driver& drv = ctx_.drv;
+  ctx_.make_current();
+  std::byte* st = staging_.get();
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (p.in_bytes[i]) std::memcpy(st + p.in_staging[i], inputs[i], p.in_bytes[i]);
+  for (std::size_t s = 0; s < p.segments.size(); ++s) {
+    drv.check(drv.cuGraphLaunch(graphs_[s], stream_), "cuGraphLaunch");
+    drv.check(drv.cuStreamSynchronize(stream_), "running the graph's kernels");
+    if (int h = p.segments[s].host; h >= 0) {
+      const auto t0 = Clock::now();
+      host_[std::size_t(h)].run(host_in_[std::size_t(h)], host_out_[std::size_t(h)]);
+      host_micros_[std::size_t(h)] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    }
+  }
+  for (std::size_t j = 0; j < outputs.size(); ++j)
+    if (p.out_bytes[j]) std::memcpy(outputs[j], st + p.out_staging[j], p.out_bytes[j]);
+  ran_ = true;
+}
+
+std::vector<KernelTime> CudaExecutable::kernel_times() const {
+  std::vector<KernelTime> out;
+  if (!ran_) return out;
+  ctx_.make_current();
+  std::vector<int> host_of(plan_->kernel_names.size(), -1);
+  for (std::size_t h = 0; h < plan_->host.size(); ++h) host_of[plan_->host[h].kernel] = int(h);
+  for (std::size_t k = 0; k < plan_->kernel_names.size(); ++k) {
+    KernelTime t{plan_->kernel_names[k], 0.0, host_of[k] >= 0};
+    if (t.host) {
+      t.micros = host_micros_[std::size_t(host_of[k])];
+    } else if (auto [a, b] = events_[k]; a) {
+      float ms = 0;
+      ctx_.drv.check(ctx_.drv.cuEventElapsedTime(&ms, a, b), "cuEventElapsedTime");
+      t.micros = double(ms) * 1e3;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const compile::LirModule& lir,
+                                 const compile::CompileOptions& options, std::shared_ptr<Weights>& weights) {
+  auto plan = std::make_shared<Plan>();
+  plan->ctx = ctx;
+  // The arena: the LIR's memory plan, then the inputs.
+  std::uint64_t arena = align(std::uint64_t(std::max<std::int64_t>(lir.memory.arena_bytes, 0)));
+  std::vector<std::uint64_t> input_at;
+  for (BufferId id : lir.inputs) {
+    input_at.push_back(arena);
+    arena = align(arena + std::uint64_t(lir.buffer(id).nbytes()));
+  }
+  plan->arena_bytes = arena;
+  std::uint64_t weights_bytes = 0;
+  for (BufferId id : lir.params) {
+    plan->param_off.push_back(weights_bytes);
+    plan->param_bytes.push_back(std::uint64_t(lir.buffer(id).nbytes()));
+    weights_bytes = align(weights_bytes + plan->param_bytes.back());
+  }
+  std::vector<std::uint64_t> const_off;
+  for (const auto& v : lir.constant_values) {
+    const_off.push_back(weights_bytes);
+    weights_bytes = align(weights_bytes + v.nbytes());
+  }
+  plan->weights_bytes = weights_bytes;
+
+  std::vector<Loc> locs(lir.buffers.size());
+  for (const auto& b : lir.buffers) {
+    const auto& root = lir.buffer(b.root < 0 ? b.id : b.root);
+    if (root.root >= 0 && root.root != root.id)
+      throw Error(fmt::format("cuda: buffer {} is a view of a view ({})", b.id, root.id));
+    const auto view = std::uint64_t(b.root < 0 || b.root == b.id ? 0 : b.view_offset);
+    const auto ext = std::size_t(root.external_index);
+    switch (root.role) {
+      case BufferRole::Arena: locs[std::size_t(b.id)] = {Where::Arena, std::uint64_t(root.arena_offset) + view}; break;
+      case BufferRole::Input: locs[std::size_t(b.id)] = {Where::Arena, input_at.at(ext) + view}; break;
+      case BufferRole::Param: locs[std::size_t(b.id)] = {Where::Weights, plan->param_off.at(ext) + view}; break;
+      case BufferRole::Constant: locs[std::size_t(b.id)] = {Where::Weights, const_off.at(ext) + view}; break;
+    }
+  }
+
+  // Staging: inputs, outputs, then host kernels' operands.
+  std::uint64_t staging = 0;
+  for (BufferId id : lir.inputs) {
+    plan->in_staging.push_back(staging);
+    plan->in_bytes.push_back(std::uint64_t(lir.buffer(id).nbytes()));
+    staging = align(staging + plan->in_bytes.back());
+  }
+  for (BufferId id : lir.outputs) {
+    plan->out_staging.push_back(staging);
+    plan->out_bytes.push_back(std::uint64_t(lir.buffer(id).nbytes()));
+    staging = align(staging + plan->out_bytes.back());
+  }
+
+  const unsigned max_grid = unsigned(std::max(ctx->info.multiprocessors, 1)) * 16;
+  Segment seg;
+  for (std::size_t i = 0; i < lir.inputs.size(); ++i)
+    seg.head.push_back({{Where::Staging, plan->in_staging[i]}, {Where::Arena, input_at[i]}, plan->in_bytes[i]});
+  // One program for the whole graph: NVRTC's cost is mostly per program.
+  const codegen::c::CudaModule module = codegen::c::emit_cuda(lir);
+  const std::string what = fmt::format("graph '{}'", lir.name);
+  for (std::size_t ki = 0; ki < lir.kernels.size(); ++ki) {
+    const auto& k = lir.kernels[ki];
+    const auto& code = module.kernels[ki];
+    plan->kernel_names.push_back(k.name);
+    if (code.why.empty()) {
+      std::vector<Loc> operands;
+      for (BufferId id : k.inputs) operands.push_back(locs[std::size_t(id)]);
+      for (BufferId id : k.outputs) operands.push_back(locs[std::size_t(id)]);
+      for (const auto& ph : code.phases) {
+        if (ph.iterations <= 0) continue;
+        Launch l;
+        l.kernel = ki;
+        l.fn = ctx->function(module.source, ph.entry, what);
+        l.block = ph.serial ? 1 : kBlock;
+        l.grid = ph.serial ? 1 : unsigned(std::min<std::int64_t>((ph.iterations + kBlock - 1) / kBlock, max_grid));
+        l.operands = operands;
+        plan->launches.push_back(std::move(l));
+        seg.launches.push_back(plan->launches.size() - 1);
+      }
+      continue;
+    }
+    // No CUDA code: the CPU backend runs this kernel on staged copies of its operands.
+    HostStep h;
+    h.kernel = ki;
+    h.prototype = runtime::compile_host_kernel(lir, ki, options);
+    for (std::size_t i = 0; i < k.inputs.size(); ++i) {
+      h.in_off.push_back(staging);
+      seg.tail.push_back({locs[std::size_t(k.inputs[i])], {Where::Staging, staging}, h.prototype.input_bytes[i]});
+      staging = align(staging + h.prototype.input_bytes[i]);
+    }
+    seg.host = int(plan->host.size());
+    plan->segments.push_back(std::move(seg));
+    seg = Segment{};
+    for (std::size_t j = 0; j < k.outputs.size(); ++j) {
+      h.out_off.push_back(staging);
+      seg.head.push_back({{Where::Staging, staging}, locs[std::size_t(k.outputs[j])], h.prototype.output_bytes[j]});
+      staging = align(staging + h.prototype.output_bytes[j]);
+    }
+    plan->host.push_back(std::move(h));
+  }
+  for (std::size_t j = 0; j < lir.outputs.size(); ++j)
+    seg.tail.push_back({locs[std::size_t(lir.outputs[j])], {Where::Staging, plan->out_staging[j]}, plan->out_bytes[j]});
+  plan->segments.push_back(std::move(seg));
+  plan->staging_bytes = staging;
+
+  // Weights: params start zeroed; constants are uploaded once.
+  weights = std::make_shared<Weights>();
+  weights->mem = DeviceMemory(ctx, plan->weights_bytes, "params and constants");
+  std::vector<std::byte> up(plan->weights_bytes, std::byte{0});
+  for (std::size_t i = 0; i < lir.constant_values.size(); ++i)
+    if (auto n = lir.constant_values[i].nbytes())
+      std::memcpy(up.data() + const_off[i], lir.constant_values[i].data(), n);
+  if (!up.empty()) {
+    ctx->drv.check(ctx->drv.cuMemcpyHtoD(weights->mem.get(), up.data(), up.size()), "uploading constants");
+    ctx->drv.check(ctx->drv.cuCtxSynchronize(), "uploading constants");  // see set_param
+  }
+  return plan;
+}
+
+class CudaBackend final : public runtime::Backend {
+ public:
+  CudaBackend() {
+    try {
+      ctx_ = Context::get();
+      (void)Nvrtc::get();
+    } catch (const Error& e) {
+      ctx_.reset();
+      why_ = e.what();
+    }
+  }
+  std::string_view name() const override { return "cuda"; }
+  std::string unavailable_reason() const override { return why_; }
+  std::string device_name() const override { return ctx_ ? ctx_->info.name : std::string("cuda"); }
+
+  compile::BackendTraits traits() const override { return cuda::traits(); }
+
+  std::unique_ptr<runtime::ExecutableGraph> compile_lir(const compile::LirModule& lir,
+                                                        const compile::CompileOptions& options) override {
+    if (!ctx_) throw Error("device 'cuda' is unavailable: " + why_);
+    std::shared_ptr<Weights> weights;
+    auto plan = build_plan(ctx_, lir, options, weights);
+    return std::make_unique<CudaExecutable>(std::move(plan), std::move(weights));
+  }
+
+ private:
+  std::shared_ptr<Context> ctx_;
+  std::string why_;
+};
+
+}  // namespace
+
+std::unique_ptr<runtime::Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+std::string unavailable_reason() { return CudaBackend().unavailable_reason(); }
+
+DeviceInfo selected_device() {
+  auto ctx = Context::get();
+  return ctx->info;
+}
+
+double copy_bandwidth_gbps(std::uint64_t bytes, int reps) {
+  auto ctx = Context::get();
+  const Driver& drv = ctx->drv;
+  DeviceMemory a(ctx, bytes, "a copy benchmark"), b(ctx, bytes, "a copy benchmark");
+  CUstream stream = nullptr;
+  CUevent start = nullptr, stop = nullptr;
+  drv.check(drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  drv.check(drv.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+  drv.check(drv.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  float best = 1e30f;
+  for (int r = 0; r < reps + 1; ++r) {  // the first is a warm-up
+    drv.check(drv.cuEventRecord(start, stream), "cuEventRecord");
+    drv.check(drv.cuMemcpyDtoDAsync(b.get(), a.get(), bytes, stream), "cuMemcpyDtoDAsync");
+    drv.check(drv.cuEventRecord(stop, stream), "cuEventRecord");
+    drv.check(drv.cuStreamSynchronize(stream), "a copy benchmark");
+    float ms = 0;
+    drv.check(drv.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+    if (r > 0) best = std::min(best, ms);
+  }
+  drv.cuEventDestroy(start);
+  drv.cuEventDestroy(stop);
+  drv.cuStreamDestroy(stream);
+  return 2.0 * double(bytes) / (double(best) * 1e-3) * 1e-9;
+}
+
+std::size_t compile_for_arch(const std::string& source, const std::string& arch) {
+  return compile_cubin(source, arch, "a test kernel").size();
+}
+
+std::string nvrtc_unavailable_reason() {
+  try {
+    (void)Nvrtc::get();
+    return {};
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+}  // namespace rlx::backends::cuda
+#endif

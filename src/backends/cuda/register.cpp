@@ -1,0 +1,57 @@
+// Registers the CUDA backend at load time. Built without the CUDA headers, the
+// backend still registers, as unavailable with that reason.
+#include "backends/cuda/layout.hpp"
+#include "rlx/backends/cuda/cuda_backend.hpp"
+#include "rlx/codegen/c.hpp"
+#include "rlx/error.hpp"
+#include "rlx/ir/op_def.hpp"
+#include "rlx/runtime/custom_kernels.hpp"
+
+namespace rlx::backends::cuda {
+
+compile::BackendTraits traits() {
+  compile::BackendTraits t = codegen::c::traits();
+  t.name = "cuda";
+  // f16 and bf16 are stored as they are and computed in f32: every op but casts and those that only move
+  // values gets casts to f32 around it, which fuse into its kernel.
+  t.native_dtypes.insert({ir::DType::F16, ir::DType::BF16});
+  for (ir::OpKind op : t.native_ops)
+    if ((ir::op_info(op).cls != ir::OpClass::Movement || op == ir::OpKind::ScatterAdd) && op != ir::OpKind::Cast)
+      t.f32_compute_ops.insert(op);
+  t.host_fallback = true;
+  for (auto& n : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(n));
+  t.arena_alignment = std::int64_t(kArenaAlignment);
+  return t;
+}
+
+#ifndef RLX_HAVE_CUDA
+namespace {
+constexpr const char* kNotBuilt =
+    "built without CUDA support (RLX_CUDA=OFF, or no CUDA toolkit headers (cuda.h, nvrtc.h, cublasLt.h) at build time)";
+
+class UnavailableBackend final : public runtime::Backend {
+ public:
+  std::string_view name() const override { return "cuda"; }
+  std::string unavailable_reason() const override { return kNotBuilt; }
+  compile::BackendTraits traits() const override { return cuda::traits(); }
+  std::unique_ptr<runtime::ExecutableGraph> compile_lir(const compile::LirModule&,
+                                                        const compile::CompileOptions&) override {
+    throw Error(std::string("device 'cuda' is unavailable: ") + kNotBuilt);
+  }
+};
+}  // namespace
+
+std::unique_ptr<runtime::Backend> make_cuda_backend() { return std::make_unique<UnavailableBackend>(); }
+std::string unavailable_reason() { return kNotBuilt; }
+DeviceInfo selected_device() { throw Error(std::string("cuda: ") + kNotBuilt); }
+std::size_t compile_for_arch(const std::string&, const std::string&) { throw Error(std::string("cuda: ") + kNotBuilt); }
+std::string nvrtc_unavailable_reason() { return kNotBuilt; }
+double copy_bandwidth_gbps(std::uint64_t, int) { throw Error(std::string("cuda: ") + kNotBuilt); }
+#endif
+
+namespace {
+[[maybe_unused]] const bool registered =
+    (runtime::register_backend(runtime::Device::Cuda, [] { return make_cuda_backend(); }), true);
+}  // namespace
+
+}  // namespace rlx::backends::cuda
