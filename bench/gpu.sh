@@ -76,9 +76,9 @@ cuda() {
   export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$r/cache
   nvidia-smi -L
   echo "## cuda_bench"
-  timeout 120 "$r/bin/cuda_bench" | tee "$out/cuda_bench.txt"
+  timeout 100 "$r/bin/cuda_bench" | tee "$out/cuda_bench.txt"
   echo "## RLX CUDA vs PyTorch"
-  PYTHONUNBUFFERED=1 timeout 150 python3 bench/gpu_peers.py --rlx "$out/cuda_bench.txt" --label "RLX CUDA" |
+  PYTHONUNBUFFERED=1 timeout 100 python3 bench/gpu_peers.py --rlx "$out/cuda_bench.txt" --label "RLX CUDA" |
     tee "$out/table.txt"
   # NVRTC's time (tens of ms per kernel) dominates the suites: each binary runs as gtest shards, one per core.
   local shards

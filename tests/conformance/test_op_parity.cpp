@@ -1409,6 +1409,8 @@ TEST_P(CudaCodegen, EveryKernelCompiles) {
       }
       ++kernels;
       EXPECT_FALSE(code.phases.empty()) << v.label << ": kernel '" << kernel.name << "'";
+      if (kernel.kind == compile::KernelKind::MatMul)  // the backend's cuBLASLt path needs one or the other
+        EXPECT_TRUE(code.product_is_output || !code.epilogue.empty()) << v.label << ": kernel '" << kernel.name << "'";
     }
     try {
       EXPECT_GT(backends::cuda::compile_for_arch(module.source, "compute_90"), 0u);

@@ -38,6 +38,10 @@ TEST(CpuConv, WorkSplitsMatchTheReference) {
       {"pointwise, position split", {1, 3, 30, 30}, {5, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
       {"one panel, channel blocks", {1, 8, 5, 5}, {100, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
       {"K longer than a GEMM slice, groups", {2, 128, 6, 5}, {12, 64, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2},
+      // f32 panels run over every image's positions: these straddle images (63 and 42 positions an image).
+      {"panels straddling images, groups", {5, 6, 7, 9}, {8, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2},
+      {"panels straddling images, strides, channel blocks", {3, 4, 11, 13}, {100, 4, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1},
+      {"a panel spanning three images", {4, 2, 3, 5}, {3, 2, 2, 2}, {1, 1}, {0, 0}, {1, 1}, 1},
   };
   for (DType t : {DType::F32, DType::F64})
     for (const Case& c : cases)

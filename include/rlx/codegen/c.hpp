@@ -104,6 +104,11 @@ struct CudaPhase {
 };
 struct CudaKernelCode {
   std::vector<CudaPhase> phases;
+  // MatMul kernels, for a backend that computes the product with a library GEMM: whether the kernel's one
+  // output is the product itself (nothing left to run), else the epilogue alone, reading the product (the
+  // matmul's row-major result) from one more operand, `rlx_prod`, after the outputs.
+  bool product_is_output = false;
+  std::vector<CudaPhase> epilogue;
   // Non-empty when the C target cannot express the kernel (control flow left as a host loop, a native
   // composite, a block-quantized type), naming the kernel, node and op: the backend runs it elsewhere.
   std::string why;

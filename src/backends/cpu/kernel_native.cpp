@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -232,7 +233,7 @@ class ConvKernel final : public CpuKernel {
   compile::BufferId x = 0, w = 0, y = 0;
   std::optional<compile::BufferId> bias;
   ConvShape s;
-  i64 tile = 1, tiles = 1;   // output positions per work unit
+  i64 tile = 1, tiles = 1;   // output positions per work unit (packed: of all images' positions in a row)
   i64 rows = 1, blocks = 1;  // output channels per work unit
   // f32 with a SIMD ISA: the packed-B GEMM (isa/gemm_impl.inc) with the
   // weights read in place as A and tile = gemm_nr, so im2col writes one panel
@@ -246,6 +247,10 @@ class ConvKernel final : public CpuKernel {
     const T* wp = at<T>(c, w);
     T* yp = at_mut<T>(c, y);
     const T* bp = bias ? at<T>(c, *bias) : nullptr;
+    if (packed) {
+      if constexpr (std::is_same_v<T, float>) run_packed(c, xp, wp, yp, bp);
+      return;
+    }
     const i64 P = s.P(), Cg = s.Cg(), Og = s.Og(), CK = s.CK();
     parallel_for(
         s.N * s.G * tiles * blocks, 1,
@@ -258,15 +263,10 @@ class ConvKernel final : public CpuKernel {
             const T* xg = xp + (n * s.C + g * Cg) * s.H * s.W;
             const T* wg = wp + g * Og * CK;            // the group's weights
             T* yg = yp + (n * s.O + g * Og) * P + p0;  // its channel 0 at position p0
-            if (packed) {
-              if constexpr (std::is_same_v<T, float>) {  // tile == gemm_nr: one panel
-                im2col(xg, col, p0, p1, tile);
-                c.isa->gemm_packed(wg, CK, col, tile, CK * tile, CK, cols, yg, P, o0, o1, 0, 1);
-              }
-            } else if (s.pointwise()) {
+            if (s.pointwise()) {
               gemm<T>(false, o1 - o0, cols, Cg, T(1), wg + o0 * CK, CK, xg + p0, s.H * s.W, yg + o0 * P, P);
             } else {
-              im2col(xg, col, p0, p1, cols);
+              im2col(xg, col, p0, p1, cols, cols);
               gemm<T>(false, o1 - o0, cols, CK, T(1), wg + o0 * CK, CK, col, cols, yg + o0 * P, P);
             }
             if (bp)
@@ -278,13 +278,63 @@ class ConvKernel final : public CpuKernel {
   }
 
  private:
+  // The packed path. Panels of gemm_nr positions run over all images' positions in a row (image n's position
+  // p is column n * P + p), so only the batch's last panel is partial: per image, 196 positions in 64-wide
+  // panels would leave a quarter of every image's last panel idle. A panel inside one image is stored in
+  // place; one that straddles two images is computed into scratch and copied out by image.
+  void run_packed(const RunCtx& c, const float* xp, const float* wp, float* yp, const float* bp) const {
+    const i64 P = s.P(), Cg = s.Cg(), Og = s.Og(), CK = s.CK(), NP = s.N * P;
+    parallel_for(
+        s.G * tiles * blocks, 1,
+        [&](i64 b, i64 e) {
+          float* col = reinterpret_cast<float*>(c.thread_scratch());
+          float* out = col + CK * tile;  // [Og, tile]: a straddling panel's product
+          for (i64 u = b; u < e; ++u) {
+            const i64 g = u / (tiles * blocks), t = u / blocks % tiles;
+            const i64 o0 = u % blocks * rows, o1 = std::min(Og, o0 + rows);
+            const i64 q0 = t * tile, q1 = std::min(NP, q0 + tile), cols = q1 - q0;
+            const i64 n0 = q0 / P, n1 = (q1 - 1) / P;
+            const float* wg = wp + g * Og * CK;
+            // Image n's positions [pa, pb) of this panel start at panel column n * P + pa - q0.
+            auto segment = [&](i64 n) {
+              const i64 pa = std::max(q0, n * P) - n * P, pb = std::min(q1, (n + 1) * P) - n * P;
+              return std::array<i64, 3>{pa, pb, n * P + pa - q0};
+            };
+            for (i64 n = n0; n <= n1; ++n) {
+              const auto [pa, pb, c0] = segment(n);
+              im2col(xp + (n * s.C + g * Cg) * s.H * s.W, col + c0, pa, pb, tile, tile - c0);
+            }
+            if (n0 == n1) {
+              float* yg = yp + (n0 * s.O + g * Og) * P + (q0 - n0 * P);
+              c.isa->gemm_packed(wg, CK, col, tile, CK * tile, CK, cols, yg, P, o0, o1, 0, 1);
+              if (bp)
+                for (i64 o = o0; o < o1; ++o)
+                  for (float* q = yg + o * P; q < yg + o * P + cols; ++q) *q += bp[g * Og + o];
+              continue;
+            }
+            c.isa->gemm_packed(wg, CK, col, tile, CK * tile, CK, cols, out, tile, o0, o1, 0, 1);
+            for (i64 n = n0; n <= n1; ++n) {
+              const auto [pa, pb, c0] = segment(n);
+              for (i64 o = o0; o < o1; ++o) {
+                const float* src = out + o * tile + c0;
+                float* dst = yp + (n * s.O + g * Og + o) * P + pa;
+                const float add = bp ? bp[g * Og + o] : 0.0f;
+                for (i64 j = 0; j < pb - pa; ++j) dst[j] = src[j] + add;
+              }
+            }
+          }
+        },
+        c.max_threads);
+  }
+
   // col[(c, kh, kw), p - p0] = x[c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] (0 outside).
   // Per output row, the columns that read inside the image are one strided
   // run between two runs of zeros. When output rows are input rows shifted
   // (stride 1, OW == W: "same" padding), the runs of all rows are one copy,
   // after which the columns outside the image are zeroed.
-  // Rows are `ld` floats apart (ld >= p1 - p0; columns past p1 - p0 are zeroed).
-  void im2col(const T* x, T* col, i64 p0, i64 p1, i64 ld) const {
+  // Rows are `ld` floats apart; columns [p1 - p0, width) of each row are zeroed (width <= ld; the packed
+  // path writes a panel's images one after another, each at its own column).
+  void im2col(const T* x, T* col, i64 p0, i64 p1, i64 ld, i64 width) const {
     const i64 cols = p1 - p0;
     const bool shifted = s.sh == 1 && s.sw == 1 && s.OW == s.W;
     auto ceil_div = [](i64 a, i64 b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); };
@@ -292,7 +342,7 @@ class ConvKernel final : public CpuKernel {
       for (i64 kh = 0; kh < s.KH; ++kh)
         for (i64 kw = 0; kw < s.KW; ++kw) {
           T* row = col + ((ch * s.KH + kh) * s.KW + kw) * ld;
-          std::fill(row + cols, row + ld, T(0));
+          std::fill(row + cols, row + width, T(0));
           const T* xc = x + ch * s.H * s.W;
           const i64 off = kw * s.dw - s.pw;  // input column of output column ow: ow * sw + off
           const i64 lo = std::clamp<i64>(ceil_div(-off, s.sw), 0, s.OW);
@@ -513,12 +563,11 @@ std::unique_ptr<CpuKernel> make_conv(const BuildCtx& b, const ir::Node& n) {
       const i64 P = std::max<i64>(s.P(), 1), Og = std::max<i64>(s.Og(), 1), nr = isa.gemm_nr;
       k->packed = true;
       k->tile = nr;
-      k->tiles = (P + nr - 1) / nr;
-      const i64 units = std::max<i64>(s.N * s.G, 1) * k->tiles,
-                split = std::max<i64>(1, (b.threads + units - 1) / units);
+      k->tiles = (s.N * P + nr - 1) / nr;  // panels run over every image's positions (run_packed)
+      const i64 units = std::max<i64>(s.G, 1) * k->tiles, split = std::max<i64>(1, (b.threads + units - 1) / units);
       k->rows = std::min(Og, std::max<i64>(48, (Og + split - 1) / split));
       k->blocks = (Og + k->rows - 1) / k->rows;
-      k->thread_bytes = std::size_t(std::max<i64>(s.CK(), 1) * nr) * sizeof(float);
+      k->thread_bytes = std::size_t((std::max<i64>(s.CK(), 1) + Og) * nr) * sizeof(float);
       return k;
     }
   }

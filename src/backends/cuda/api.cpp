@@ -56,7 +56,7 @@ void load(const Library& lib, F& fn, const char* name, std::string& missing) {
   fn = reinterpret_cast<F>(lib.symbol(name));
   if (!fn) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", name);
 }
-#define RLX_LOAD(obj, name) load(obj.lib, obj.name, RLX_CUDA_STR(name), missing)
+#define RLX_LOAD(obj, name) load((obj).lib, (obj).name, RLX_CUDA_STR(name), missing)
 
 // The toolkit's own folders, after the loader's search path: a toolkit installed under
 // /usr/local/cuda is often not in ld.so.conf.
@@ -119,6 +119,7 @@ const Driver& Driver::get() {
     RLX_LOAD(d, cuEventCreate);
     RLX_LOAD(d, cuEventDestroy);
     RLX_LOAD(d, cuEventRecord);
+    RLX_LOAD(d, cuEventRecordWithFlags);
     RLX_LOAD(d, cuEventElapsedTime);
     RLX_LOAD(d, cuModuleLoadData);
     RLX_LOAD(d, cuModuleUnload);

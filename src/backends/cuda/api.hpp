@@ -78,6 +78,7 @@ struct Driver {
   RLX_CUDA_FN(cuEventCreate);
   RLX_CUDA_FN(cuEventDestroy);
   RLX_CUDA_FN(cuEventRecord);
+  RLX_CUDA_FN(cuEventRecordWithFlags);
   RLX_CUDA_FN(cuEventElapsedTime);
   RLX_CUDA_FN(cuModuleLoadData);
   RLX_CUDA_FN(cuModuleUnload);

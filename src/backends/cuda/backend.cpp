@@ -15,8 +15,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -153,7 +155,7 @@ class PinnedMemory {
   std::byte* ptr_ = nullptr;
 };
 
-enum class Where : std::uint8_t { Arena, Weights, Staging };
+enum class Where : std::uint8_t { Arena, Weights, Staging, Product };
 struct Loc {
   Where where = Where::Arena;
   std::uint64_t offset = 0;
@@ -163,11 +165,39 @@ struct Copy {
   std::uint64_t bytes = 0;
 };
 
+// A matmul through cuBLASLt: row-major C[M,N] = A[M,K] B[K,N] in each of `batch` strided batches, issued as
+// the column-major product C^T = B^T A^T (cuBLASLt's "A" is our B). The descriptors and the algorithm are
+// made once at compile time and shared by clones.
+struct Gemm {
+  const BlasLt* lt = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
+  cublasLtMatmulAlgo_t algo{};
+  bool f64 = false;
+  Gemm() = default;
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+  ~Gemm() {
+    if (!lt) return;
+    for (auto* l : {a, b, c})
+      if (l) lt->cublasLtMatrixLayoutDestroy(l);
+    if (desc) lt->cublasLtMatmulDescDestroy(desc);
+  }
+};
+constexpr std::uint64_t kGemmWorkspace = std::uint64_t(32) << 20;
+
+// A device address as the pointer the CUDA libraries take (cuBLASLt's operands are void*).
+void* pointer(CUdeviceptr p) {
+  return reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): device addresses are integers here
+}
+
 struct Launch {
   std::size_t kernel = 0;  // the LIR kernel it is a phase of
   CUfunction fn = nullptr;
   unsigned grid = 1, block = 1;
-  std::vector<Loc> operands;  // the kernel's inputs, then its outputs
+  std::vector<Loc> operands;  // the kernel's inputs, then its outputs (then the product, for an epilogue)
+  // A cuBLASLt matmul instead of a function: operands are A, B and where the product goes.
+  std::shared_ptr<const Gemm> gemm;
 };
 
 struct HostStep {
@@ -187,6 +217,8 @@ struct Segment {
 struct Plan {
   std::shared_ptr<Context> ctx;
   std::vector<std::string> kernel_names;
+  std::uint64_t product_bytes = 0;  // scratch for matmul products an epilogue reads
+  bool gemms = false;
   std::uint64_t arena_bytes = 0, staging_bytes = 0, weights_bytes = 0;
   std::vector<std::uint64_t> in_staging, in_bytes, out_staging, out_bytes, param_off, param_bytes;
   std::vector<Launch> launches;
@@ -217,7 +249,11 @@ class CudaExecutable final : public runtime::ExecutableGraph {
 
  private:
   CUdeviceptr device(const Loc& l) const {
-    return (l.where == Where::Arena ? arena_.get() : weights_->mem.get()) + l.offset;
+    switch (l.where) {
+      case Where::Weights: return weights_->mem.get() + l.offset;
+      case Where::Product: return product_.get() + l.offset;
+      default: return arena_.get() + l.offset;
+    }
   }
   void enqueue(const Copy& c) const;
   void record(std::size_t s);
@@ -227,6 +263,8 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   const Context& ctx_;
   DeviceMemory arena_;
   PinnedMemory staging_;
+  DeviceMemory product_, workspace_;
+  cublasLtHandle_t lt_ = nullptr;
   CUstream stream_ = nullptr;
   std::vector<std::vector<CUdeviceptr>> args_;  // per launch: its operands' addresses
   std::vector<std::vector<void*>> arg_ptrs_;    // per launch: pointers to those, as cuLaunchKernel takes them
@@ -248,6 +286,12 @@ CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr
   const Driver& drv = ctx_.drv;
   ctx_.make_current();
   drv.check(drv.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  if (plan_->product_bytes) product_ = DeviceMemory(plan_->ctx, plan_->product_bytes, "matmul products");
+  if (plan_->gemms) {
+    workspace_ = DeviceMemory(plan_->ctx, kGemmWorkspace, "cuBLASLt's workspace");
+    const BlasLt& lt = BlasLt::get();
+    lt.check(lt.cublasLtCreate(&lt_), "cublasLtCreate");
+  }
   for (const Launch& l : plan_->launches) {
     auto& a = args_.emplace_back();
     for (const Loc& o : l.operands) a.push_back(device(o));
@@ -288,6 +332,7 @@ CudaExecutable::~CudaExecutable() {
     if (a) drv.cuEventDestroy(a);
     if (b) drv.cuEventDestroy(b);
   }
+  if (lt_) BlasLt::get().cublasLtDestroy(lt_);
 }
 
 void CudaExecutable::enqueue(const Copy& c) const {
@@ -313,10 +358,28 @@ void CudaExecutable::record(std::size_t s) {
       const Launch& l = plan_->launches[li];
       const bool first = i == 0 || plan_->launches[seg.launches[i - 1]].kernel != l.kernel;
       const bool last = i + 1 == seg.launches.size() || plan_->launches[seg.launches[i + 1]].kernel != l.kernel;
-      if (first) drv.check(drv.cuEventRecord(events_[l.kernel].first, stream_), "cuEventRecord");
-      drv.check(drv.cuLaunchKernel(l.fn, l.grid, 1, 1, l.block, 1, 1, 0, stream_, arg_ptrs_[li].data(), nullptr),
-                "cuLaunchKernel");
-      if (last) drv.check(drv.cuEventRecord(events_[l.kernel].second, stream_), "cuEventRecord");
+      // Events recorded during capture can be timed outside the graph only as external record nodes (a
+      // plain record there makes cuEventElapsedTime fail with CUDA_ERROR_INVALID_VALUE, seen on the H200).
+      if (first)
+        drv.check(drv.cuEventRecordWithFlags(events_[l.kernel].first, stream_, CU_EVENT_RECORD_EXTERNAL),
+                  "cuEventRecordWithFlags");
+      if (const Gemm* g = l.gemm.get()) {
+        const float one = 1, zero = 0;
+        const double one64 = 1, zero64 = 0;
+        const void* alpha = g->f64 ? static_cast<const void*>(&one64) : &one;
+        const void* beta = g->f64 ? static_cast<const void*>(&zero64) : &zero;
+        const auto& a = args_[li];  // our A, our B, the product
+        g->lt->check(g->lt->cublasLtMatmul(lt_, g->desc, alpha, pointer(a[1]), g->a, pointer(a[0]), g->b, beta,
+                                           pointer(a[2]), g->c, pointer(a[2]), g->c, &g->algo,
+                                           pointer(workspace_.get()), kGemmWorkspace, stream_),
+                     "cublasLtMatmul");
+      } else {
+        drv.check(drv.cuLaunchKernel(l.fn, l.grid, 1, 1, l.block, 1, 1, 0, stream_, arg_ptrs_[li].data(), nullptr),
+                  "cuLaunchKernel");
+      }
+      if (last)
+        drv.check(drv.cuEventRecordWithFlags(events_[l.kernel].second, stream_, CU_EVENT_RECORD_EXTERNAL),
+                  "cuEventRecordWithFlags");
     }
     for (const auto& c : seg.tail) enqueue(c);
   } catch (...) {
@@ -390,6 +453,100 @@ std::vector<KernelTime> CudaExecutable::kernel_times() const {
   return out;
 }
 
+// The cuBLASLt form of MatMul kernel `k` (f32 or f64, batch dims that are either the output's or absent), or
+// null with the reason in *why: the generated nest runs it then.
+// `offsets` are the byte offsets of our A, our B and the product from 256-byte aligned bases: cuBLASLt picks
+// an algorithm for the alignment they have.
+std::shared_ptr<const Gemm> plan_gemm(const compile::Kernel& k, std::array<std::uint64_t, 3> offsets,
+                                      std::string* why) {
+  const ir::Node* mm = nullptr;
+  for (const auto& n : k.body.nodes())
+    if (n.op == ir::OpKind::MatMul) mm = &n;
+  if (!mm) return *why = "no matmul in the kernel", nullptr;
+  const auto& an = k.body.node(mm->inputs[0]);
+  const auto& bn = k.body.node(mm->inputs[1]);
+  if (an.op != ir::OpKind::Input || bn.op != ir::OpKind::Input) return *why = "an operand is computed", nullptr;
+  const bool f64 = mm->dtype == ir::DType::F64;
+  if (!f64 && mm->dtype != ir::DType::F32) return *why = "not f32 or f64", nullptr;
+  const auto oe = mm->shape.extents(), ae = an.shape.extents(), be = bn.shape.extents();
+  const std::size_t r = oe.size();
+  if (r < 2 || ae.size() < 2 || be.size() < 2) return *why = "rank below 2", nullptr;
+  const std::int64_t m = oe[r - 2], n = oe[r - 1], kd = ae.back();
+  if (m <= 0 || n <= 0 || kd <= 0) return *why = "a zero-size dim", nullptr;
+  const std::vector<std::int64_t> batch(oe.begin(), oe.end() - 2);
+  std::int64_t count = 1;
+  for (auto d : batch) count *= d;
+  // Each operand's batch dims must be the output's (a stride of one matrix) or all ones (stride 0).
+  auto batched = [&](const std::vector<std::int64_t>& e) -> std::optional<bool> {
+    std::vector<std::int64_t> b(e.begin(), e.end() - 2);
+    bool ones = std::all_of(b.begin(), b.end(), [](std::int64_t d) { return d == 1; });
+    if (ones) return false;
+    if (b.size() != batch.size() || b != batch) return std::nullopt;
+    return true;
+  };
+  auto a_batched = batched(ae), b_batched = batched(be);
+  if (!a_batched || !b_batched) return *why = "batch dims broadcast partially", nullptr;
+  if (count > std::numeric_limits<std::int32_t>::max()) return *why = "too many batches", nullptr;
+  // A batched A against one B is one GEMM of count * M rows.
+  std::int64_t rows = m, batches = count;
+  if (*a_batched && !*b_batched) rows = m * count, batches = 1;
+  if (!*a_batched && count > 1 && !*b_batched) batches = count;  // every batch the same product
+
+  const BlasLt* lt = nullptr;
+  try {
+    lt = &BlasLt::get();
+  } catch (const Error& e) {
+    return *why = e.what(), nullptr;
+  }
+  auto g = std::make_shared<Gemm>();
+  g->lt = lt;
+  g->f64 = f64;
+  const cudaDataType_t dt = f64 ? CUDA_R_64F : CUDA_R_32F;
+  lt->check(lt->cublasLtMatmulDescCreate(&g->desc, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, dt),
+            "cublasLtMatmulDescCreate");
+  auto layout = [&](cublasLtMatrixLayout_t* l, std::int64_t rows_, std::int64_t cols, std::int64_t stride) {
+    lt->check(lt->cublasLtMatrixLayoutCreate(l, dt, std::uint64_t(rows_), std::uint64_t(cols), rows_),
+              "cublasLtMatrixLayoutCreate");
+    if (batches > 1) {
+      const auto n32 = std::int32_t(batches);
+      lt->check(lt->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n32, sizeof n32),
+                "batch count");
+      lt->check(
+          lt->cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+          "batch stride");
+    }
+  };
+  // Column-major views of the row-major operands: B as N x K, A as K x rows, C as N x rows.
+  layout(&g->a, n, kd, *b_batched ? kd * n : 0);
+  layout(&g->b, kd, rows, *a_batched && batches > 1 ? m * kd : 0);
+  layout(&g->c, n, rows, m * n);
+  cublasLtMatmulPreference_t pref = nullptr;
+  lt->check(lt->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const std::uint64_t ws = kGemmWorkspace;
+  lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  auto alignment = [](std::uint64_t off) {
+    std::uint32_t a = 256;
+    while (a > 1 && off % a) a /= 2;
+    return a;
+  };
+  // cuBLASLt's A is our B, its B our A; C and D are the product.
+  const std::uint32_t al_a = alignment(offsets[1]), al_b = alignment(offsets[0]), al_c = alignment(offsets[2]);
+  lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
+  lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
+  lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c);
+  lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
+  cublasLtHandle_t h = nullptr;
+  lt->check(lt->cublasLtCreate(&h), "cublasLtCreate");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t st = lt->cublasLtMatmulAlgoGetHeuristic(h, g->desc, g->a, g->b, g->c, g->c, pref, 1, &result, &found);
+  lt->cublasLtDestroy(h);
+  lt->cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return *why = "cuBLASLt has no algorithm for it", nullptr;
+  g->algo = result.algo;
+  return g;
+}
+
 std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const compile::LirModule& lir,
                                  const compile::CompileOptions& options, std::shared_ptr<Weights>& weights) {
   auto plan = std::make_shared<Plan>();
@@ -458,7 +615,41 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
       std::vector<Loc> operands;
       for (BufferId id : k.inputs) operands.push_back(locs[std::size_t(id)]);
       for (BufferId id : k.outputs) operands.push_back(locs[std::size_t(id)]);
-      for (const auto& ph : code.phases) {
+      std::string no_gemm;
+      std::shared_ptr<const Gemm> gemm;
+      const ir::Node* mm = nullptr;
+      for (const auto& n : k.body.nodes())
+        if (n.op == ir::OpKind::MatMul) mm = &n;
+      if (mm && (code.product_is_output || !code.epilogue.empty()) &&
+          k.body.node(mm->inputs[0]).op == ir::OpKind::Input && k.body.node(mm->inputs[1]).op == ir::OpKind::Input) {
+        const Loc a = locs[std::size_t(k.input_buffer(k.body.node(mm->inputs[0])))];
+        const Loc b = locs[std::size_t(k.input_buffer(k.body.node(mm->inputs[1])))];
+        const std::uint64_t c = code.product_is_output ? locs[std::size_t(k.outputs.at(0))].offset : 0;
+        gemm = plan_gemm(k, {a.offset, b.offset, c}, &no_gemm);
+      }
+      const std::vector<codegen::c::CudaPhase>* phases = &code.phases;
+      if (gemm) {
+        // Our A and B are the matmul's operands; the product goes to the output, or to scratch for the epilogue.
+        Launch l;
+        l.kernel = ki;
+        l.gemm = gemm;
+        l.operands = {locs[std::size_t(k.input_buffer(k.body.node(mm->inputs[0])))],
+                      locs[std::size_t(k.input_buffer(k.body.node(mm->inputs[1])))]};
+        if (code.product_is_output) {
+          l.operands.push_back(locs[std::size_t(k.outputs.at(0))]);
+          phases = nullptr;
+        } else {
+          const auto bytes = std::uint64_t(mm->shape.numel()) * ir::dtype_size(mm->dtype);
+          plan->product_bytes = std::max(plan->product_bytes, align(bytes));
+          l.operands.push_back({Where::Product, 0});
+          operands.push_back({Where::Product, 0});
+          phases = &code.epilogue;
+        }
+        plan->gemms = true;
+        plan->launches.push_back(std::move(l));
+        seg.launches.push_back(plan->launches.size() - 1);
+      }
+      for (const auto& ph : phases ? *phases : std::vector<codegen::c::CudaPhase>{}) {
         if (ph.iterations <= 0) continue;
         Launch l;
         l.kernel = ki;
