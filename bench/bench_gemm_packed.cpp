@@ -89,6 +89,10 @@ int main(int argc, char** argv) try {
   std::vector<Row> rows;
   for (const auto& sh : shapes)
     if (only.empty() || only == sh.name()) rows.push_back(run_shape(session, sh, epilogue, b_input, reps));
+  // Any other MxNxK given to --only (a conv's im2col GEMM, say) runs alone.
+  Shape custom{};
+  if (rows.empty() && std::sscanf(only.c_str(), "%ldx%ldx%ld", &custom.M, &custom.N, &custom.K) == 3)
+    rows.push_back(run_shape(session, custom, epilogue, b_input, reps));
   std::fprintf(stderr, "\n%-28s %9s %9s %9s  %s\n", "GFLOP/s (medians)", "packed", "rlx_blas", "openblas",
                "packed / best blas");
   for (const auto& r : rows)

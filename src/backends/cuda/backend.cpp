@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/api.hpp"
+#include "backends/cuda/gemm_shape.hpp"
 #include "backends/cuda/layout.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
@@ -459,39 +460,10 @@ std::vector<KernelTime> CudaExecutable::kernel_times() const {
 // an algorithm for the alignment they have.
 std::shared_ptr<const Gemm> plan_gemm(const compile::Kernel& k, std::array<std::uint64_t, 3> offsets,
                                       std::string* why) {
-  const ir::Node* mm = nullptr;
-  for (const auto& n : k.body.nodes())
-    if (n.op == ir::OpKind::MatMul) mm = &n;
-  if (!mm) return *why = "no matmul in the kernel", nullptr;
-  const auto& an = k.body.node(mm->inputs[0]);
-  const auto& bn = k.body.node(mm->inputs[1]);
-  if (an.op != ir::OpKind::Input || bn.op != ir::OpKind::Input) return *why = "an operand is computed", nullptr;
-  const bool f64 = mm->dtype == ir::DType::F64;
-  if (!f64 && mm->dtype != ir::DType::F32) return *why = "not f32 or f64", nullptr;
-  const auto oe = mm->shape.extents(), ae = an.shape.extents(), be = bn.shape.extents();
-  const std::size_t r = oe.size();
-  if (r < 2 || ae.size() < 2 || be.size() < 2) return *why = "rank below 2", nullptr;
-  const std::int64_t m = oe[r - 2], n = oe[r - 1], kd = ae.back();
-  if (m <= 0 || n <= 0 || kd <= 0) return *why = "a zero-size dim", nullptr;
-  const std::vector<std::int64_t> batch(oe.begin(), oe.end() - 2);
-  std::int64_t count = 1;
-  for (auto d : batch) count *= d;
-  // Each operand's batch dims must be the output's (a stride of one matrix) or all ones (stride 0).
-  auto batched = [&](const std::vector<std::int64_t>& e) -> std::optional<bool> {
-    std::vector<std::int64_t> b(e.begin(), e.end() - 2);
-    bool ones = std::all_of(b.begin(), b.end(), [](std::int64_t d) { return d == 1; });
-    if (ones) return false;
-    if (b.size() != batch.size() || b != batch) return std::nullopt;
-    return true;
-  };
-  auto a_batched = batched(ae), b_batched = batched(be);
-  if (!a_batched || !b_batched) return *why = "batch dims broadcast partially", nullptr;
-  if (count > std::numeric_limits<std::int32_t>::max()) return *why = "too many batches", nullptr;
-  // A batched A against one B is one GEMM of count * M rows.
-  std::int64_t rows = m, batches = count;
-  if (*a_batched && !*b_batched) rows = m * count, batches = 1;
-  if (!*a_batched && count > 1 && !*b_batched) batches = count;  // every batch the same product
-
+  const auto shape = gemm_shape(k, why);
+  if (!shape) return nullptr;
+  const bool f64 = shape->f64;
+  const std::int64_t n = shape->n, kd = shape->k, rows = shape->rows, batches = shape->batches;
   const BlasLt* lt = nullptr;
   try {
     lt = &BlasLt::get();
@@ -516,10 +488,10 @@ std::shared_ptr<const Gemm> plan_gemm(const compile::Kernel& k, std::array<std::
           "batch stride");
     }
   };
-  // Column-major views of the row-major operands: B as N x K, A as K x rows, C as N x rows.
-  layout(&g->a, n, kd, *b_batched ? kd * n : 0);
-  layout(&g->b, kd, rows, *a_batched && batches > 1 ? m * kd : 0);
-  layout(&g->c, n, rows, m * n);
+  // Column-major views of the row-major operands (gemm_shape.hpp): B as N x K, A as K x rows, C as N x rows.
+  layout(&g->a, n, kd, shape->stride_b);
+  layout(&g->b, kd, rows, shape->stride_a);
+  layout(&g->c, n, rows, shape->stride_c);
   cublasLtMatmulPreference_t pref = nullptr;
   lt->check(lt->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const std::uint64_t ws = kGemmWorkspace;

@@ -1,0 +1,76 @@
+#include "backends/cuda/gemm_shape.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace rlx::backends::cuda {
+
+std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* why) {
+  auto no = [&](const char* reason) -> std::optional<GemmShape> {
+    *why = reason;
+    return std::nullopt;
+  };
+  const ir::Node* mm = nullptr;
+  for (const auto& n : kernel.body.nodes())
+    if (n.op == ir::OpKind::MatMul) mm = &n;
+  if (!mm) return no("no matmul in the kernel");
+  const auto& an = kernel.body.node(mm->inputs[0]);
+  const auto& bn = kernel.body.node(mm->inputs[1]);
+  if (an.op != ir::OpKind::Input || bn.op != ir::OpKind::Input) return no("an operand is computed in the kernel");
+  if (mm->dtype != ir::DType::F32 && mm->dtype != ir::DType::F64) return no("not f32 or f64");
+  if (!mm->shape.is_static()) return no("a symbolic dim");
+  const auto oe = mm->shape.extents(), ae = an.shape.extents(), be = bn.shape.extents();
+  const std::size_t r = oe.size();
+  if (r < 2 || ae.size() < 2 || be.size() < 2) return no("an operand of rank below 2");
+  const std::int64_t m = oe[r - 2], n = oe[r - 1], k = ae.back();
+  if (m <= 0 || n <= 0 || k <= 0) return no("a zero-size dim");
+  const std::vector<std::int64_t> batch(oe.begin(), oe.end() - 2);
+  std::int64_t count = 1;
+  for (auto d : batch) count *= d;
+  // An operand's batch dims are the output's (one matrix per batch) or all ones (one matrix for all).
+  auto batched = [&](const std::vector<std::int64_t>& e) -> std::optional<bool> {
+    const std::vector<std::int64_t> b(e.begin(), e.end() - 2);
+    if (std::all_of(b.begin(), b.end(), [](std::int64_t d) { return d == 1; })) return false;
+    if (b != batch) return std::nullopt;
+    return true;
+  };
+  const auto a_batched = batched(ae), b_batched = batched(be);
+  if (!a_batched || !b_batched) return no("batch dims broadcast partially");
+  if (count > std::numeric_limits<std::int32_t>::max()) return no("more batches than cuBLASLt takes");
+  GemmShape s;
+  s.n = n;
+  s.k = k;
+  s.f64 = mm->dtype == ir::DType::F64;
+  s.matmul = mm->id;
+  s.a = an.id;
+  s.b = bn.id;
+  if (*a_batched && !*b_batched) {  // one GEMM over every batch's rows
+    s.rows = m * count;
+    s.batches = 1;
+  } else {
+    s.rows = m;
+    s.batches = count;
+    s.stride_a = *a_batched ? m * k : 0;
+    s.stride_b = *b_batched ? k * n : 0;
+    s.stride_c = m * n;
+  }
+  return s;
+}
+
+void gemm_on_host(const GemmShape& s, const double* a, const double* b, double* c) {
+  for (std::int64_t bi = 0; bi < s.batches; ++bi) {
+    // cuBLAS's operands, column-major: A' = our B (n x k, ld n), B' = our A (k x rows, ld k), C' (n x rows, ld n).
+    const double* ap = b + bi * s.stride_b;
+    const double* bp = a + bi * s.stride_a;
+    double* cp = c + bi * s.stride_c;
+    for (std::int64_t j = 0; j < s.rows; ++j)
+      for (std::int64_t i = 0; i < s.n; ++i) {
+        double acc = 0;
+        for (std::int64_t l = 0; l < s.k; ++l) acc += ap[i + l * s.n] * bp[l + j * s.k];
+        cp[i + j * s.n] = acc;
+      }
+  }
+}
+
+}  // namespace rlx::backends::cuda

@@ -1,0 +1,33 @@
+#pragma once
+// How a MatMul kernel maps onto one cuBLASLt call (backend.cpp issues it).
+// Row-major C[M,N] = A[M,K] B[K,N] is the column-major C^T = B^T A^T:
+// cuBLAS's m is N, its n is the rows, its A is our B (N x K, leading dim N)
+// and its B our A (K x rows, leading dim K). Batches are strided; an operand
+// with no batch dims of its own is shared (stride 0), and a batched A against
+// one B is a single GEMM of batch * M rows. Needs no GPU: the tests check the
+// mapping on the host against the reference interpreter.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "rlx/compile/lir.hpp"
+
+namespace rlx::backends::cuda {
+
+struct GemmShape {
+  std::int64_t n = 0, k = 0, rows = 0, batches = 1;
+  // Elements between consecutive batches of our A, our B and the product (0: one matrix for every batch).
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  bool f64 = false;
+  ir::NodeId matmul = 0, a = 0, b = 0;  // body nodes: the matmul and its two Input operands
+};
+
+// Nullopt with the reason in *why when the kernel's matmul is not one strided GEMM in f32 or f64 (then the
+// generated nest runs it).
+std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* why);
+
+// The product exactly as the cuBLASLt call computes it with `s`, on the host in double: c = A B per batch,
+// with a, b and c read and written through the strides and leading dims above.
+void gemm_on_host(const GemmShape& s, const double* a, const double* b, double* c);
+
+}  // namespace rlx::backends::cuda

@@ -1,0 +1,118 @@
+// The CUDA backend's cuBLASLt mapping (src/backends/cuda/gemm_shape.hpp), checked on the host: each matmul
+// is compiled for the backend's traits, its MatMul kernel mapped to one strided GEMM, and that GEMM run on
+// the host exactly as the cuBLASLt call would compute it (column-major, our B as cuBLAS's A), against the
+// reference interpreter. Needs no GPU; the GPU runs of the parity suite then test cuBLASLt itself.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backends/cuda/gemm_shape.hpp"
+#include "rlx/backends/cuda/cuda_backend.hpp"
+#include "rlx/compile/pipeline.hpp"
+#include "rlx/reference/interpreter.hpp"
+#include "support/testing.hpp"
+
+namespace rlx::backends::cuda {
+namespace {
+
+using Ints = std::vector<std::int64_t>;
+
+ir::Tensor random_tensor(const Ints& shape, std::mt19937_64& rng) {
+  ir::Tensor t(ir::DType::F64, shape);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, u(rng));
+  return t;
+}
+
+struct Case {
+  Ints a, b;
+  bool maps;  // one strided GEMM (else the generated nest runs it)
+};
+
+TEST(CudaGemm, TheCuBlasLtMappingComputesTheProduct) {
+  const Case cases[] = {
+      {{5, 7}, {7, 3}, true},              // plain
+      {{1, 7}, {7, 9}, true},              // one row
+      {{4, 5, 7}, {7, 3}, true},           // batched A, one B: a single GEMM of 20 rows
+      {{5, 7}, {4, 7, 3}, true},           // one A, batched B: strided, A shared
+      {{2, 3, 5, 7}, {2, 3, 7, 4}, true},  // both batched, two batch dims
+      {{1, 5, 7}, {1, 7, 3}, true},        // batch dims of one
+      // The compiler expands an operand whose batch dims broadcast against the other's, so these map too.
+      {{2, 1, 5, 7}, {1, 3, 7, 4}, true},
+      {{2, 3, 5, 7}, {3, 7, 4}, true},
+  };
+  std::mt19937_64 rng(testing::test_seed());
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.a) + " x " + ::testing::PrintToString(c.b));
+    ir::Graph g("mm");
+    g.add_output(g.matmul(g.input("a", ir::Shape(c.a), ir::DType::F64), g.input("b", ir::Shape(c.b), ir::DType::F64)));
+    const auto r = compile::compile(g, traits(), {});
+    const compile::Kernel* kernel = nullptr;
+    for (const auto& k : r.lir.kernels)
+      if (k.kind == compile::KernelKind::MatMul) kernel = &k;
+    ASSERT_NE(kernel, nullptr);
+    std::string why;
+    const auto shape = gemm_shape(*kernel, &why);
+    ASSERT_EQ(shape.has_value(), c.maps) << why;
+    if (!shape) {
+      EXPECT_FALSE(why.empty());
+      continue;
+    }
+    EXPECT_TRUE(shape->f64);
+    // The kernel's own operands (the compiler may have expanded one), fed to its body through the reference.
+    const ir::Node &an = kernel->body.node(shape->a), &bn = kernel->body.node(shape->b);
+    const ir::Tensor a = random_tensor(an.shape.extents(), rng), b = random_tensor(bn.shape.extents(), rng);
+    const auto want =
+        reference::run(kernel->body, {{an.attrs.get_str("name"), a}, {bn.attrs.get_str("name"), b}}).at(0);
+    std::vector<double> got(std::size_t(want.numel()), std::nan(""));  // poisoned: every element must be written
+    gemm_on_host(*shape, a.data_as<double>(), b.data_as<double>(), got.data());
+    ASSERT_EQ(std::int64_t(got.size()), shape->rows * shape->n * (shape->stride_c ? shape->batches : 1));
+    for (std::int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got[std::size_t(i)], want.get(i), 1e-12) << i;
+  }
+}
+
+// Kernels as a backend may be handed them, with operands the compiler did not expand: one A for every batch
+// of B (stride 0), and batch dims that broadcast partially, which must not map.
+TEST(CudaGemm, SharedOperandsMapAndPartialBroadcastsDoNot) {
+  std::mt19937_64 rng(testing::test_seed() + 1);
+  const Case cases[] = {{{5, 7}, {4, 7, 3}, true},
+                        {{1, 1, 5, 7}, {2, 3, 7, 4}, true},
+                        {{2, 1, 5, 7}, {1, 3, 7, 4}, false},
+                        {{2, 3, 5, 7}, {3, 7, 4}, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.a) + " x " + ::testing::PrintToString(c.b));
+    compile::Kernel k;
+    k.kind = compile::KernelKind::MatMul;
+    auto a = k.body.input("in0", ir::Shape(c.a), ir::DType::F64),
+         b = k.body.input("in1", ir::Shape(c.b), ir::DType::F64);
+    k.body.add_output(k.body.matmul(a, b));
+    std::string why;
+    const auto shape = gemm_shape(k, &why);
+    ASSERT_EQ(shape.has_value(), c.maps) << why;
+    if (!shape) {
+      EXPECT_EQ(why, "batch dims broadcast partially");
+      continue;
+    }
+    const ir::Tensor av = random_tensor(c.a, rng), bv = random_tensor(c.b, rng);
+    const auto want = reference::run(k.body, {{"in0", av}, {"in1", bv}}).at(0);
+    std::vector<double> got(std::size_t(want.numel()), std::nan(""));
+    gemm_on_host(*shape, av.data_as<double>(), bv.data_as<double>(), got.data());
+    for (std::int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got[std::size_t(i)], want.get(i), 1e-12) << i;
+  }
+}
+
+TEST(CudaGemm, OnlyFloatMatmulsMap) {
+  ir::Graph g("mm");
+  g.add_output(g.matmul(g.input("a", {3, 4}, ir::DType::I32), g.input("b", {4, 2}, ir::DType::I32)));
+  const auto r = compile::compile(g, traits(), {});
+  for (const auto& k : r.lir.kernels) {
+    if (k.kind != compile::KernelKind::MatMul) continue;
+    std::string why;
+    EXPECT_FALSE(gemm_shape(k, &why));
+    EXPECT_EQ(why, "not f32 or f64");
+  }
+}
+
+}  // namespace
+}  // namespace rlx::backends::cuda
