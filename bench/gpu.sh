@@ -7,8 +7,10 @@
 #   bash bench/gpu.sh run                there: unpacks the loader and the build, runs the Vulkan conformance
 #                                        suites and vulkan_bench, then bench/gpu_peers.py (PyTorch); results
 #                                        also go to $OUT when it is set
-#   bash bench/gpu.sh cuda               there: unpacks the build and runs the conformance suites on the CUDA
-#                                        backend (docs/backends/cuda.md)
+#   bash bench/gpu.sh cuda [bench|suites] there: unpacks the build and runs cuda_bench with PyTorch's figures
+#                                        beside it, then the conformance suites on the CUDA backend (each part
+#                                        alone when named: together they can outlast one 10-minute call;
+#                                        docs/backends/cuda.md)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,16 +72,19 @@ run() {
 }
 
 cuda() {
-  local out=${OUT:-/tmp/rlx-out} r=/tmp/rlx
+  local out=${OUT:-/tmp/rlx-out} r=/tmp/rlx part=${1:-all}
   mkdir -p "$out" "$r"
   tar xJf .gpu/rlx-gpu.tar.xz -C "$r"
   export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$r/cache
   nvidia-smi -L
+  if [ "$part" != suites ]; then
   echo "## cuda_bench"
   timeout 100 "$r/bin/cuda_bench" | tee "$out/cuda_bench.txt"
   echo "## RLX CUDA vs PyTorch"
   PYTHONUNBUFFERED=1 timeout 100 python3 bench/gpu_peers.py --rlx "$out/cuda_bench.txt" --label "RLX CUDA" |
     tee "$out/table.txt"
+  fi
+  [ "$part" = bench ] && return
   # NVRTC's time (tens of ms per kernel) dominates the suites: each binary runs as gtest shards, one per core.
   local shards
   shards=$(nproc)
@@ -91,6 +96,10 @@ cuda() {
         --gtest_filter='*cuda*:-*CudaCodegen*' --gtest_brief=1 >"$out/$b.$i.log" 2>&1 &
     done
     wait
+    # A shard stopped by its timeout prints no summary: its tests count neither way, so say how many.
+    local unfinished
+    unfinished=$(grep -LE '^\[  (PASSED|FAILED)  \]' "$out/$b".*.log | wc -l)
+    [ "$unfinished" -gt 0 ] && echo "$b: $unfinished of $shards shards did not finish within ${RLX_GPU_TIMEOUT:-400} s"
     cat "$out/$b".*.log >"$out/$b.log" && rm -f "$out/$b".*.log
     echo "$b: $((SECONDS - t0)) s | passed $(grep -hoE '^\[  PASSED  \] [0-9]+' "$out/$b.log" | awk '{s+=$4} END {print s+0}')" \
       "| failed $(grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | wc -l) | skipped $(grep -cE '^\[  SKIPPED \] [A-Z]' "$out/$b.log")"
@@ -101,6 +110,6 @@ cuda() {
 case "${1:-}" in
   pack) shift; pack "$@" ;;
   run) run ;;
-  cuda) cuda ;;
-  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda" >&2; exit 2 ;;
+  cuda) shift; cuda "$@" ;;
+  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda [bench|suites]" >&2; exit 2 ;;
 esac
