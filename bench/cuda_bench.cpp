@@ -11,89 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "gpu_common.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/error.hpp"
 #include "rlx/models/demo_models.hpp"
 
 using namespace rlx;
 namespace cu = backends::cuda;
-using Clock = std::chrono::steady_clock;
+using namespace rlx::bench;
 
-namespace {
-
-void report(const std::string& key, double value, const std::string& unit) {
-  fmt::print("{} {:.6g} {}\n", key, value, unit);
-}
-
-struct Timing {
-  double gpu_s = 1e30, wall_s = 1e30;
-  int host_kernels = 0;
-};
-
-Timing time_runs(runtime::ExecutableGraph& exe, std::span<const void* const> in, std::span<void* const> out, int warmup,
-                 int reps) {
-  Timing t;
-  for (int r = 0; r < warmup + reps; ++r) {
-    auto t0 = Clock::now();
-    exe.run(in, out);
-    double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (r < warmup) continue;
-    double gpu = 0;
-    t.host_kernels = 0;
-    try {
-      for (const auto& k : exe.kernel_times()) {
-        gpu += k.micros * 1e-6;
-        t.host_kernels += k.host;
-      }
-    } catch (const Error& e) {  // say so, and count the wall time (an upper bound) instead
-      static bool said = false;
-      if (!said) fmt::print("# kernel_times failed ({}): GPU figures are wall time\n", e.what());
-      said = true;
-      gpu = wall;
-    }
-    t.gpu_s = std::min(t.gpu_s, gpu);
-    t.wall_s = std::min(t.wall_s, wall);
-  }
-  return t;
-}
-
-struct Prepared {
-  runtime::Backend::Compiled compiled;
-  std::vector<std::vector<std::byte>> inputs, outputs;
-  std::vector<const void*> in;
-  std::vector<void*> out;
-};
-
-Prepared prepare(runtime::Backend& backend, const ir::Graph& g) {
-  Prepared p{backend.compile(g), {}, {}, {}, {}};
-  const auto& lir = p.compiled.result->lir;
-  auto params = models::random_params(g, 7);
-  for (std::size_t i = 0; i < lir.params.size(); ++i) {
-    const auto& t = params.at(lir.buffer(lir.params[i]).name);
-    p.compiled.exe->set_param(i, t.data(), t.nbytes());
-  }
-  auto inputs = models::random_inputs(g, 11);
-  for (auto id : lir.inputs) {
-    const auto& t = inputs.at(lir.buffer(id).name);
-    p.inputs.emplace_back(t.data(), t.data() + t.nbytes());
-    p.in.push_back(p.inputs.back().data());
-  }
-  for (auto id : lir.outputs) {
-    p.outputs.emplace_back(std::size_t(lir.buffer(id).nbytes()));
-    p.out.push_back(p.outputs.back().data());
-  }
-  return p;
-}
-
-void print_kernels(const runtime::ExecutableGraph& exe) {
-  try {
-    for (const auto& kt : exe.kernel_times())
-      fmt::print("#   {:9.1f} us{}  {}\n", kt.micros, kt.host ? " (host)" : "", kt.kernel);
-  } catch (const Error&) {
-  }
-}
-
-}  // namespace
 
 int main() {
   try {
@@ -114,18 +40,7 @@ int main() {
 
     const std::int64_t m = std::int64_t(1) << 28;
     ir::Graph ch("chain8");
-    {
-      auto x = ch.param("x", ir::Shape{m});
-      auto s = [&](double v) { return ch.scalar(v); };
-      auto y = ch.mul(x, s(1.5));
-      y = ch.add(y, s(0.25));
-      y = ch.mul(y, y);
-      y = ch.sub(y, s(0.5));
-      y = ch.binary(ir::OpKind::Max, y, s(-1.0));
-      y = ch.add(y, x);
-      y = ch.mul(y, s(0.75));
-      ch.add_output(ch.binary(ir::OpKind::Min, y, s(4.0)), "y");
-    }
+    ch.add_output(chain8(ch, ch.param("x", ir::Shape{m})), "y");
     auto chain = prepare(*backend, ch);
     const double bytes = 8.0 * double(m);
     auto tc = time_runs(*chain.compiled.exe, chain.in, chain.out, 2, 10);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_common.hpp"
 #include "rlx/backends/vulkan/vulkan_backend.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/custom_op.hpp"
@@ -23,68 +24,9 @@
 
 using namespace rlx;
 namespace vk = backends::vulkan;
-using Clock = std::chrono::steady_clock;
+using namespace rlx::bench;
 
 namespace {
-
-void report(const std::string& key, double value, const std::string& unit) {
-  fmt::print("{} {:.6g} {}\n", key, value, unit);
-}
-
-struct Timing {
-  double gpu_s = 1e30, wall_s = 1e30;
-  int host_kernels = 0;
-};
-
-// Best of `reps` runs after `warmup`: GPU time (sum of kernel timestamps) and wall time.
-Timing time_runs(runtime::ExecutableGraph& exe, std::span<const void* const> in, std::span<void* const> out, int warmup,
-                 int reps) {
-  Timing t;
-  for (int r = 0; r < warmup + reps; ++r) {
-    auto t0 = Clock::now();
-    exe.run(in, out);
-    double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (r < warmup) continue;
-    double gpu = 0;
-    t.host_kernels = 0;
-    for (const auto& k : vk::last_run_times(exe)) {
-      gpu += k.micros * 1e-6;
-      t.host_kernels += k.host;
-    }
-    t.gpu_s = std::min(t.gpu_s, gpu);
-    t.wall_s = std::min(t.wall_s, wall);
-  }
-  return t;
-}
-
-// Params get deterministic values; outputs land in vectors the caller keeps.
-struct Prepared {
-  runtime::Backend::Compiled compiled;
-  std::vector<std::vector<std::byte>> inputs, outputs;
-  std::vector<const void*> in;
-  std::vector<void*> out;
-};
-
-Prepared prepare(runtime::Backend& backend, const ir::Graph& g) {
-  Prepared p{backend.compile(g), {}, {}, {}, {}};
-  const auto& lir = p.compiled.result->lir;
-  auto params = models::random_params(g, 7);
-  for (std::size_t i = 0; i < lir.params.size(); ++i) {
-    const auto& t = params.at(lir.buffer(lir.params[i]).name);
-    p.compiled.exe->set_param(i, t.data(), t.nbytes());
-  }
-  auto inputs = models::random_inputs(g, 11);
-  for (auto id : lir.inputs) {
-    const auto& t = inputs.at(lir.buffer(id).name);
-    p.inputs.emplace_back(t.data(), t.data() + t.nbytes());
-    p.in.push_back(p.inputs.back().data());
-  }
-  for (auto id : lir.outputs) {
-    p.outputs.emplace_back(std::size_t(lir.buffer(id).nbytes()));
-    p.out.push_back(p.outputs.back().data());
-  }
-  return p;
-}
 
 // Hand-written copies through the raw-kernel seam: what a shader that only
 // moves the chain's bytes reaches, the ceiling for generated elementwise code
@@ -146,17 +88,6 @@ int main(int argc, char** argv) {
 
     // A fused chain of 8 elementwise ops against a device-to-device copy of the same bytes.
     const std::int64_t m = small ? (std::int64_t(1) << 22) : (std::int64_t(1) << 28);
-    auto chain8 = [](ir::Graph& g, ir::NodeId x) {
-      auto s = [&](double v) { return g.scalar(v); };
-      auto y = g.mul(x, s(1.5));
-      y = g.add(y, s(0.25));
-      y = g.mul(y, y);
-      y = g.sub(y, s(0.5));
-      y = g.binary(ir::OpKind::Max, y, s(-1.0));
-      y = g.add(y, x);
-      y = g.mul(y, s(0.75));
-      return g.binary(ir::OpKind::Min, y, s(4.0));
-    };
     ir::Graph ch("chain8");
     ch.add_output(chain8(ch, ch.param("x", ir::Shape{m})), "y");
     auto chain = prepare(*backend, ch);
@@ -220,8 +151,7 @@ int main(int argc, char** argv) {
       report(std::string(name) + "_gpu_us", te.gpu_s * 1e6, "us");
       report(std::string(name) + "_kernels", double(enc.compiled.result->lir.kernels.size()), "kernels");
       report(std::string(name) + "_host_kernels", double(te.host_kernels), "kernels");
-      for (const auto& kt : vk::last_run_times(*enc.compiled.exe))
-        fmt::print("#   {:9.1f} us  {}\n", kt.micros, kt.kernel);
+      print_kernels(*enc.compiled.exe);
     }
   } catch (const Error& e) {
     fmt::print(stderr, "vulkan_bench: {}\n", e.what());
