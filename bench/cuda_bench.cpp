@@ -20,7 +20,6 @@ using namespace rlx;
 namespace cu = backends::cuda;
 using namespace rlx::bench;
 
-
 int main() {
   try {
     if (auto why = cu::unavailable_reason(); !why.empty()) {

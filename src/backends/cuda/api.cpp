@@ -3,17 +3,16 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "rlx/error.hpp"
 #include "rlx/runtime/calibration.hpp"
+#include "rlx/runtime/code_cache.hpp"
 
 namespace rlx::backends::cuda {
 
@@ -236,15 +235,6 @@ void BlasLt::check(cublasStatus_t s, std::string_view what) const {
 
 namespace {
 
-std::uint64_t fnv(std::string_view s, std::uint64_t h) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 33);
-}
-
 struct MemoryCache {
   std::mutex mu;
   std::unordered_map<std::string, std::string> map;
@@ -254,38 +244,14 @@ MemoryCache& memory_cache() {
   return *c;
 }
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary | std::ios::ate);
-  if (!f) return {};
-  auto n = std::streamsize(f.tellg());
-  std::string s(std::size_t(std::max<std::streamsize>(n, 0)), '\0');
-  f.seekg(0);
-  f.read(s.data(), n);
-  // A cubin is an ELF file: anything else (a torn write from another process) is compiled again.
-  if (!f || s.empty()) return {};
-  if (s.size() < 4 || (s.compare(0, 4,
-                                 "\x7f"
-                                 "ELF") != 0 &&
-                       s.find(".target") == std::string::npos))
-    return {};
-  return s;
-}
-
-// Best effort: a cache that cannot be written only costs compile time.
-void write_file(const std::filesystem::path& p, const std::string& bytes) {
-  std::error_code ec;
-  std::filesystem::create_directories(p.parent_path(), ec);
-  if (ec) return;
-  auto tmp = p;
-  tmp += fmt::format(".tmp{}", ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return;
-    f.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!f) return;
-  }
-  std::filesystem::rename(tmp, p, ec);  // atomic: a concurrent reader sees the old file or the new one
-  if (ec) std::filesystem::remove(tmp, ec);
+// A cubin (an ELF file) or PTX from the disk cache; anything else (a torn write from another process) is
+// compiled again.
+std::string read_code(const std::filesystem::path& p) {
+  std::string s = runtime::read_code_file(p);
+  const bool elf = s.size() >= 4 && s.compare(0, 4,
+                                              "\x7f"
+                                              "ELF") == 0;
+  return elf || s.find(".target") != std::string::npos ? s : std::string();
 }
 
 }  // namespace
@@ -293,8 +259,7 @@ void write_file(const std::filesystem::path& p, const std::string& bytes) {
 std::string compile_cubin(const std::string& source, const std::string& arch, std::string_view what) {
   const Nvrtc& nv = Nvrtc::get();
   const std::string keyed = fmt::format("rlx-cubin-1|nvrtc {}.{}|{}|", nv.major, nv.minor, arch) + source;
-  const std::string key =
-      fmt::format("{:016x}{:016x}", fnv(keyed, 1469598103934665603ull), fnv(keyed, 0x9E3779B97F4A7C15ull));
+  const std::string key = runtime::code_key(keyed);
   auto& mc = memory_cache();
   {
     std::lock_guard lock(mc.mu);
@@ -302,7 +267,7 @@ std::string compile_cubin(const std::string& source, const std::string& arch, st
   }
   std::filesystem::path file;
   if (auto root = runtime::cache_dir(); !root.empty()) file = root / "cuda-cubin" / (key + ".cubin");
-  std::string cubin = file.empty() ? std::string() : read_file(file);
+  std::string cubin = file.empty() ? std::string() : read_code(file);
   if (cubin.empty()) {
     nvrtcProgram prog = nullptr;
     if (nvrtcResult r = nv.nvrtcCreateProgram(&prog, source.c_str(), "rlx_kernel.cu", 0, nullptr, nullptr);
@@ -331,7 +296,7 @@ std::string compile_cubin(const std::string& source, const std::string& arch, st
     if (r != NVRTC_SUCCESS)
       throw Error(fmt::format("cuda: NVRTC failed to compile {} for {}: {}\n{}\n--- source ---\n{}", what, arch,
                               nv.nvrtcGetErrorString(r), log, source));
-    if (!file.empty()) write_file(file, cubin);
+    if (!file.empty()) runtime::write_code_file(file, cubin);
   }
   std::lock_guard lock(mc.mu);
   mc.map.emplace(key, cubin);

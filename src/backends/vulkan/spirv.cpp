@@ -3,18 +3,18 @@
 
 #include <fmt/format.h>
 #include <shaderc/shaderc.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <unordered_map>
 
 #include "rlx/backends/vulkan/vulkan_backend.hpp"
 #include "rlx/error.hpp"
 #include "rlx/runtime/calibration.hpp"
+#include "rlx/runtime/code_cache.hpp"
 
 namespace rlx::backends::vulkan {
 
@@ -36,62 +36,19 @@ shaderc_compiler_t compiler() {
   return c;
 }
 
-std::uint64_t fnv(std::string_view s, std::uint64_t h) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 33);
-}
-
 bool valid_spirv(const std::vector<std::uint32_t>& w) { return w.size() >= 5 && w[0] == 0x07230203u; }
 
+// SPIR-V from the disk cache; empty unless it is whole SPIR-V (a torn or foreign file is compiled again).
 std::vector<std::uint32_t> read_spv(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary | std::ios::ate);
-  if (!f) return {};
-  auto n = std::size_t(f.tellg());
-  if (n == 0 || n % 4) return {};
-  std::vector<std::uint32_t> words(n / 4);
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(words.data()), std::streamsize(n));
-  if (!f || !valid_spirv(words)) return {};
-  return words;
+  const std::string bytes = runtime::read_code_file(p);
+  if (bytes.empty() || bytes.size() % 4) return {};
+  std::vector<std::uint32_t> words(bytes.size() / 4);
+  std::memcpy(words.data(), bytes.data(), bytes.size());
+  return valid_spirv(words) ? words : std::vector<std::uint32_t>{};
 }
 
-// The cache is bounded: every 256th write, when it holds more than kMaxFiles
-// shaders, the least recently written quarter goes (random test graphs alone
-// make thousands of unique shaders).
-constexpr std::size_t kMaxFiles = 8192;
-
-void prune(const std::filesystem::path& dir) {
-  static std::atomic<std::uint64_t> writes{0};
-  if (++writes % 256) return;
-  std::error_code ec;
-  std::vector<std::pair<std::filesystem::file_time_type, std::filesystem::path>> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.path().extension() == ".spv") files.emplace_back(e.last_write_time(ec), e.path());
-  if (files.size() <= kMaxFiles) return;
-  std::sort(files.begin(), files.end());
-  for (std::size_t i = 0; i < files.size() - kMaxFiles * 3 / 4; ++i) std::filesystem::remove(files[i].second, ec);
-}
-
-// Best effort: a cache that cannot be written (read-only home) only costs compile time.
 void write_spv(const std::filesystem::path& p, const std::vector<std::uint32_t>& words) {
-  std::error_code ec;
-  std::filesystem::create_directories(p.parent_path(), ec);
-  if (ec) return;
-  auto tmp = p;
-  tmp += fmt::format(".tmp{}", ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return;
-    f.write(reinterpret_cast<const char*>(words.data()), std::streamsize(words.size() * 4));
-    if (!f) return;
-  }
-  std::filesystem::rename(tmp, p, ec);  // atomic: a concurrent reader sees the old file or the new one
-  if (ec) std::filesystem::remove(tmp, ec);
-  prune(p.parent_path());
+  runtime::write_code_file(p, std::string_view(reinterpret_cast<const char*>(words.data()), words.size() * 4));
 }
 
 std::string key_prefix() {
@@ -101,10 +58,6 @@ std::string key_prefix() {
 }
 
 }  // namespace
-
-std::string hash_hex(std::string_view s) {
-  return fmt::format("{:016x}{:016x}", fnv(s, 1469598103934665603ull), fnv(s, 0x9E3779B97F4A7C15ull));
-}
 
 std::string cache_root() { return runtime::cache_dir().string(); }
 
@@ -123,7 +76,7 @@ SpirvCacheStats spirv_cache_stats() { return {n_compiled.load(), n_disk.load(), 
 
 std::vector<std::uint32_t> compile_glsl(const std::string& source, std::string_view kernel, bool optimize) {
   static const std::string prefix = key_prefix();
-  const std::string key = hash_hex(prefix + (optimize ? "O|" : "O0|") + source);
+  const std::string key = runtime::code_key(prefix + (optimize ? "O|" : "O0|") + source);
   auto& mc = memory_cache();
   {
     std::lock_guard lock(mc.mu);

@@ -21,7 +21,4 @@ std::string cache_root();
 // The in-process cache is dropped (the disk cache stays): for tests of the disk cache.
 void forget_compiled_shaders();
 
-// A stable 128-bit hash of `s` as 32 hex digits.
-std::string hash_hex(std::string_view s);
-
 }  // namespace rlx::backends::vulkan
