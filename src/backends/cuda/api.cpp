@@ -57,32 +57,34 @@ void load(const Library& lib, F& fn, const char* name, std::string& missing) {
 }
 #define RLX_LOAD(obj, name) load((obj).lib, (obj).name, RLX_CUDA_STR(name), missing)
 
-// The toolkit's own folders, after the loader's search path: a toolkit installed under
-// /usr/local/cuda is often not in ld.so.conf.
-std::initializer_list<const char*> nvrtc_names() {
-  static const std::initializer_list<const char*> names = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-                                                           "/usr/local/cuda/lib64/libnvrtc.so.13",
-                                                           "/usr/local/cuda/lib64/libnvrtc.so"};
-  return names;
+// `T` loaded once per process by `load`, which fills it and returns why it is unusable (empty: usable). Never
+// destroyed: kernels may run from static destructors' threads. Throws rlx::Error "cuda: <why>" while unusable.
+template <class T, class Load>
+const T& load_once(Load load) {
+  static const auto* state = [&] {
+    auto* s = new std::pair<T, std::string>();
+    s->second = load(s->first);
+    return s;
+  }();
+  if (!state->second.empty()) throw Error("cuda: " + state->second);
+  return state->first;
+}
+
+// Opens the first of `names` into `lib`; empty, or `what` with dlopen's reasons.
+std::string open(Library& lib, std::initializer_list<const char*> names, std::string_view what) {
+  std::string why;
+  lib = Library::open(names, &why);
+  return lib ? std::string() : fmt::format("{} ({})", what, why);
 }
 
 }  // namespace
 
 const Driver& Driver::get() {
-  static const auto* state = [] {
-    struct State {
-      Driver d;
-      std::string why;
-    };
-    auto* s = new State;  // never destroyed: kernels may run from static destructors' threads
-    std::string why;
-    s->d.lib = Library::open({"libcuda.so.1", "libcuda.so"}, &why);
-    if (!s->d.lib) {
-      s->why = "no NVIDIA driver: libcuda.so.1 could not be loaded (" + why + ")";
-      return s;
-    }
+  return load_once<Driver>([](Driver& d) -> std::string {
+    if (auto why = open(d.lib, {"libcuda.so.1", "libcuda.so"}, "no NVIDIA driver: libcuda.so.1 could not be loaded");
+        !why.empty())
+      return why;
     std::string missing;
-    Driver& d = s->d;
     RLX_LOAD(d, cuInit);
     RLX_LOAD(d, cuDriverGetVersion);
     RLX_LOAD(d, cuGetErrorName);
@@ -124,23 +126,18 @@ const Driver& Driver::get() {
     RLX_LOAD(d, cuModuleUnload);
     RLX_LOAD(d, cuModuleGetFunction);
     RLX_LOAD(d, cuLaunchKernel);
-    if (!missing.empty()) {
-      s->why = fmt::format("the NVIDIA driver ({}) lacks {}: it is older than CUDA 12", d.lib.name(), missing);
-      return s;
-    }
+    if (!missing.empty())
+      return fmt::format("the NVIDIA driver ({}) lacks {}: it is older than CUDA 12", d.lib.name(), missing);
     if (CUresult r = d.cuInit(0); r != CUDA_SUCCESS) {
       const char* name = nullptr;
       d.cuGetErrorName(r, &name);
-      s->why = fmt::format("cuInit failed: {} (no usable NVIDIA GPU)", name ? name : "unknown error");
-      return s;
+      return fmt::format("cuInit failed: {} (no usable NVIDIA GPU)", name ? name : "unknown error");
     }
     d.cuDriverGetVersion(&d.version);
     int count = 0;
-    if (d.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) s->why = "the NVIDIA driver reports no GPU";
-    return s;
-  }();
-  if (!state->why.empty()) throw Error("cuda: " + state->why);
-  return state->d;
+    if (d.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) return "the NVIDIA driver reports no GPU";
+    return {};
+  });
 }
 
 void Driver::check(CUresult r, std::string_view what) const {
@@ -152,20 +149,16 @@ void Driver::check(CUresult r, std::string_view what) const {
 }
 
 const Nvrtc& Nvrtc::get() {
-  static const auto* state = [] {
-    struct State {
-      Nvrtc n;
-      std::string why;
-    };
-    auto* s = new State;
-    std::string why;
-    s->n.lib = Library::open(nvrtc_names(), &why);
-    if (!s->n.lib) {
-      s->why = "NVRTC could not be loaded (" + why + "); install the CUDA toolkit or the nvidia-cuda-nvrtc wheel";
-      return s;
-    }
+  return load_once<Nvrtc>([](Nvrtc& n) -> std::string {
+    // The toolkit's own folder after the loader's search path: a toolkit under /usr/local/cuda is often not in
+    // ld.so.conf.
+    if (auto why = open(n.lib,
+                        {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
+                         "/usr/local/cuda/lib64/libnvrtc.so"},
+                        "NVRTC could not be loaded; install the CUDA toolkit or the nvidia-cuda-nvrtc wheel");
+        !why.empty())
+      return why;
     std::string missing;
-    Nvrtc& n = s->n;
     RLX_LOAD(n, nvrtcVersion);
     RLX_LOAD(n, nvrtcGetErrorString);
     RLX_LOAD(n, nvrtcCreateProgram);
@@ -177,34 +170,21 @@ const Nvrtc& Nvrtc::get() {
     RLX_LOAD(n, nvrtcGetCUBIN);
     RLX_LOAD(n, nvrtcGetPTXSize);
     RLX_LOAD(n, nvrtcGetPTX);
-    if (!missing.empty()) {
-      s->why = fmt::format("NVRTC ({}) lacks {}", n.lib.name(), missing);
-      return s;
-    }
+    if (!missing.empty()) return fmt::format("NVRTC ({}) lacks {}", n.lib.name(), missing);
     n.nvrtcVersion(&n.major, &n.minor);
-    return s;
-  }();
-  if (!state->why.empty()) throw Error("cuda: " + state->why);
-  return state->n;
+    return {};
+  });
 }
 
 const BlasLt& BlasLt::get() {
-  static const auto* state = [] {
-    struct State {
-      BlasLt b;
-      std::string why;
-    };
-    auto* s = new State;
-    std::string why;
-    s->b.lib = Library::open({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
-                              "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so"},
-                             &why);
-    if (!s->b.lib) {
-      s->why = "cuBLASLt could not be loaded (" + why + ")";
-      return s;
-    }
+  return load_once<BlasLt>([](BlasLt& b) -> std::string {
+    if (auto why = open(b.lib,
+                        {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
+                         "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so"},
+                        "cuBLASLt could not be loaded");
+        !why.empty())
+      return why;
     std::string missing;
-    BlasLt& b = s->b;
     RLX_LOAD(b, cublasLtCreate);
     RLX_LOAD(b, cublasLtDestroy);
     RLX_LOAD(b, cublasLtMatmulDescCreate);
@@ -218,11 +198,8 @@ const BlasLt& BlasLt::get() {
     RLX_LOAD(b, cublasLtMatmulPreferenceSetAttribute);
     RLX_LOAD(b, cublasLtMatmulAlgoGetHeuristic);
     RLX_LOAD(b, cublasLtMatmul);
-    if (!missing.empty()) s->why = fmt::format("cuBLASLt ({}) lacks {}", b.lib.name(), missing);
-    return s;
-  }();
-  if (!state->why.empty()) throw Error("cuda: " + state->why);
-  return state->b;
+    return missing.empty() ? std::string() : fmt::format("cuBLASLt ({}) lacks {}", b.lib.name(), missing);
+  });
 }
 
 void BlasLt::check(cublasStatus_t s, std::string_view what) const {
