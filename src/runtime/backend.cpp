@@ -45,6 +45,29 @@ Device parse_device(std::string_view name) {
   throw Error("unknown device '" + std::string(name) + "' (known: " + known + "; aliases nvidia, wgpu)");
 }
 
+namespace {
+class UnavailableBackend final : public Backend {
+ public:
+  UnavailableBackend(std::string name, compile::BackendTraits traits, std::string why)
+      : name_(std::move(name)), traits_(std::move(traits)), why_(std::move(why)) {}
+  std::string_view name() const override { return name_; }
+  std::string unavailable_reason() const override { return why_; }
+  compile::BackendTraits traits() const override { return traits_; }
+  std::unique_ptr<ExecutableGraph> compile_lir(const compile::LirModule&, const compile::CompileOptions&) override {
+    throw Error("device '" + name_ + "' is unavailable: " + why_);
+  }
+
+ private:
+  std::string name_;
+  compile::BackendTraits traits_;
+  std::string why_;
+};
+}  // namespace
+
+std::unique_ptr<Backend> make_unavailable_backend(std::string name, compile::BackendTraits traits, std::string why) {
+  return std::make_unique<UnavailableBackend>(std::move(name), std::move(traits), std::move(why));
+}
+
 void register_backend(Device device, BackendFactory factory) {
   auto& r = registry();
   std::lock_guard lock(r.mu);

@@ -157,6 +157,11 @@ class Backend {
   std::set<ir::OpKind> supported_ops() const;
 };
 
+// A backend built without its dependencies: named, with `traits` (what it would claim), unavailable for
+// `why`; compile_lir throws "device '<name>' is unavailable: <why>". Registered in their place so that
+// device listings and errors say why.
+std::unique_ptr<Backend> make_unavailable_backend(std::string name, compile::BackendTraits traits, std::string why);
+
 using BackendFactory = std::function<std::unique_ptr<Backend>()>;
 // Registers (or replaces) the backend for a device.
 void register_backend(Device device, BackendFactory factory);

@@ -28,20 +28,11 @@ compile::BackendTraits traits() {
 namespace {
 constexpr const char* kNotBuilt =
     "built without CUDA support (RLX_CUDA=OFF, or no CUDA toolkit headers (cuda.h, nvrtc.h, cublasLt.h) at build time)";
-
-class UnavailableBackend final : public runtime::Backend {
- public:
-  std::string_view name() const override { return "cuda"; }
-  std::string unavailable_reason() const override { return kNotBuilt; }
-  compile::BackendTraits traits() const override { return cuda::traits(); }
-  std::unique_ptr<runtime::ExecutableGraph> compile_lir(const compile::LirModule&,
-                                                        const compile::CompileOptions&) override {
-    throw Error(std::string("device 'cuda' is unavailable: ") + kNotBuilt);
-  }
-};
 }  // namespace
 
-std::unique_ptr<runtime::Backend> make_cuda_backend() { return std::make_unique<UnavailableBackend>(); }
+std::unique_ptr<runtime::Backend> make_cuda_backend() {
+  return runtime::make_unavailable_backend("cuda", cuda::traits(), kNotBuilt);
+}
 std::string unavailable_reason() { return kNotBuilt; }
 DeviceInfo selected_device() { throw Error(std::string("cuda: ") + kNotBuilt); }
 std::size_t compile_for_arch(const std::string&, const std::string&) { throw Error(std::string("cuda: ") + kNotBuilt); }

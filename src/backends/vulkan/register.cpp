@@ -54,24 +54,13 @@ std::size_t pick_device(std::span<const DeviceInfo> devices, std::string_view re
 namespace {
 constexpr const char* kNotBuilt =
     "built without Vulkan support (RLX_VULKAN=OFF, or no Vulkan headers or shaderc at build time)";
-
-class UnavailableBackend final : public runtime::Backend {
- public:
-  std::string_view name() const override { return "vulkan"; }
-  std::string unavailable_reason() const override { return kNotBuilt; }
-  compile::BackendTraits traits() const override {
-    compile::BackendTraits t;
-    t.name = "vulkan";
-    return t;
-  }
-  std::unique_ptr<runtime::ExecutableGraph> compile_lir(const compile::LirModule&,
-                                                        const compile::CompileOptions&) override {
-    throw Error(std::string("device 'vulkan' is unavailable: ") + kNotBuilt);
-  }
-};
 }  // namespace
 
-std::unique_ptr<runtime::Backend> make_vulkan_backend() { return std::make_unique<UnavailableBackend>(); }
+std::unique_ptr<runtime::Backend> make_vulkan_backend() {
+  compile::BackendTraits t;
+  t.name = "vulkan";
+  return runtime::make_unavailable_backend("vulkan", t, kNotBuilt);
+}
 std::string unavailable_reason() { return kNotBuilt; }
 std::vector<DeviceInfo> list_devices() { return {}; }
 DeviceInfo selected_device() { throw Error(std::string("vulkan: ") + kNotBuilt); }
