@@ -2,6 +2,8 @@
 // RLX rep by rep: f32 GEMM/GEMV vs cblas_sgemm on the same buffers, and a
 // fused 8-op elementwise chain vs all-core memcpy and vs the same chain unfused.
 
+#include <random>
+
 #include "openblas_peer.hpp"
 #include "rlx/ir/graph.hpp"
 
@@ -31,6 +33,38 @@ void gemm(const Session& session, const std::string& name, std::int64_t M, std::
   emit(name, {2.0 * double(M) * double(N) * double(K), bytes}, s);
   progress(name, s);
   std::fprintf(stderr, "    check: max |rlx - openblas| = %g\n", max_abs_diff(rlx.outputs()[0], c));
+}
+
+// The low-precision GEMMs against RLX's own f32 GEMM on the same layer (x @ w, w a weight): int8 (u8 x i8 -> i32
+// exact, VNNI) and bf16 (bf16 x bf16 -> f32 accumulation). The records carry each one's operations per second;
+// the ratios to the f32 record are the precision issue's figures. No peer here runs either product in process
+// (Debian's OpenBLAS has no sbgemm).
+void gemm_lowp(const Session& session, std::int64_t n, int reps) {
+  auto layer = [&](ir::DType a, ir::DType w, ir::DType wide) {
+    ir::Graph g("gemm " + std::string(ir::dtype_name(a)));
+    auto x = g.input("x", {n, n}, a), b = g.param("w", {n, n}, w);
+    g.add_output(a == wide ? g.matmul(x, b) : g.matmul(g.cast(x, wide), g.cast(b, wide)), "y");
+    return g;
+  };
+  auto bytes = [&](ir::DType t, std::uint64_t seed) {
+    ir::Tensor v(t, {n, n});
+    std::mt19937_64 rng(seed);
+    // Any byte for the 8-bit types; bf16 as normal numbers of either sign in [2^-7, 2).
+    for (std::size_t i = 0; i < v.nbytes(); ++i)
+      v.data()[i] = std::byte(t == ir::DType::BF16 && i % 2 ? 0x3c | (rng() & 0x83) : rng() & 0xff);
+    return v;
+  };
+  Runner f32(session.compile(layer(ir::DType::F32, ir::DType::F32, ir::DType::F32)), {{"w", random_f32({n, n}, 2)}},
+             {{"x", random_f32({n, n}, 1)}});
+  Runner i8(session.compile(layer(ir::DType::U8, ir::DType::I8, ir::DType::I32)), {{"w", bytes(ir::DType::I8, 2)}},
+            {{"x", bytes(ir::DType::U8, 1)}});
+  Runner bf16(session.compile(layer(ir::DType::BF16, ir::DType::BF16, ir::DType::F32)),
+              {{"w", bytes(ir::DType::BF16, 2)}}, {{"x", bytes(ir::DType::BF16, 1)}});
+  auto s =
+      interleave({{"rlx", std::ref(f32)}, {"rlx_int8", std::ref(i8)}, {"rlx_bf16", std::ref(bf16)}}, {.reps = reps});
+  const std::string name = "gemm_lowp_" + std::to_string(n) + "^3";
+  emit(name, {2.0 * double(n) * double(n) * double(n), 0}, s);
+  progress(name, s);
 }
 
 // x*a+b -> relu -> -c -> *d -> max e -> min f -> +x: eight cheap ops on one
@@ -81,6 +115,7 @@ int main(int argc, char** argv) try {
   Session session;
   for (std::int64_t n : {512, 1024, 2048}) gemm(session, "gemm_" + std::to_string(n) + "^3", n, n, n, reps);
   gemm(session, "gemv_1x4096x4096", 1, 4096, 4096, reps);
+  gemm_lowp(session, 1024, reps);
   elementwise(session, reps);
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_kernels: %s\n", e.what());

@@ -22,6 +22,7 @@
 namespace rlx::compile::passes {
 namespace {
 
+using ir::DType;
 using ir::Graph;
 using ir::Node;
 using ir::NodeId;
@@ -215,6 +216,7 @@ class Lowering {
   void visit_anchor(const Node& n);
   bool join_siblings(const Node& n);
   bool absorb_transposed_b(const Node& n);
+  bool absorb_widened_operand(const Node& n);
   std::optional<Role> absorb_role(int g, const Node& n, std::string& why) const;
   std::set<int> buffer_readers(const Node& n, const std::set<int>& inside) const;
   void new_group(KernelKind kind, const Node& n, std::string why);
@@ -498,6 +500,26 @@ bool Lowering::absorb_transposed_b(const Node& n) {
   return true;
 }
 
+// A widening cast that only feeds matmuls as an operand is read by those kernels in its narrow type
+// (BackendTraits::matmul_widened_operands): the int8 and bf16 products of quantized and mixed-precision graphs.
+bool Lowering::absorb_widened_operand(const Node& n) {
+  if (!bt_.matmul_widened_operands || n.op != OpKind::Cast || is_output_[n.id] || users_[n.id].empty()) return false;
+  const DType from = g_.node(n.inputs[0]).dtype;
+  const bool widening = (n.dtype == DType::F32 && (from == DType::BF16 || from == DType::F16)) ||
+                        (n.dtype == DType::I32 && (from == DType::I8 || from == DType::U8));
+  if (!widening) return false;
+  for (auto u : users_[n.id])
+    if (view_[u] || g_.node(u).op != OpKind::MatMul || owners_[u].size() != 1 ||
+        groups_[std::size_t(owners_[u][0])].anchor != u)
+      return false;
+  for (auto u : users_[n.id]) {
+    const int gid = owners_[u][0];
+    groups_[std::size_t(gid)].nodes[n.id] = Role::Prologue;
+    if (std::find(owners_[n.id].begin(), owners_[n.id].end(), gid) == owners_[n.id].end()) owners_[n.id].push_back(gid);
+  }
+  return true;
+}
+
 // The results of one control-flow op share its kernel: one loop writes them all.
 bool Lowering::join_siblings(const Node& n) {
   for (std::size_t gid = 0; gid < groups_.size(); ++gid) {
@@ -644,6 +666,8 @@ LirModule Lowering::run(std::vector<FusionRecord>* fusion) {
     if (!live_[i] || is_buffer_leaf(n.op)) continue;
     if (view_[i])
       visit_view(n);
+    else if (absorb_widened_operand(n))
+      continue;
     else if (is_ew(n.op))
       visit_elementwise(n);
     else

@@ -76,6 +76,9 @@ struct BackendTraits {
   // behind the weight gradient).
   bool matmul_transposed_b = false;
   bool matmul_multi_output_epilogue = false;
+  // An operand given as a widening cast (bf16 or f16 to f32, i8 or u8 to i32) read in its narrow type: the
+  // kernel runs the low-precision product (an int8 or bf16 GEMM) instead of widening it in memory first.
+  bool matmul_widened_operands = false;
   std::int64_t arena_alignment = 64;
   // false: a byte of the arena only ever holds buffers of one dtype (the C
   // target, where memory must not change its effective type).
@@ -90,6 +93,9 @@ struct CompileOptions {
   // promote_params: constants at least this large become params (0 = off).
   std::int64_t promote_constants_over_bytes = 0;
   bool optimize = true;  // const_fold, simplify, cse, dce
+  // f32 matmuls may run on TF32 tensor cores (a 10-bit mantissa) where the backend has them (CUDA); off, they
+  // are exact f32.
+  bool tf32 = false;
   bool fusion = true;
   // Called after every pass with (pass name, graph after the pass).
   std::function<void(std::string_view pass, const ir::Graph&)> inspect;

@@ -72,6 +72,7 @@ struct Output {
 // Immutable after compile_lir; shared by clones.
 struct Plan {
   const KernelTable* isa = nullptr;
+  const LowpTable* lowp = nullptr;  // the int8 and bf16 GEMMs (lowp_gemm.hpp)
   int threads = 1;
   std::vector<std::unique_ptr<CpuKernel>> kernels;
   std::vector<std::string> kernel_names;  // the LIR kernels', for kernel_times
@@ -117,15 +118,33 @@ void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
   const Ref& r = plan.refs[std::size_t(op.buffer)];
   const std::byte* base =
       r.base == Base::Param ? store.base(std::size_t(r.index)) : plan.constants[std::size_t(r.index)].data();
-  const auto* b = reinterpret_cast<const float*>(base + r.offset);
-  auto* dst = reinterpret_cast<float*>(store.packed[i].data());
+  const std::byte* src = base + r.offset;
+  std::byte* out = store.packed[i].data();
+  const i64 ldb = op.transposed ? op.K : op.N;
+  if (op.spec.format != PackFormat::F32) {
+    const LowpTable& t = *plan.lowp;
+    const bool int8 = op.spec.format == PackFormat::Int8;
+    parallel_for(
+        i64(lowp_panels(int8 ? t.i8_nr : t.bf16_nr, op.N)), 1,
+        [&](i64 p0, i64 p1) {
+          if (int8)
+            t.i8_pack_b(reinterpret_cast<const std::uint8_t*>(src), op.spec.source_unsigned, op.transposed, ldb, op.K,
+                        op.N, out, p0, p1);
+          else
+            t.bf16_pack_b(reinterpret_cast<const std::uint16_t*>(src), op.transposed, ldb, op.K, op.N, out, p0, p1);
+        },
+        plan.threads);
+    return;
+  }
+  const auto* b = reinterpret_cast<const float*>(src);
+  auto* dst = reinterpret_cast<float*>(out);
   const KernelTable& isa = *plan.isa;
   parallel_for((op.N + isa.gemm_nr - 1) / isa.gemm_nr, 1,
                [&](i64 p0, i64 p1) {
                  if (op.transposed)
-                   isa.gemm_pack_bt(b, op.K, op.K, op.N, dst, p0, p1);
+                   isa.gemm_pack_bt(b, ldb, op.K, op.N, dst, p0, p1);
                  else
-                   isa.gemm_pack_b(b, op.N, op.K, op.N, dst, p0, p1);
+                   isa.gemm_pack_b(b, ldb, op.K, op.N, dst, p0, p1);
                },
                plan.threads);
 }
@@ -548,6 +567,7 @@ class CpuBackend final : public runtime::Backend {
     t.f32_compute_ops.insert(OpKind::MatMul);
     t.matmul_transposed_b = true;
     t.matmul_multi_output_epilogue = true;
+    t.matmul_widened_operands = true;  // int8 and bf16 GEMMs (lowp_gemm.hpp)
     for (auto& name : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(name));
     t.arena_alignment = std::int64_t(kAlign);
     return t;
@@ -558,6 +578,7 @@ class CpuBackend final : public runtime::Backend {
     single_threaded_blas();
     auto plan = std::make_shared<Plan>();
     plan->isa = &select_kernels();
+    plan->lowp = &select_lowp_table();
     const int pool = ThreadPool::instance().size();
     plan->threads = options.num_threads > 0 ? std::min(options.num_threads, pool) : pool;
     plan->arena_bytes = std::size_t(std::max<std::int64_t>(lir.memory.arena_bytes, 0));
@@ -568,7 +589,7 @@ class CpuBackend final : public runtime::Backend {
     for (BufferId id : lir.inputs) plan->input_io.push_back(io(id));
     for (BufferId id : lir.params) plan->param_io.push_back(io(id));
     for (BufferId id : lir.outputs) plan->output_io.push_back(io(id));
-    PackRegistry packs{plan->isa, lir.buffers.size(), {}};
+    PackRegistry packs{plan->isa, plan->lowp, lir.buffers.size(), {}};
 
     std::vector<std::pair<BufferId, BufferId>> updates_in_place;  // (x, y) of each dynamic_update_slice
     for (const auto& k : lir.kernels) {
@@ -677,7 +698,7 @@ class CpuBackend final : public runtime::Backend {
       const Base base = plan->refs[std::size_t(op.buffer)].base;
       if (base != Base::Param && base != Base::Constant)
         throw Error("cpu: packed GEMM operand " + std::to_string(op.buffer) + " is not a param or constant");
-      params->packed.emplace_back(packed_floats(*plan->isa, op.K, op.N) * sizeof(float));
+      params->packed.emplace_back(packed_bytes(*plan->isa, op));
       if (base == Base::Constant) pack_operand(*plan, *params, i);
     }
     return std::make_unique<CpuExecutable>(std::move(plan), std::move(params));

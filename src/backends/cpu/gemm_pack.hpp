@@ -10,33 +10,51 @@
 #include <vector>
 
 #include "backends/cpu/isa.hpp"
+#include "backends/cpu/lowp_gemm.hpp"
 #include "rlx/compile/lir.hpp"
 #include "rlx/runtime/backend.hpp"
 
 namespace rlx::backends::cpu {
 
+// The panel layout of a packed copy: the f32 GEMM's (KernelTable::gemm_pack_b), or the int8 or bf16 GEMM's
+// (lowp_gemm.hpp), whose copies are `bytes` long.
+enum class PackFormat : std::uint8_t { F32, Int8, Bf16 };
+struct PackSpec {
+  PackFormat format = PackFormat::F32;
+  bool source_unsigned = false;  // Int8: the matrix holds u8 (else i8)
+  std::size_t bytes = 0;         // Int8, Bf16: the packed copy's size
+};
+
 struct PackedOperand {
-  compile::BufferId buffer = 0;  // the [K, N] f32 matrix (a Param or Constant buffer, or a view of one)
+  compile::BufferId buffer = 0;  // the [K, N] matrix (a Param or Constant buffer, or a view of one)
   std::int64_t K = 0, N = 0;
   bool transposed = false;  // the buffer holds B^T, [N, K]
+  PackSpec spec;
 };
 
 struct PackRegistry {
   const KernelTable* isa = nullptr;
+  const LowpTable* lowp = nullptr;
   std::size_t n_buffers = 0;
   std::vector<PackedOperand> operands;
 
-  // The pointer-table index of `buffer` packed; kernels reading one buffer share its copy.
-  std::int32_t request(compile::BufferId buffer, std::int64_t K, std::int64_t N, bool transposed) {
+  // The pointer-table index of `buffer` packed; kernels reading one buffer the same way share its copy.
+  std::int32_t request(compile::BufferId buffer, std::int64_t K, std::int64_t N, bool transposed, PackSpec spec = {}) {
     std::size_t i = 0;
-    while (i < operands.size() && (operands[i].buffer != buffer || operands[i].transposed != transposed)) ++i;
-    if (i == operands.size()) operands.push_back({buffer, K, N, transposed});
+    while (i < operands.size() && (operands[i].buffer != buffer || operands[i].transposed != transposed ||
+                                   operands[i].spec.format != spec.format))
+      ++i;
+    if (i == operands.size()) operands.push_back({buffer, K, N, transposed, spec});
     return std::int32_t(n_buffers + i);
   }
 };
 
 inline std::size_t packed_floats(const KernelTable& isa, std::int64_t K, std::int64_t N) {
   return std::size_t((N + isa.gemm_nr - 1) / isa.gemm_nr * isa.gemm_nr * K);
+}
+
+inline std::size_t packed_bytes(const KernelTable& isa, const PackedOperand& op) {
+  return op.spec.format == PackFormat::F32 ? packed_floats(isa, op.K, op.N) * sizeof(float) : op.spec.bytes;
 }
 
 // How many packed operands an executable of the CPU backend holds (tests).

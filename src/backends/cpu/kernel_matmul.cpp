@@ -12,8 +12,10 @@
 
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/kernels.hpp"
+#include "backends/cpu/lowp_gemm.hpp"
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/quants.hpp"
 
 namespace rlx::backends::cpu {
 
@@ -34,9 +36,41 @@ void gemm_int(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 lda, i64 sk
   }
 }
 
+// dst[i] = src[i] widened from `from` (bf16, f16, i8 or u8) to `to` (f32 or i32), exactly.
+void widen(const std::byte* src, ir::DType from, std::byte* dst, ir::DType to, i64 n, int max_threads) {
+  parallel_for(
+      n, kGrain,
+      [&](i64 i0, i64 i1) {
+        auto each = [&](auto convert) {
+          for (i64 i = i0; i < i1; ++i) convert(i);
+        };
+        const auto* h = reinterpret_cast<const std::uint16_t*>(src);
+        auto* f = reinterpret_cast<float*>(dst);
+        auto* w = reinterpret_cast<std::int32_t*>(dst);
+        if (to == ir::DType::F32 && from == ir::DType::BF16)
+          each([&](i64 i) { f[i] = ir::bf16_to_f32(h[i]); });
+        else if (to == ir::DType::F32)
+          each([&](i64 i) { f[i] = ir::f16_to_f32(h[i]); });
+        else if (from == ir::DType::I8)
+          each([&](i64 i) { w[i] = reinterpret_cast<const std::int8_t*>(src)[i]; });
+        else
+          each([&](i64 i) { w[i] = reinterpret_cast<const std::uint8_t*>(src)[i]; });
+      },
+      max_threads);
+}
+
 class MatMulKernel final : public CpuKernel {
  public:
   ir::DType dtype = ir::DType::F32;
+  // The types A and B are stored in: the matmul's, or narrower under a widening cast (lower.cpp absorbs those).
+  ir::DType a_dtype = ir::DType::F32, b_dtype = ir::DType::F32;
+  i64 a_numel = 0, b_numel = 0;
+  // How a narrow operand is read: by a low-precision GEMM (lowp_gemm.hpp), or widened into shared scratch
+  // (at a_wide / b_wide) for the GEMMs below when the table has no kernel for the pair.
+  enum class Lowp : std::uint8_t { None, Int8, Bf16, Widen };
+  Lowp lowp = Lowp::None;
+  const LowpTable* lowp_table = nullptr;
+  std::size_t a_wide = 0, b_wide = 0, rowsum_offset = 0;
   i64 M = 0, N = 0, K = 0;
   std::vector<i64> a_off, b_off;  // element offsets of each batch's A and B
   compile::BufferId a_buf = 0, b_buf = 0, out_buf = 0;
@@ -115,19 +149,88 @@ class MatMulKernel final : public CpuKernel {
         c.max_threads);
   }
 
+  // The int8 and bf16 GEMMs: B packed once (a weight) or by this run into shared scratch, in the table's panels.
+  void run_lowp(const RunCtx& c) const {
+    std::byte* cbase = c_in_out ? c.ptrs[out_buf] : c.shared;
+    std::byte* aux[1] = {cbase};
+    const LowpTable& t = *lowp_table;
+    const bool int8 = lowp == Lowp::Int8;
+    const i64 nr = int8 ? t.i8_nr : t.bf16_nr, panels = (N + nr - 1) / nr;
+    const std::size_t as = ir::dtype_size(a_dtype), bs = ir::dtype_size(b_dtype);
+    const bool b_unsigned = b_dtype == ir::DType::U8, a_unsigned = a_dtype == ir::DType::U8;
+    const std::byte* bp = nullptr;
+    if (b_source == BSource::PackedPerRun) {
+      std::byte* dst = c.shared + pack_offset;
+      const i64 copies = b_per_batch ? i64(b_off.size()) : 1;
+      const i64 ldb = b_trans ? K : N;
+      parallel_for(
+          copies * panels, 1,
+          [&](i64 u0, i64 u1) {
+            for (i64 u = u0; u < u1; ++u) {
+              const auto bi = std::size_t(u / panels);
+              const i64 p = u % panels;
+              const std::byte* src = c.ptrs[b_buf] + std::size_t(b_off[bi]) * bs;
+              std::byte* out = dst + bi * pack_floats * 4;
+              if (int8)
+                t.i8_pack_b(reinterpret_cast<const std::uint8_t*>(src), b_unsigned, b_trans, ldb, K, N, out, p, p + 1);
+              else
+                t.bf16_pack_b(reinterpret_cast<const std::uint16_t*>(src), b_trans, ldb, K, N, out, p, p + 1);
+            }
+          },
+          c.max_threads);
+      bp = dst;
+    } else {
+      bp = c.ptrs[packed];
+    }
+    auto unit = [&](i64 u) {
+      const i64 bi = u / (pm * pn), mi = u / pn % pm, ni = u % pn;
+      const i64 m0 = M * mi / pm, m1 = M * (mi + 1) / pm, p0 = panels * ni / pn, p1 = panels * (ni + 1) / pn;
+      const std::byte* a = c.ptrs[a_buf] + std::size_t(a_off[std::size_t(bi)]) * as;
+      const std::byte* b = bp + (b_per_batch ? std::size_t(bi) * pack_floats * 4 : 0);
+      std::byte* cm = cbase + std::size_t(bi * M * N) * 4;
+      if (int8) {
+        auto* rowsum = reinterpret_cast<std::int32_t*>(c.thread_scratch() + rowsum_offset);
+        t.i8_gemm(reinterpret_cast<const std::uint8_t*>(a), a_unsigned, K, b, b_unsigned, K, N,
+                  reinterpret_cast<std::int32_t*>(cm), N, m0, m1, p0, p1, rowsum);
+      } else {
+        t.bf16_gemm(reinterpret_cast<const std::uint16_t*>(a), K, b, K, N, reinterpret_cast<float*>(cm), N, m0, m1, p0,
+                    p1);
+      }
+      if (epi) epilogue(c, aux, bi, m0, m1, p0 * nr, std::min(N, p1 * nr));
+    };
+    parallel_for(
+        i64(a_off.size()) * pm * pn, 1,
+        [&](i64 u0, i64 u1) {
+          for (i64 u = u0; u < u1; ++u) unit(u);
+        },
+        c.max_threads);
+  }
+
   void run(const RunCtx& c) const override {
+    if (lowp == Lowp::Int8 || lowp == Lowp::Bf16) return run_lowp(c);
     if (b_source != BSource::Blas) return run_packed(c);
     const i64 batch = i64(a_off.size());
     std::byte* cbase = c_in_out ? c.ptrs[out_buf] : c.shared;
     std::byte* aux[1] = {cbase};
     const std::size_t es = ir::dtype_size(dtype);
+    // Narrow operands without a low-precision kernel: widened once per run, then the GEMMs below.
+    const std::byte* a_base = c.ptrs[a_buf];
+    const std::byte* b_base = c.ptrs[b_buf];
+    if (a_dtype != dtype) {
+      widen(a_base, a_dtype, c.shared + a_wide, dtype, a_numel, c.max_threads);
+      a_base = c.shared + a_wide;
+    }
+    if (b_dtype != dtype) {
+      widen(b_base, b_dtype, c.shared + b_wide, dtype, b_numel, c.max_threads);
+      b_base = c.shared + b_wide;
+    }
     auto unit = [&](i64 u) {
       i64 bi = u / (pm * pn), mi = u / pn % pm, ni = u % pn;
       i64 m0 = M * mi / pm, m1 = M * (mi + 1) / pm;
       i64 n0 = ni == 0 ? 0 : (N * ni / pn + 15) / 16 * 16, n1 = ni + 1 == pn ? N : (N * (ni + 1) / pn + 15) / 16 * 16;
       if (m0 >= m1 || n0 >= n1) return;
-      const std::byte* A = c.ptrs[a_buf] + std::size_t(a_off[std::size_t(bi)] + m0 * K) * es;
-      const std::byte* B = c.ptrs[b_buf] + std::size_t(b_off[std::size_t(bi)] + n0 * (b_trans ? K : 1)) * es;
+      const std::byte* A = a_base + std::size_t(a_off[std::size_t(bi)] + m0 * K) * es;
+      const std::byte* B = b_base + std::size_t(b_off[std::size_t(bi)] + n0 * (b_trans ? K : 1)) * es;
       const auto tb = b_trans ? CblasTrans : CblasNoTrans;
       const int ldb = int(b_trans ? K : N);
       std::byte* C = cbase + std::size_t((bi * M + m0) * N + n0) * es;
@@ -265,6 +368,61 @@ std::pair<i64, i64> packed_units(i64 batch, i64 M, i64 panels, double flops, int
   return {pm, pn};
 }
 
+// A matmul with a narrow operand: the table's int8 or bf16 GEMM when it has one for the pair, else the
+// operands widened per run into scratch for the GEMMs of the wide type.
+void build_narrow(const BuildCtx& b, MatMulKernel& k, const compile::Buffer& B, bool b_constant, bool b_shared,
+                  double flops) {
+  using ir::DType;
+  const LowpTable& table = b.packs && b.packs->lowp ? *b.packs->lowp : select_lowp_table();
+  auto is8 = [](DType t) { return t == DType::I8 || t == DType::U8; };
+  const i64 batch = i64(k.a_off.size());
+  k.lowp_table = &table;
+  if (k.K > 0 && k.dtype == DType::I32 && is8(k.a_dtype) && is8(k.b_dtype) && table.i8_nr > 0)
+    k.lowp = MatMulKernel::Lowp::Int8;
+  else if (k.K > 0 && k.dtype == DType::F32 && k.a_dtype == DType::BF16 && k.b_dtype == DType::BF16 &&
+           table.bf16_nr > 0)
+    k.lowp = MatMulKernel::Lowp::Bf16;
+  else
+    k.lowp = MatMulKernel::Lowp::Widen;
+  auto reserve = [&](std::size_t bytes) {
+    const std::size_t at = (k.shared_bytes + 63) / 64 * 64;
+    k.shared_bytes = at + bytes;
+    return at;
+  };
+  if (!k.c_in_out) k.shared_bytes = std::size_t(batch * k.M * k.N) * ir::dtype_size(k.dtype);
+  k.thread_bytes = k.row_bytes() + (k.epi ? k.epi->scratch_bytes : 0);
+  if (k.lowp == MatMulKernel::Lowp::Widen) {
+    const std::size_t es = ir::dtype_size(k.dtype);
+    if (k.a_dtype != k.dtype) k.a_wide = reserve(std::size_t(k.a_numel) * es);
+    if (k.b_dtype != k.dtype) k.b_wide = reserve(std::size_t(k.b_numel) * es);
+    if (flops >= 1 << 18 && b.threads > 1 && batch < b.threads) {
+      const i64 per = (b.threads + batch - 1) / batch;
+      k.pm = std::clamp<i64>(k.M / 16, 1, per);
+      k.pn = std::clamp<i64>(k.N / 64, 1, (per + k.pm - 1) / k.pm);
+    }
+    return;
+  }
+  const bool int8 = k.lowp == MatMulKernel::Lowp::Int8;
+  const std::int32_t nr = int8 ? table.i8_nr : table.bf16_nr;
+  const i64 panels = i64(lowp_panels(nr, k.N));
+  const std::size_t packed_bytes = std::size_t(panels) * (int8 ? i8_panel_bytes(nr, k.K) : bf16_panel_bytes(nr, k.K));
+  std::tie(k.pm, k.pn) = packed_units(batch, k.M, panels, flops, b.threads);
+  if (int8) {
+    k.rowsum_offset = k.thread_bytes;
+    k.thread_bytes += std::size_t(k.M) * sizeof(std::int32_t);
+  }
+  if (b.packs && b_constant && b_shared) {
+    k.b_source = MatMulKernel::BSource::PackedOnce;
+    k.packed = b.packs->request(B.id, k.K, k.N, k.b_trans,
+                                {int8 ? PackFormat::Int8 : PackFormat::Bf16, k.b_dtype == DType::U8, packed_bytes});
+  } else {
+    k.b_source = MatMulKernel::BSource::PackedPerRun;
+    k.b_per_batch = !b_shared;
+    k.pack_floats = (packed_bytes + 63) / 64 * 16;  // per copy, in 4-byte units, 64-byte aligned
+    k.pack_offset = reserve(k.pack_floats * 4 * (k.b_per_batch ? std::size_t(batch) : 1));
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
@@ -274,15 +432,28 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
       std::find_if(nodes.begin(), nodes.end(), [](const ir::Node& n) { return n.op == ir::OpKind::MatMul; });
   if (mm_it == nodes.end()) b.fail("expected a matmul op");
   const ir::Node& mm = *mm_it;
-  const auto& A = b.in_of(mm.inputs.at(0));
-  // B, or B^T under a permute of its last two dims (lower.cpp absorbs those).
-  const ir::Node& b_node = body.node(mm.inputs.at(1));
-  const bool b_trans = b_node.op == ir::OpKind::Permute;
-  const auto& B = b.in_of(b_trans ? b_node.inputs.at(0) : b_node.id);
+  // An operand's buffer, behind the widening cast (A and B) or the permute of its last two dims (B) that
+  // lower.cpp absorbs.
+  auto operand_node = [&](ir::NodeId id, bool* transposed) -> const ir::Node& {
+    const ir::Node* n = &body.node(id);
+    if (transposed && n->op == ir::OpKind::Permute) {
+      *transposed = true;
+      n = &body.node(n->inputs.at(0));
+    }
+    if (n->op == ir::OpKind::Cast) n = &body.node(n->inputs.at(0));
+    return *n;
+  };
+  bool b_trans = false;
+  const auto& A = b.in_of(operand_node(mm.inputs.at(0), nullptr).id);
+  const auto& B = b.in_of(operand_node(mm.inputs.at(1), &b_trans).id);
   if (A.shape.size() < 2 || B.shape.size() < 2) b.fail("matmul operands need rank >= 2");
   auto k = std::make_unique<MatMulKernel>();
   k->b_trans = b_trans;
   k->dtype = mm.dtype;
+  k->a_dtype = A.dtype;
+  k->b_dtype = B.dtype;
+  k->a_numel = numel(A.shape);
+  k->b_numel = numel(B.shape);
   if (ir::is_float(mm.dtype) && mm.dtype != ir::DType::F32 && mm.dtype != ir::DType::F64)
     b.fail("matmul in " + std::string(ir::dtype_name(mm.dtype)) + " must be legalized to f32 first");
   k->M = A.shape[A.shape.size() - 2];
@@ -329,6 +500,10 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   const auto& b_root = b.lir.buffer(B.root < 0 ? B.id : B.root);
   const bool b_constant = b_root.role == compile::BufferRole::Param || b_root.role == compile::BufferRole::Constant;
   const GemmChoice choice = gemm_override();
+  if (k->a_dtype != mm.dtype || k->b_dtype != mm.dtype) {
+    build_narrow(b, *k, B, b_constant, b_shared, flops);
+    return k;
+  }
   const bool f32 = b.packs && mm.dtype == ir::DType::F32 && B.dtype == ir::DType::F32 && k->K > 0;
   const bool pack_once = f32 && b_constant && b_shared && choice != GemmChoice::Blas &&
                          (choice == GemmChoice::Packed || packed_wins(*b.packs->isa, batch * k->M, k->N, k->K));

@@ -1,0 +1,43 @@
+#include "backends/cpu/lowp_gemm.hpp"
+
+#include "rlx/env.hpp"
+#include "rlx/error.hpp"
+
+namespace rlx::backends::cpu {
+
+namespace {
+
+bool cpu_has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool cpu_has_avx512lowp() {
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+}
+
+}  // namespace
+
+std::vector<std::string> lowp_isas() {
+  std::vector<std::string> out;
+  if (cpu_has_avx512lowp()) out.emplace_back("avx512lowp");
+  if (cpu_has_avx2()) out.emplace_back("avx2");
+  out.emplace_back("generic");
+  return out;
+}
+
+const LowpTable& lowp_table(std::string_view isa) {
+  if (isa == "generic") return generic::lowp_table();
+  if (isa == "avx2" && cpu_has_avx2()) return avx2::lowp_table();
+  if (isa == "avx512lowp" && cpu_has_avx512lowp()) return avx512lowp::lowp_table();
+  if (isa == "avx2" || isa == "avx512lowp")
+    throw Error("low-precision GEMM: CPU ISA '" + std::string(isa) + "' is not supported by this processor");
+  throw Error("low-precision GEMM: unknown ISA '" + std::string(isa) + "' (expected generic, avx2 or avx512lowp)");
+}
+
+const LowpTable& select_lowp_table() {
+  auto want = env::get("RLX_CPU_ISA");
+  if (want && *want == "generic") return generic::lowp_table();
+  if (want && *want == "avx2") return lowp_table("avx2");
+  return lowp_table(lowp_isas().front());  // avx512 (or no choice): the best this CPU has
+}
+
+}  // namespace rlx::backends::cpu

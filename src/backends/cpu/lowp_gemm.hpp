@@ -1,0 +1,69 @@
+#pragma once
+// Low-precision GEMMs: the products a matmul computes on operands that a widening cast brought up from a
+// narrower type (lower.cpp absorbs those casts into the matmul kernel, BackendTraits::matmul_widened_operands):
+//   int8: i32 C = A (u8 or i8) x B (u8 or i8), exactly, with AVX-512 VNNI's vpdpbusd;
+//   bf16: f32 C = A (bf16) x B (bf16), accumulated in f32, with AVX512-BF16's vdpbf16ps (or, without it,
+//         the exact bf16 -> f32 widening and FMA).
+// A is read in place; B is packed (once when it is a weight, per run otherwise) into panels of `nr` columns:
+//   int8: vpdpbusd multiplies unsigned by signed bytes, so B is stored signed (a u8 B as b - 128) and A is fed
+//         unsigned (an i8 A as a + 128); the offsets come back out exactly at the store:
+//           A.B = A'.B' + b_off * rowsum(A') - a_off * colsum(B') - a_off * b_off * K
+//         with a_off, b_off 128 or 0. Panel p holds, for each quad q of k, B'[4q + t, p * nr + j] at byte
+//         (q * nr + j) * 4 + t (zero past K and N), then colsum(B') of its nr columns as i32.
+//   bf16: panel p holds, for each pair q of k, B[2q + t, p * nr + j] at element (q * nr + j) * 2 + t.
+// Per-ISA code in isa/lowp_impl.inc; only this plain table crosses that boundary (see isa.hpp).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rlx::backends::cpu {
+
+struct LowpTable {
+  const char* name;
+  // int8 (nr 0: no kernel, the matmul widens its operands and runs the integer loop).
+  std::int32_t i8_nr;
+  // Packs panels [p0, p1) of B [K, N] (rows ldb bytes apart), or of B^T [N, K] (rows ldb bytes apart) when
+  // `transposed`; `b_unsigned`: B holds u8.
+  void (*i8_pack_b)(const std::uint8_t* b, bool b_unsigned, bool transposed, std::int64_t ldb, std::int64_t K,
+                    std::int64_t N, std::byte* packed, std::int64_t p0, std::int64_t p1);
+  // c[m, n] = sum_k A[m, k] * B[k, n] for rows [m0, m1) and the columns of panels [p0, p1) below N.
+  // `rowsum` has room for m1 - m0 values (used when b_unsigned).
+  void (*i8_gemm)(const std::uint8_t* a, bool a_unsigned, std::int64_t lda, const std::byte* packed, bool b_unsigned,
+                  std::int64_t K, std::int64_t N, std::int32_t* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1,
+                  std::int64_t p0, std::int64_t p1, std::int32_t* rowsum);
+  // bf16 (nr 0: no kernel).
+  std::int32_t bf16_nr;
+  void (*bf16_pack_b)(const std::uint16_t* b, bool transposed, std::int64_t ldb, std::int64_t K, std::int64_t N,
+                      std::byte* packed, std::int64_t p0, std::int64_t p1);
+  void (*bf16_gemm)(const std::uint16_t* a, std::int64_t lda, const std::byte* packed, std::int64_t K, std::int64_t N,
+                    float* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1, std::int64_t p0, std::int64_t p1);
+};
+
+// Bytes of one packed panel and of a whole packed B.
+inline std::size_t i8_panel_bytes(std::int32_t nr, std::int64_t K) {
+  return std::size_t((K + 3) / 4 * nr * 4 + nr * 4);
+}
+inline std::size_t bf16_panel_bytes(std::int32_t nr, std::int64_t K) { return std::size_t((K + 1) / 2 * nr * 4); }
+inline std::size_t lowp_panels(std::int32_t nr, std::int64_t N) { return std::size_t((N + nr - 1) / nr); }
+
+namespace generic {
+const LowpTable& lowp_table();
+}
+namespace avx2 {
+const LowpTable& lowp_table();
+}
+namespace avx512lowp {
+const LowpTable& lowp_table();
+}
+
+// The low-precision ISAs this CPU runs, best first ("avx512lowp": AVX-512 with VNNI and BF16; "avx2": bf16
+// by widening, no int8 kernel; "generic": neither).
+std::vector<std::string> lowp_isas();
+// The table for one of lowp_isas(); rlx::Error when unknown or not supported here.
+const LowpTable& lowp_table(std::string_view isa);
+// The default: the best supported, or RLX_CPU_ISA's choice (avx512 means avx512lowp where the CPU has VNNI
+// and BF16, else avx2).
+const LowpTable& select_lowp_table();
+
+}  // namespace rlx::backends::cpu

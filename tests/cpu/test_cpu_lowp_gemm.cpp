@@ -1,0 +1,250 @@
+// The low-precision GEMMs (lowp_gemm.hpp): every table's int8 kernel against an exact integer product and its
+// bf16 kernel against a float64 product, at sizes off the tiles (K tails of 1..3, N tails, row and panel
+// ranges that start inside the matrix, a K past one slice), into poisoned outputs; and matmuls whose operands
+// are widening casts end to end on every CPU ISA (the int8/bf16 kernels or the widening fallback), weights
+// packed once or activations packed per run, with epilogues, against the reference.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.hpp"
+#include "backends/cpu/lowp_gemm.hpp"
+#include "conformance/harness.hpp"
+#include "rlx/backends/cpu/cpu_backend.hpp"
+#include "rlx/ir/quants.hpp"
+
+namespace rlx::backends::cpu {
+namespace {
+
+using conformance::Check;
+using ir::DType;
+using ir::Graph;
+using ir::OpKind;
+using runtime::Device;
+
+struct Shape3 {
+  std::int64_t M, N, K;
+};
+// Tails of every kind: K % 4 in 1..3 and odd K, N off the 16-lane vectors and the panels, M off the 6-row
+// tiles, and K = 2053 past the int8 kernel's 2048-value slice.
+constexpr Shape3 kShapes[] = {{1, 1, 1},    {7, 17, 3},  {6, 64, 4},   {13, 65, 5},
+                              {5, 130, 31}, {3, 20, 2053}, {12, 33, 1030}, {2, 200, 2}};
+
+// Runs rows [m0, m1) x panels [p0, p1) in two calls each way, so ranges that start inside the matrix are
+// covered; returns C.
+template <class Gemm>
+void split_calls(std::int64_t M, std::int64_t panels, Gemm gemm) {
+  const std::int64_t mh = M / 2, ph = panels / 2;
+  gemm(0, mh, 0, ph);
+  gemm(0, mh, ph, panels);
+  gemm(mh, M, 0, ph);
+  gemm(mh, M, ph, panels);
+}
+
+TEST(LowpGemm, Int8KernelsAreExactOnEveryIsa) {
+  std::mt19937_64 rng(testing::test_seed());
+  std::uniform_int_distribution<int> byte(0, 255);
+  int tables = 0;
+  for (const auto& isa : lowp_isas()) {
+    const LowpTable& t = lowp_table(isa);
+    if (t.i8_nr == 0) continue;
+    ++tables;
+    for (auto [M, N, K] : kShapes)
+      for (int a_unsigned = 0; a_unsigned < 2; ++a_unsigned)
+        for (int b_unsigned = 0; b_unsigned < 2; ++b_unsigned)
+          for (int transposed = 0; transposed < 2; ++transposed) {
+            std::vector<std::uint8_t> a(std::size_t(M * K)), b(std::size_t(K * N));
+            for (auto& v : a) v = std::uint8_t(byte(rng));
+            for (auto& v : b) v = std::uint8_t(byte(rng));
+            auto av = [&](std::int64_t m, std::int64_t k) -> std::int64_t {
+              const std::uint8_t v = a[std::size_t(m * K + k)];
+              return a_unsigned ? v : std::int8_t(v);
+            };
+            // b holds B [K, N], or B^T [N, K] when transposed.
+            auto bv = [&](std::int64_t k, std::int64_t n) -> std::int64_t {
+              const std::uint8_t v = transposed ? b[std::size_t(n * K + k)] : b[std::size_t(k * N + n)];
+              return b_unsigned ? v : std::int8_t(v);
+            };
+            const auto panels = std::int64_t(lowp_panels(t.i8_nr, N));
+            std::vector<std::byte> packed(std::size_t(panels) * i8_panel_bytes(t.i8_nr, K), std::byte{0x5a});
+            t.i8_pack_b(b.data(), b_unsigned, transposed, transposed ? K : N, K, N, packed.data(), 0, panels);
+            std::vector<std::int32_t> c(std::size_t(M * N), std::numeric_limits<std::int32_t>::min());
+            std::vector<std::int32_t> rowsum(static_cast<std::size_t>(M));
+            split_calls(M, panels, [&](std::int64_t m0, std::int64_t m1, std::int64_t p0, std::int64_t p1) {
+              t.i8_gemm(a.data(), a_unsigned, K, packed.data(), b_unsigned, K, N, c.data(), N, m0, m1, p0, p1,
+                        rowsum.data());
+            });
+            const std::string label = std::string(t.name) + " " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                      std::to_string(K) + (a_unsigned ? " u8" : " i8") + (b_unsigned ? " x u8" : " x i8") +
+                                      (transposed ? " (B^T)" : "");
+            int wrong = 0;
+            for (std::int64_t m = 0; m < M; ++m)
+              for (std::int64_t n = 0; n < N; ++n) {
+                std::int64_t want = 0;
+                for (std::int64_t k = 0; k < K; ++k) want += av(m, k) * bv(k, n);
+                if (c[std::size_t(m * N + n)] != want && wrong++ < 3)
+                  ADD_FAILURE() << label << ": C[" << m << ", " << n << "] = " << c[std::size_t(m * N + n)]
+                                << ", want " << want;
+              }
+          }
+  }
+  if (tables == 0) GTEST_SKIP() << "this CPU has no int8 GEMM table (needs AVX-512 VNNI and BF16)";
+}
+
+std::uint16_t to_bf16(float f) {  // round to nearest even
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  return std::uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+TEST(LowpGemm, Bf16KernelsMatchAFloat64ProductOnEveryIsa) {
+  std::mt19937_64 rng(testing::test_seed());
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  int tables = 0;
+  for (const auto& isa : lowp_isas()) {
+    const LowpTable& t = lowp_table(isa);
+    if (t.bf16_nr == 0) continue;
+    ++tables;
+    for (auto [M, N, K] : kShapes)
+      for (int transposed = 0; transposed < 2; ++transposed) {
+        std::vector<std::uint16_t> a(std::size_t(M * K)), b(std::size_t(K * N));
+        for (auto& v : a) v = to_bf16(value(rng));
+        for (auto& v : b) v = to_bf16(value(rng));
+        const auto panels = std::int64_t(lowp_panels(t.bf16_nr, N));
+        std::vector<std::byte> packed(std::size_t(panels) * bf16_panel_bytes(t.bf16_nr, K), std::byte{0x7f});
+        t.bf16_pack_b(b.data(), transposed, transposed ? K : N, K, N, packed.data(), 0, panels);
+        std::vector<float> c(std::size_t(M * N), std::numeric_limits<float>::quiet_NaN());
+        split_calls(M, panels, [&](std::int64_t m0, std::int64_t m1, std::int64_t p0, std::int64_t p1) {
+          t.bf16_gemm(a.data(), K, packed.data(), K, N, c.data(), N, m0, m1, p0, p1);
+        });
+        int wrong = 0;
+        for (std::int64_t m = 0; m < M; ++m)
+          for (std::int64_t n = 0; n < N; ++n) {
+            double want = 0, scale = 0;
+            for (std::int64_t k = 0; k < K; ++k) {
+              const double x = ir::bf16_to_f32(a[std::size_t(m * K + k)]);
+              const double y = ir::bf16_to_f32(transposed ? b[std::size_t(n * K + k)] : b[std::size_t(k * N + n)]);
+              want += x * y;
+              scale += std::fabs(x * y);
+            }
+            const float got = c[std::size_t(m * N + n)];
+            // f32 accumulation: at most about K roundings of the running sum.
+            if (!(std::fabs(double(got) - want) <= 1e-6 * double(K) * scale + 1e-30) && wrong++ < 3)
+              ADD_FAILURE() << t.name << " " << M << "x" << N << "x" << K << (transposed ? " (B^T)" : "") << ": C[" << m
+                            << ", " << n << "] = " << got << ", want " << want;
+          }
+      }
+  }
+  if (tables == 0) GTEST_SKIP() << "this CPU has no bf16 GEMM table (needs AVX2)";
+}
+
+// ---- end to end --------------------------------------------------------------------------------------------
+
+// Sets an environment variable for its lifetime, restoring the previous value.
+class Env {
+ public:
+  Env(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~Env() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+Check check(const std::string& label) {
+  Check c;
+  c.seed = testing::test_seed();
+  c.label = label;
+  c.gens["x"] = conformance::ints_in(-128, 255);  // clipped to each dtype's range below
+  return c;
+}
+
+// y = x @ w on operands widened from `a` and `b` to `wide`; w a param or an input; with the batch of x.
+Graph widened_matmul(DType a, DType b, DType wide, bool w_param, std::int64_t batch, std::int64_t M, std::int64_t N,
+                     std::int64_t K) {
+  Graph g("widened matmul");
+  std::vector<std::int64_t> xs = {M, K};
+  if (batch > 1) xs.insert(xs.begin(), batch);
+  auto x = g.cast(g.input("x", ir::Shape(xs), a), wide);
+  auto w = g.cast(w_param ? g.param("w", {K, N}, b) : g.input("w", {K, N}, b), wide);
+  g.add_output(g.matmul(x, w), "y");
+  return g;
+}
+
+conformance::Gen range_of(DType t) {
+  if (t == DType::U8) return conformance::ints_in(0, 255);
+  if (t == DType::I8) return conformance::ints_in(-128, 127);
+  return conformance::uniform();
+}
+
+TEST(LowpGemm, WidenedMatMulsMatchTheReferenceOnEveryIsa) {
+  const std::pair<DType, DType> int_pairs[] = {
+      {DType::U8, DType::I8}, {DType::I8, DType::I8}, {DType::U8, DType::U8}, {DType::I8, DType::U8}};
+  for (const auto& isa : available_isas()) {
+    Env env("RLX_CPU_ISA", isa);
+    for (bool w_param : {true, false})
+      for (std::int64_t batch : {1, 3})
+        for (auto [M, N, K] : {Shape3{7, 65, 33}, Shape3{64, 130, 257}}) {
+          const std::string shape = std::to_string(batch) + "x" + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                    std::to_string(K) + (w_param ? " w param" : " w input");
+          for (auto [a, b] : int_pairs) {
+            Check c = check(isa + " " + std::string(ir::dtype_name(a)) + " x " + std::string(ir::dtype_name(b)) + " " + shape);
+            c.gens["x"] = range_of(a);
+            c.gens["w"] = range_of(b);
+            EXPECT_TRUE(conformance::matches_reference(Device::Cpu,
+                                                       widened_matmul(a, b, DType::I32, w_param, batch, M, N, K), c));
+          }
+          Check c = check(isa + " bf16 x bf16 " + shape);
+          c.gens.clear();
+          EXPECT_TRUE(conformance::matches_reference(
+              Device::Cpu, widened_matmul(DType::BF16, DType::BF16, DType::F32, w_param, batch, M, N, K), c));
+          Check h = check(isa + " f16 x bf16 " + shape);
+          h.gens.clear();
+          EXPECT_TRUE(conformance::matches_reference(
+              Device::Cpu, widened_matmul(DType::F16, DType::BF16, DType::F32, w_param, batch, M, N, K), h));
+        }
+  }
+}
+
+// The quantized linear layer a PTQ graph holds: int8 product, then the dequantizing epilogue (scales and a
+// bias), and a bf16 matmul as the f32-compute legalization writes it; each compiles to one kernel.
+TEST(LowpGemm, CastsAndEpiloguesFuseIntoOneKernel) {
+  Graph q("int8 linear");
+  {
+    auto x = q.cast(q.input("x", {32, 96}, DType::U8), DType::I32);
+    auto w = q.cast(q.param("w", {96, 80}, DType::I8), DType::I32);
+    auto acc = q.cast(q.matmul(x, w), DType::F32);
+    auto y = q.add(q.mul(acc, q.param("scale", {80})), q.param("bias", {80}));
+    q.add_output(q.relu(y), "y");
+  }
+  Graph h("bf16 matmul");
+  h.add_output(h.matmul(h.input("x", {32, 96}, DType::BF16), h.param("w", {96, 80}, DType::BF16)), "y");
+  for (const Graph* g : {&q, &h}) {
+    Check c = check(g->name());
+    c.gens["x"] = g == &q ? range_of(DType::U8) : conformance::uniform();
+    c.gens["w"] = g == &q ? range_of(DType::I8) : conformance::uniform();
+    c.gens["scale"] = conformance::uniform(1e-4, 1e-3);
+    EXPECT_TRUE(conformance::matches_reference(Device::Cpu, *g, c));
+    const auto& lir = Session(Device::Cpu).compile(*g).compile_result().lir;
+    EXPECT_EQ(lir.kernels.size(), 1u) << g->name() << ":\n" << lir.to_text();
+  }
+}
+
+}  // namespace
+}  // namespace rlx::backends::cpu
