@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,43 @@ int main() {
     auto tg = time_runs(*gemm.compiled.exe, gemm.in, gemm.out, 1, 3);
     report(fmt::format("gemm_f32_{}_tflops", n), 2.0 * double(n * n * n) / tg.gpu_s * 1e-12, "TFLOP/s");
 
+    {
+      // bf16 operands with f32 accumulation (the bf16 GEMM figure).
+      const std::int64_t nb = 8192;
+      ir::Graph mb("gemm_bf16");
+      mb.add_output(mb.matmul(mb.param("a", ir::Shape{nb, nb}, ir::DType::BF16),
+                              mb.param("b", ir::Shape{nb, nb}, ir::DType::BF16)),
+                    "c");
+      auto g16 = prepare(*backend, mb);
+      auto t16 = time_runs(*g16.compiled.exe, g16.in, g16.out, 1, 3);
+      report(fmt::format("gemm_bf16_{}_tflops", nb), 2.0 * double(nb * nb * nb) / t16.gpu_s * 1e-12, "TFLOP/s");
+      print_kernels(*g16.compiled.exe);
+    }
+
+    {
+      // Host overhead: the median wall time of a run of a tiny 3-kernel graph (staging, graph launch, sync).
+      ir::Graph small("overhead");
+      auto x = small.input("x", ir::Shape{256});
+      auto s1 = small.sum(x, {0}, true);                 // kernel 1
+      auto s2 = small.sum(small.mul(x, s1), {0}, true);  // kernel 2 reads kernel 1's sum
+      small.add_output(small.sum(small.mul(x, s2), {0}), "y");
+      auto o = prepare(*backend, small);
+      auto& exe = *o.compiled.exe;
+      report("overhead_3k_kernels", double(o.compiled.result->lir.kernels.size()), "kernels");
+      report("overhead_3k_us", median_wall_s([&] { exe.run(o.in, o.out); }, 500, 2000) * 1e6, "us");
+      // Without the copies in and out (the input a handle, the output left on the device): launch and sync.
+      exe.bind_handle(0, o.in[0], o.inputs[0].size());
+      std::vector<const void*> no_in(o.in.size(), nullptr);
+      std::vector<void*> no_out(o.out.size(), nullptr);
+      report("overhead_3k_resident_us", median_wall_s([&] { exe.run_read_outputs(no_in, no_out); }, 500, 2000) * 1e6,
+             "us");
+      exe.set_profiling(true);
+      exe.run_read_outputs(no_in, no_out);
+      double busy = 0;
+      for (const auto& k : exe.kernel_times()) busy += k.micros;
+      report("overhead_3k_kernels_us", busy, "us");
+    }
+
     const std::int64_t m = std::int64_t(1) << 28;
     ir::Graph ch("chain8");
     ch.add_output(chain8(ch, ch.param("x", ir::Shape{m})), "y");
@@ -49,6 +87,29 @@ int main() {
     report("copy_d2d_gbps", copy, "GB/s");
     report("bench_copy_memcpy_gbps", copy, "GB/s");
     report("chain8_vs_copy", bytes / tc.gpu_s * 1e-9 / copy, "x");
+    {
+      // The chain's result against the host, every 4097th element and the last ones (a wrong unrolled or
+      // vectorized loop shows up here, in elements the small conformance shapes never reach).
+      auto params = models::random_params(ch, 7);
+      const ir::Tensor& xt = params.at("x");
+      const auto* ys = reinterpret_cast<const float*>(chain.out[0]);
+      double worst = 0;
+      auto check = [&](std::int64_t i) {
+        const float x = xt.data_as<float>()[i];
+        float y = x * 1.5f;
+        y = y + 0.25f;
+        y = y * y;
+        y = y - 0.5f;
+        y = std::max(y, -1.0f);
+        y = y + x;
+        y = y * 0.75f;
+        y = std::min(y, 4.0f);
+        worst = std::max(worst, double(std::abs(ys[i] - y)));
+      };
+      for (std::int64_t i = 0; i < m; i += 4097) check(i);
+      for (std::int64_t i = m - 4096; i < m; ++i) check(i);
+      report("chain8_max_abs_err", worst, "");
+    }
 
     {
       ir::Graph cv("conv2d");
@@ -70,6 +131,14 @@ int main() {
       report(std::string(name) + "_kernels", double(enc.compiled.result->lir.kernels.size()), "kernels");
       report(std::string(name) + "_host_kernels", double(te.host_kernels), "kernels");
       print_kernels(*enc.compiled.exe);
+      // As PyTorch runs it: the input already on the device (a handle), the output left there.
+      auto& exe = *enc.compiled.exe;
+      exe.set_profiling(false);
+      exe.bind_handle(0, enc.in[0], enc.inputs[0].size());
+      std::vector<const void*> no_in(enc.in.size(), nullptr);
+      std::vector<void*> no_out(enc.out.size(), nullptr);
+      report(std::string(name) + "_resident_wall_us",
+             median_wall_s([&] { exe.run_read_outputs(no_in, no_out); }, 3, 20) * 1e6, "us");
     }
   } catch (const Error& e) {
     fmt::print(stderr, "cuda_bench: {}\n", e.what());

@@ -23,7 +23,8 @@ pack() {
   mkdir -p "$stage/bin" "$stage/lib" .gpu
   local bins=("$build/vulkan_bench" "$build/tests/conformance_test_op_parity" "$build/tests/conformance_test_random_graphs"
               "$build/tests/conformance_test_errors")
-  mapfile -t -O ${#bins[@]} bins < <(find "$build/tests" -maxdepth 1 -type f -executable -name 'vulkan_test_*')
+  mapfile -t -O ${#bins[@]} bins < <(find "$build/tests" -maxdepth 1 -type f -executable \
+    \( -name 'vulkan_test_*' -o -name 'cuda_test_*' -o -name 'runtime_test_capabilities' \))
   [ -x "$build/cuda_bench" ] && bins+=("$build/cuda_bench")
   cp "${bins[@]}" "$stage/bin/"
   cp "$build/librlx.so" "$stage/lib/"
@@ -75,7 +76,8 @@ cuda() {
   local out=${OUT:-/tmp/rlx-out} r=/tmp/rlx part=${1:-all}
   mkdir -p "$out" "$r"
   tar xJf .gpu/rlx-gpu.tar.xz -C "$r"
-  export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$r/cache
+  # The cubin cache in the checkout's ignored .gpu/: a warm machine keeps it for the next call.
+  export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$PWD/.gpu/cache
   nvidia-smi -L
   if [ "$part" != suites ]; then
   echo "## cuda_bench"
@@ -85,6 +87,14 @@ cuda() {
     tee "$out/table.txt"
   fi
   [ "$part" = bench ] && return
+  echo "## the CUDA backend's own tests and the capability tests on CUDA"
+  for b in $(cd "$r/bin" && ls cuda_test_* runtime_test_capabilities 2>/dev/null); do
+    local filter='*'
+    [ "$b" = runtime_test_capabilities ] && filter='*cuda*:*Cuda*:AdvisoryCapabilities.*'
+    timeout 120 "$r/bin/$b" --gtest_filter="$filter" >"$out/$b.log" 2>&1
+    echo "$b: exit $? | $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]' "$out/$b.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] [A-Z]|Failure|rror' "$out/$b.log" | head -20
+  done
   # NVRTC's time (tens of ms per kernel) dominates the suites: each binary runs as gtest shards, one per core.
   local shards
   shards=$(nproc)
@@ -93,7 +103,7 @@ cuda() {
     local t0=$SECONDS
     for ((i = 0; i < shards; i++)); do
       GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${RLX_GPU_TIMEOUT:-400}" "$r/bin/$b" \
-        --gtest_filter='*cuda*:-*CudaCodegen*' --gtest_brief=1 >"$out/$b.$i.log" 2>&1 &
+        --gtest_filter="${RLX_GPU_FILTER:-*cuda*}:-*CudaCodegen*" >"$out/$b.$i.log" 2>&1 &
     done
     wait
     # A shard stopped by its timeout prints no summary: its tests count neither way, so say how many.

@@ -930,7 +930,12 @@ void Emitter::reduce(const Node& a) {
 // A matmul (batch dims broadcast) and its epilogue, per output element.
 void Emitter::matmul(const Node& n) {
   if (n.op != OpKind::MatMul) fail(n, "is not a matmul");
-  const Node &a = in(n, 0), &b = in(n, 1);
+  // An operand is a kernel input, or one widened by a cast the lowering put in the kernel
+  // (BackendTraits::matmul_widened_operands): it is read in its stored type.
+  auto stored = [&](const Node& x) -> const Node& {
+    return x.op == OpKind::Cast && in(x, 0).op == OpKind::Input ? in(x, 0) : x;
+  };
+  const Node &a = stored(in(n, 0)), &b = stored(in(n, 1));
   if (a.op != OpKind::Input || b.op != OpKind::Input) fail(n, "has an operand that is not a kernel input");
   const Split s = split_at(*g_, n.id);
   Ints oe = extents(n), ae = extents(a), be = extents(b);
@@ -964,8 +969,8 @@ void Emitter::matmul(const Node& n) {
   Nest nest = open_nest(oe, walks, 'i');
   const std::string T(ctype(n.dtype));
   const bool fl = ir::is_float(n.dtype);
-  body_.line("const " + T + "* ra = " + plus(ptr(a.id), nest.off[1]) + ";");
-  body_.line("const " + T + "* rb = " + plus(ptr(b.id), nest.off[2]) + ";");
+  body_.line("const " + std::string(ctype(a.dtype)) + "* ra = " + plus(ptr(a.id), nest.off[1]) + ";");
+  body_.line("const " + std::string(ctype(b.dtype)) + "* rb = " + plus(ptr(b.id), nest.off[2]) + ";");
   body_.line(std::string(fl ? "double" : "uint64_t") + " acc = 0;");
   std::string bk = cols == 1 ? "rb[k]" : "rb[k * " + int_literal(cols) + "]";
   body_.line("for (int64_t k = 0; k < " + int_literal(kdim) +

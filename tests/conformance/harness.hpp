@@ -5,6 +5,9 @@
 // reference interpreter. A backend joins the suite by one line in backends().
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -169,8 +172,27 @@ inline ::testing::AssertionResult matches_reference(const std::function<Executor
   };
   std::mt19937_64 rng(c.seed);
   std::string stage = "compile";
+  // RLX_TEST_TIMING=1: each case's time per stage on stderr (where a slow suite spends it, e.g. on a GPU).
+  static const bool timing = std::getenv("RLX_TEST_TIMING") != nullptr;
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  double ms_compile = 0, ms_reference = 0, ms_run = 0;
+  struct Report {
+    const bool& on;
+    const std::string& label;
+    const double &compile, &reference, &run;
+    ~Report() {
+      if (on)
+        std::fprintf(stderr, "[timing] %s: compile %.1f ms, reference %.1f ms, runs %.1f ms\n", label.c_str(), compile,
+                     reference, run);
+    }
+  } report{timing, c.label, ms_compile, ms_reference, ms_run};
   try {
+    auto t0 = Clock::now();
     Executor exe = make();
+    ms_compile = since(t0);
     stage = "set_param";
     reference::TensorMap params;
     for (ir::NodeId id : graph.param_ids()) {
@@ -183,7 +205,9 @@ inline ::testing::AssertionResult matches_reference(const std::function<Executor
       for (ir::NodeId id : graph.input_ids())
         inputs[graph.node(id).attrs.get_str("name")] = make_value(graph.node(id), c, rng);
       stage = "reference";
+      auto t1 = Clock::now();
       auto want = reference::run(oracle, inputs, params);
+      ms_reference += since(t1);
       const auto& specs = exe.outputs;
       if (specs.size() != want.size())
         return ::testing::AssertionFailure()
@@ -198,7 +222,9 @@ inline ::testing::AssertionResult matches_reference(const std::function<Executor
         got.push_back(poisoned(specs[j].dtype, specs[j].shape));
       }
       stage = "run " + std::to_string(run);
+      auto t2 = Clock::now();
       exe.run_into(inputs, got);
+      ms_run += since(t2);
       for (std::size_t j = 0; j < got.size(); ++j) {
         auto tol = c.tol && ir::is_float(want[j].dtype()) ? *c.tol : testing::tolerance_for(want[j].dtype());
         auto close = testing::tensors_close(got[j], want[j], tol);

@@ -34,7 +34,7 @@ struct Shape3 {
 };
 // Tails of every kind: K % 4 in 1..3 and odd K, N off the 16-lane vectors and the panels, M off the 6-row
 // tiles, and K = 2053 past the int8 kernel's 2048-value slice.
-constexpr Shape3 kShapes[] = {{1, 1, 1},    {7, 17, 3},  {6, 64, 4},   {13, 65, 5},
+constexpr Shape3 kShapes[] = {{1, 1, 1},    {7, 17, 3},    {6, 64, 4},     {13, 65, 5},
                               {5, 130, 31}, {3, 20, 2053}, {12, 33, 1030}, {2, 200, 2}};
 
 // Runs rows [m0, m1) x panels [p0, p1) in two calls each way, so ranges that start inside the matrix are
@@ -82,16 +82,16 @@ TEST(LowpGemm, Int8KernelsAreExactOnEveryIsa) {
                         rowsum.data());
             });
             const std::string label = std::string(t.name) + " " + std::to_string(M) + "x" + std::to_string(N) + "x" +
-                                      std::to_string(K) + (a_unsigned ? " u8" : " i8") + (b_unsigned ? " x u8" : " x i8") +
-                                      (transposed ? " (B^T)" : "");
+                                      std::to_string(K) + (a_unsigned ? " u8" : " i8") +
+                                      (b_unsigned ? " x u8" : " x i8") + (transposed ? " (B^T)" : "");
             int wrong = 0;
             for (std::int64_t m = 0; m < M; ++m)
               for (std::int64_t n = 0; n < N; ++n) {
                 std::int64_t want = 0;
                 for (std::int64_t k = 0; k < K; ++k) want += av(m, k) * bv(k, n);
                 if (c[std::size_t(m * N + n)] != want && wrong++ < 3)
-                  ADD_FAILURE() << label << ": C[" << m << ", " << n << "] = " << c[std::size_t(m * N + n)]
-                                << ", want " << want;
+                  ADD_FAILURE() << label << ": C[" << m << ", " << n << "] = " << c[std::size_t(m * N + n)] << ", want "
+                                << want;
               }
           }
   }
@@ -204,7 +204,8 @@ TEST(LowpGemm, WidenedMatMulsMatchTheReferenceOnEveryIsa) {
           const std::string shape = std::to_string(batch) + "x" + std::to_string(M) + "x" + std::to_string(N) + "x" +
                                     std::to_string(K) + (w_param ? " w param" : " w input");
           for (auto [a, b] : int_pairs) {
-            Check c = check(isa + " " + std::string(ir::dtype_name(a)) + " x " + std::string(ir::dtype_name(b)) + " " + shape);
+            Check c = check(isa + " " + std::string(ir::dtype_name(a)) + " x " + std::string(ir::dtype_name(b)) + " " +
+                            shape);
             c.gens["x"] = range_of(a);
             c.gens["w"] = range_of(b);
             EXPECT_TRUE(conformance::matches_reference(Device::Cpu,

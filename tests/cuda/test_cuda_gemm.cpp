@@ -102,6 +102,48 @@ TEST(CudaGemm, SharedOperandsMapAndPartialBroadcastsDoNot) {
   }
 }
 
+// bf16 and f16 matmuls: the compiler computes them in f32 (casts around), the lowering puts the widening casts
+// in the matmul kernel, and the GEMM reads the operands as stored; a product whose one use is the cast back is
+// written in the narrow type by the GEMM itself, any other epilogue reads an f32 product.
+TEST(CudaGemm, NarrowOperandsAreReadAsStored) {
+  for (ir::DType t : {ir::DType::BF16, ir::DType::F16}) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(std::string(ir::dtype_name(t)) + (bias ? " with a bias" : ""));
+      ir::Graph g("mm");
+      auto y = g.matmul(g.param("a", {64, 32}, t), g.param("b", {32, 48}, t));
+      if (bias) y = g.add(y, g.param("c", {48}, t));
+      g.add_output(y);
+      const auto r = compile::compile(g, traits(), {});
+      std::size_t matmuls = 0;
+      for (const auto& k : r.lir.kernels) {
+        if (k.kind != compile::KernelKind::MatMul) continue;
+        ++matmuls;
+        std::string why;
+        const auto shape = gemm_shape(k, &why);
+        ASSERT_TRUE(shape) << why;
+        EXPECT_EQ(shape->operands, t);
+        EXPECT_EQ(k.body.node(shape->a).dtype, t);
+        EXPECT_EQ(k.body.node(shape->b).dtype, t);
+        EXPECT_EQ(shape->cast_output, !bias);
+        EXPECT_EQ(shape->result, bias ? ir::DType::F32 : t);
+        EXPECT_EQ(shape->rows, 64);
+        EXPECT_EQ(shape->n, 48);
+        EXPECT_EQ(shape->k, 32);
+      }
+      EXPECT_EQ(matmuls, 1u) << "the casts fuse into one matmul kernel";
+    }
+  }
+  // Operands of two types (a kernel a backend may be handed, widened from bf16 and f16) are not one GEMM.
+  compile::Kernel k;
+  k.kind = compile::KernelKind::MatMul;
+  auto a = k.body.cast(k.body.input("in0", {8, 8}, ir::DType::BF16), ir::DType::F32);
+  auto b = k.body.cast(k.body.input("in1", {8, 8}, ir::DType::F16), ir::DType::F32);
+  k.body.add_output(k.body.matmul(a, b));
+  std::string why;
+  EXPECT_FALSE(gemm_shape(k, &why));
+  EXPECT_EQ(why, "operands of two types");
+}
+
 TEST(CudaGemm, OnlyFloatMatmulsMap) {
   ir::Graph g("mm");
   g.add_output(g.matmul(g.input("a", {3, 4}, ir::DType::I32), g.input("b", {4, 2}, ir::DType::I32)));

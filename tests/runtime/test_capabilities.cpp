@@ -215,7 +215,7 @@ TEST_P(Capabilities, ClaimedBitsWorkAndOthersRefuse) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Capabilities,
-                         ::testing::Values(Device::Cpu, Device::Gpu, Device::Tpu, Device::Vulkan),
+                         ::testing::Values(Device::Cpu, Device::Gpu, Device::Tpu, Device::Vulkan, Device::Cuda),
                          [](const auto& info) { return std::string(runtime::device_label(info.param)); });
 
 TEST(CpuCapabilities, ClaimsWhatItImplementsAndMatchesTheAdvisoryBits) {

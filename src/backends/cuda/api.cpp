@@ -206,6 +206,47 @@ void BlasLt::check(cublasStatus_t s, std::string_view what) const {
   if (s != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuda: cuBLASLt {}: status {}", what, int(s)));
 }
 
+#ifdef RLX_HAVE_CUDNN
+const Cudnn& Cudnn::get() {
+  return load_once<Cudnn>([](Cudnn& c) -> std::string {
+    if (auto why = open(c.lib, {"libcudnn.so.9", "libcudnn.so", "/usr/local/cuda/lib64/libcudnn.so.9"},
+                        "cuDNN could not be loaded (convolutions run as matmuls)");
+        !why.empty())
+      return why;
+    std::string missing;
+    RLX_LOAD(c, cudnnGetVersion);
+    RLX_LOAD(c, cudnnGetErrorString);
+    RLX_LOAD(c, cudnnCreate);
+    RLX_LOAD(c, cudnnDestroy);
+    RLX_LOAD(c, cudnnSetStream);
+    RLX_LOAD(c, cudnnCreateTensorDescriptor);
+    RLX_LOAD(c, cudnnDestroyTensorDescriptor);
+    RLX_LOAD(c, cudnnSetTensor4dDescriptor);
+    RLX_LOAD(c, cudnnCreateFilterDescriptor);
+    RLX_LOAD(c, cudnnDestroyFilterDescriptor);
+    RLX_LOAD(c, cudnnSetFilter4dDescriptor);
+    RLX_LOAD(c, cudnnCreateConvolutionDescriptor);
+    RLX_LOAD(c, cudnnDestroyConvolutionDescriptor);
+    RLX_LOAD(c, cudnnSetConvolution2dDescriptor);
+    RLX_LOAD(c, cudnnSetConvolutionGroupCount);
+    RLX_LOAD(c, cudnnSetConvolutionMathType);
+    RLX_LOAD(c, cudnnGetConvolution2dForwardOutputDim);
+    RLX_LOAD(c, cudnnGetConvolutionForwardAlgorithm_v7);
+    RLX_LOAD(c, cudnnGetConvolutionForwardWorkspaceSize);
+    RLX_LOAD(c, cudnnConvolutionForward);
+    RLX_LOAD(c, cudnnAddTensor);
+    if (!missing.empty()) return fmt::format("cuDNN ({}) lacks {}", c.lib.name(), missing);
+    c.version = c.cudnnGetVersion();
+    if (c.version < 90000) return fmt::format("cuDNN ({}) is version {}; RLX needs 9", c.lib.name(), c.version);
+    return {};
+  });
+}
+
+void Cudnn::check(cudnnStatus_t s, std::string_view what) const {
+  if (s != CUDNN_STATUS_SUCCESS) throw Error(fmt::format("cuda: cuDNN {}: {}", what, cudnnGetErrorString(s)));
+}
+#endif
+
 #undef RLX_LOAD
 
 // ---- the cubin cache ------------------------------------------------------------

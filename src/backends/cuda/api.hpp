@@ -8,6 +8,9 @@
 #include <cublasLt.h>
 #include <cuda.h>
 #include <nvrtc.h>
+#ifdef RLX_HAVE_CUDNN
+#include <cudnn.h>
+#endif
 
 #include <initializer_list>
 #include <string>
@@ -130,6 +133,38 @@ struct BlasLt {
   static const BlasLt& get();  // throws rlx::Error saying why cuBLASLt is not usable
   void check(cublasStatus_t s, std::string_view what) const;
 };
+
+#ifdef RLX_HAVE_CUDNN
+// cuDNN (libcudnn.so.9): convolutions, through its descriptor API.
+struct Cudnn {
+  Library lib;
+  std::size_t version = 0;  // cudnnGetVersion: 91400 for 9.14
+  RLX_CUDA_FN(cudnnGetVersion);
+  RLX_CUDA_FN(cudnnGetErrorString);
+  RLX_CUDA_FN(cudnnCreate);
+  RLX_CUDA_FN(cudnnDestroy);
+  RLX_CUDA_FN(cudnnSetStream);
+  RLX_CUDA_FN(cudnnCreateTensorDescriptor);
+  RLX_CUDA_FN(cudnnDestroyTensorDescriptor);
+  RLX_CUDA_FN(cudnnSetTensor4dDescriptor);
+  RLX_CUDA_FN(cudnnCreateFilterDescriptor);
+  RLX_CUDA_FN(cudnnDestroyFilterDescriptor);
+  RLX_CUDA_FN(cudnnSetFilter4dDescriptor);
+  RLX_CUDA_FN(cudnnCreateConvolutionDescriptor);
+  RLX_CUDA_FN(cudnnDestroyConvolutionDescriptor);
+  RLX_CUDA_FN(cudnnSetConvolution2dDescriptor);
+  RLX_CUDA_FN(cudnnSetConvolutionGroupCount);
+  RLX_CUDA_FN(cudnnSetConvolutionMathType);
+  RLX_CUDA_FN(cudnnGetConvolution2dForwardOutputDim);
+  RLX_CUDA_FN(cudnnGetConvolutionForwardAlgorithm_v7);
+  RLX_CUDA_FN(cudnnGetConvolutionForwardWorkspaceSize);
+  RLX_CUDA_FN(cudnnConvolutionForward);
+  RLX_CUDA_FN(cudnnAddTensor);
+
+  static const Cudnn& get();  // throws rlx::Error saying why cuDNN is not usable
+  void check(cudnnStatus_t s, std::string_view what) const;
+};
+#endif
 
 #undef RLX_CUDA_FN
 

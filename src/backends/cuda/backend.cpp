@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/api.hpp"
+#include "backends/cuda/conv.hpp"
 #include "backends/cuda/gemm_shape.hpp"
 #include "backends/cuda/layout.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
@@ -164,6 +165,7 @@ struct Loc {
 struct Copy {
   Loc src, dst;
   std::uint64_t bytes = 0;
+  int input = -1, output = -1;  // the graph input it brings in, or the graph output it takes out
 };
 
 // A matmul through cuBLASLt: row-major C[M,N] = A[M,K] B[K,N] in each of `batch` strided batches, issued as
@@ -199,6 +201,8 @@ struct Launch {
   std::vector<Loc> operands;  // the kernel's inputs, then its outputs (then the product, for an epilogue)
   // A cuBLASLt matmul instead of a function: operands are A, B and where the product goes.
   std::shared_ptr<const Gemm> gemm;
+  // A cuDNN convolution instead: operands are x, w, the bias (or x again when there is none) and y.
+  std::shared_ptr<const ConvPlan> conv;
 };
 
 struct HostStep {
@@ -220,8 +224,11 @@ struct Plan {
   std::vector<std::string> kernel_names;
   std::uint64_t product_bytes = 0;  // scratch for matmul products an epilogue reads
   bool gemms = false;
+  bool convs = false;
+  std::uint64_t conv_workspace = 0;  // cuDNN's, the largest any convolution asks
   std::uint64_t arena_bytes = 0, staging_bytes = 0, weights_bytes = 0;
   std::vector<std::uint64_t> in_staging, in_bytes, out_staging, out_bytes, param_off, param_bytes;
+  std::vector<Loc> in_loc, out_loc;  // where each graph input and output lives on the device
   std::vector<Launch> launches;
   std::vector<HostStep> host;
   std::vector<Segment> segments;
@@ -243,9 +250,22 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   std::unique_ptr<runtime::ExecutableGraph> clone() const override {
     return std::make_unique<CudaExecutable>(plan_, weights_);
   }
-  runtime::ExecutableCapabilities capabilities() const override { return {.clone = true, .kernel_times = true}; }
-  // Event pairs around each kernel are part of the captured graphs: timing is always on.
-  void set_profiling(bool) override {}
+  runtime::ExecutableCapabilities capabilities() const override {
+    return {.clone = true,
+            .persistent_handles = true,
+            .gpu_handles = true,
+            .kv_resident = true,
+            .read_outputs = true,
+            .kernel_times = true};
+  }
+  void run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) override;
+  // A handle is the input's own place in device memory: runs read it there, with no copy in.
+  void bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) override;
+  void read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const override;
+  void feed_handle(std::size_t input_index, std::size_t output_index) override;
+  // Profiling puts a pair of timing events around each kernel in the captured graphs; off (the default), the
+  // graphs hold the kernels and copies alone.
+  void set_profiling(bool on) override;
   std::vector<KernelTime> kernel_times() const override;
 
  private:
@@ -258,14 +278,17 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   }
   void enqueue(const Copy& c) const;
   void record(std::size_t s);
+  void record_all();
+  void check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const;
 
   std::shared_ptr<const Plan> plan_;
   std::shared_ptr<Weights> weights_;
   const Context& ctx_;
   DeviceMemory arena_;
   PinnedMemory staging_;
-  DeviceMemory product_, workspace_;
+  DeviceMemory product_, workspace_, conv_workspace_;
   cublasLtHandle_t lt_ = nullptr;
+  ConvHandle dnn_;
   CUstream stream_ = nullptr;
   std::vector<std::vector<CUdeviceptr>> args_;  // per launch: its operands' addresses
   std::vector<std::vector<void*>> arg_ptrs_;    // per launch: pointers to those, as cuLaunchKernel takes them
@@ -275,7 +298,10 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   std::vector<std::vector<void*>> host_out_;
   std::vector<double> host_micros_;
   std::vector<std::pair<CUevent, CUevent>> events_;  // per LIR kernel run on the device; null for host kernels
-  bool ran_ = false;
+  bool ran_ = false, profiling_ = false;
+  std::vector<bool> bound_;  // per input: a handle, read in place (no copy in)
+  std::vector<bool> read_;   // per output: copied out (the last segment's graph is recorded for this set)
+  std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output): copied into the handle after a run
 };
 
 CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<Weights> weights)
@@ -292,6 +318,10 @@ CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr
     workspace_ = DeviceMemory(plan_->ctx, kGemmWorkspace, "cuBLASLt's workspace");
     const BlasLt& lt = BlasLt::get();
     lt.check(lt.cublasLtCreate(&lt_), "cublasLtCreate");
+  }
+  if (plan_->convs) {
+    dnn_ = ConvHandle(stream_);
+    if (plan_->conv_workspace) conv_workspace_ = DeviceMemory(plan_->ctx, plan_->conv_workspace, "cuDNN's workspace");
   }
   for (const Launch& l : plan_->launches) {
     auto& a = args_.emplace_back();
@@ -316,8 +346,75 @@ CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr
       drv.check(drv.cuEventCreate(&events_[l.kernel].first, CU_EVENT_DEFAULT), "cuEventCreate");
       drv.check(drv.cuEventCreate(&events_[l.kernel].second, CU_EVENT_DEFAULT), "cuEventCreate");
     }
+  bound_.assign(plan_->in_bytes.size(), false);
+  read_.assign(plan_->out_bytes.size(), true);
   graphs_.assign(plan_->segments.size(), nullptr);
-  for (std::size_t s = 0; s < plan_->segments.size(); ++s) record(s);
+  record_all();
+}
+
+void CudaExecutable::record_all() {
+  ctx_.make_current();
+  for (std::size_t s = 0; s < plan_->segments.size(); ++s) {
+    if (graphs_[s]) ctx_.drv.cuGraphExecDestroy(graphs_[s]);
+    graphs_[s] = nullptr;
+    record(s);
+  }
+}
+
+void CudaExecutable::set_profiling(bool on) {
+  if (on == profiling_) return;
+  profiling_ = on;
+  ran_ = false;  // kernel_times() is empty until a run with the new setting
+  record_all();
+}
+
+void CudaExecutable::check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const {
+  if (input_index >= plan_->in_bytes.size())
+    throw Error(
+        fmt::format("cuda: {}: input index {} out of range ({} inputs)", method, input_index, plan_->in_bytes.size()));
+  if (nbytes != plan_->in_bytes[input_index])
+    throw Error(fmt::format("cuda: {}: input {} holds {} bytes, got {}", method, input_index,
+                            plan_->in_bytes[input_index], nbytes));
+}
+
+void CudaExecutable::bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) {
+  check_input("bind_handle", input_index, nbytes);
+  ctx_.make_current();
+  const Driver& drv = ctx_.drv;
+  if (nbytes) drv.check(drv.cuMemcpyHtoD(device(plan_->in_loc[input_index]), data, nbytes), "bind_handle: uploading");
+  drv.check(drv.cuCtxSynchronize(), "bind_handle");  // see set_param
+  if (!bound_[input_index]) {
+    bound_[input_index] = true;
+    record_all();
+  }
+}
+
+void CudaExecutable::read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const {
+  check_input("read_handle", input_index, nbytes);
+  if (!bound_[input_index])
+    throw Error(fmt::format("cuda: read_handle: input {} has no handle (bind_handle it first)", input_index));
+  ctx_.make_current();
+  const Driver& drv = ctx_.drv;
+  drv.check(drv.cuStreamSynchronize(stream_), "read_handle");
+  if (nbytes) drv.check(drv.cuMemcpyDtoH(dst, device(plan_->in_loc[input_index]), nbytes), "read_handle");
+}
+
+void CudaExecutable::feed_handle(std::size_t input_index, std::size_t output_index) {
+  if (input_index >= plan_->in_bytes.size() || output_index >= plan_->out_bytes.size())
+    throw Error(fmt::format("cuda: feed_handle: input {} or output {} out of range ({} inputs, {} outputs)",
+                            input_index, output_index, plan_->in_bytes.size(), plan_->out_bytes.size()));
+  if (!bound_[input_index])
+    throw Error(fmt::format("cuda: feed_handle: input {} has no handle (bind_handle it first)", input_index));
+  if (plan_->in_bytes[input_index] != plan_->out_bytes[output_index])
+    throw Error(fmt::format("cuda: feed_handle: output {} holds {} bytes, input {} {}", output_index,
+                            plan_->out_bytes[output_index], input_index, plan_->in_bytes[input_index]));
+  for (auto& f : feeds_)
+    if (f.first == input_index) {
+      f.second = output_index;
+      return record_all();
+    }
+  feeds_.emplace_back(input_index, output_index);
+  record_all();
 }
 
 CudaExecutable::~CudaExecutable() {
@@ -325,6 +422,7 @@ CudaExecutable::~CudaExecutable() {
   if (!ctx_.try_make_current()) return;
   for (CUgraphExec g : graphs_)
     if (g) drv.cuGraphExecDestroy(g);
+  dnn_ = ConvHandle();  // before its stream
   if (stream_) {
     drv.cuStreamSynchronize(stream_);
     drv.cuStreamDestroy(stream_);
@@ -353,7 +451,8 @@ void CudaExecutable::record(std::size_t s) {
   const Segment& seg = plan_->segments[s];
   drv.check(drv.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
   try {
-    for (const auto& c : seg.head) enqueue(c);
+    for (const auto& c : seg.head)
+      if (c.input < 0 || !bound_[std::size_t(c.input)]) enqueue(c);
     for (std::size_t i = 0; i < seg.launches.size(); ++i) {
       const std::size_t li = seg.launches[i];
       const Launch& l = plan_->launches[li];
@@ -361,10 +460,13 @@ void CudaExecutable::record(std::size_t s) {
       const bool last = i + 1 == seg.launches.size() || plan_->launches[seg.launches[i + 1]].kernel != l.kernel;
       // Events recorded during capture can be timed outside the graph only as external record nodes (a
       // plain record there makes cuEventElapsedTime fail with CUDA_ERROR_INVALID_VALUE, seen on the H200).
-      if (first)
+      if (first && profiling_)
         drv.check(drv.cuEventRecordWithFlags(events_[l.kernel].first, stream_, CU_EVENT_RECORD_EXTERNAL),
                   "cuEventRecordWithFlags");
-      if (const Gemm* g = l.gemm.get()) {
+      if (const ConvPlan* c = l.conv.get()) {
+        const auto& a = args_[li];  // x, w, the bias, y
+        dnn_.enqueue(*c, a[0], a[1], a[2], a[3], conv_workspace_.get(), plan_->conv_workspace);
+      } else if (const Gemm* g = l.gemm.get()) {
         const float one = 1, zero = 0;
         const double one64 = 1, zero64 = 0;
         const void* alpha = g->f64 ? static_cast<const void*>(&one64) : &one;
@@ -378,11 +480,16 @@ void CudaExecutable::record(std::size_t s) {
         drv.check(drv.cuLaunchKernel(l.fn, l.grid, 1, 1, l.block, 1, 1, 0, stream_, arg_ptrs_[li].data(), nullptr),
                   "cuLaunchKernel");
       }
-      if (last)
+      if (last && profiling_)
         drv.check(drv.cuEventRecordWithFlags(events_[l.kernel].second, stream_, CU_EVENT_RECORD_EXTERNAL),
                   "cuEventRecordWithFlags");
     }
-    for (const auto& c : seg.tail) enqueue(c);
+    for (const auto& c : seg.tail)
+      if (c.output < 0 || read_[std::size_t(c.output)]) enqueue(c);
+    if (s + 1 == plan_->segments.size())
+      for (auto [i, j] : feeds_)
+        if (plan_->in_bytes[i] && device(plan_->out_loc[j]) != device(plan_->in_loc[i]))
+          enqueue({plan_->out_loc[j], plan_->in_loc[i], plan_->in_bytes[i]});
   } catch (...) {
     CUgraph g = nullptr;
     drv.cuStreamEndCapture(stream_, &g);
@@ -411,15 +518,36 @@ void CudaExecutable::set_param(std::size_t index, const void* data, std::size_t 
 }
 
 void CudaExecutable::run(std::span<const void* const> inputs, std::span<void* const> outputs) {
+  for (std::size_t j = 0; j < outputs.size() && j < plan_->out_bytes.size(); ++j)
+    if (!outputs[j] && plan_->out_bytes[j])
+      throw Error(fmt::format("cuda: run() got a null pointer for output {} (run_read_outputs skips outputs)", j));
+  run_read_outputs(inputs, outputs);
+}
+
+void CudaExecutable::run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) {
   const Plan& p = *plan_;
   if (inputs.size() != p.in_bytes.size() || outputs.size() != p.out_bytes.size())
     throw Error(fmt::format("cuda: run() got {} inputs and {} outputs, expected {} and {}", inputs.size(),
                             outputs.size(), p.in_bytes.size(), p.out_bytes.size()));
   const Driver& drv = ctx_.drv;
   ctx_.make_current();
+  // An empty output counts as read whatever its pointer (an empty vector's data() may be null).
+  auto wanted = [&](std::size_t j) { return outputs[j] != nullptr || !p.out_bytes[j]; };
+  bool same = true;
+  for (std::size_t j = 0; j < outputs.size(); ++j) same = same && read_[j] == wanted(j);
+  if (!same) {  // another set of outputs: the last segment's copies out change
+    for (std::size_t j = 0; j < outputs.size(); ++j) read_[j] = wanted(j);
+    const std::size_t last = p.segments.size() - 1;
+    drv.cuGraphExecDestroy(graphs_[last]);
+    graphs_[last] = nullptr;
+    record(last);
+  }
   std::byte* st = staging_.get();
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (p.in_bytes[i]) std::memcpy(st + p.in_staging[i], inputs[i], p.in_bytes[i]);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!p.in_bytes[i] || bound_[i]) continue;
+    if (!inputs[i]) throw Error(fmt::format("cuda: run() got a null pointer for input {}, which has no handle", i));
+    std::memcpy(st + p.in_staging[i], inputs[i], p.in_bytes[i]);
+  }
   for (std::size_t s = 0; s < p.segments.size(); ++s) {
     drv.check(drv.cuGraphLaunch(graphs_[s], stream_), "cuGraphLaunch");
     drv.check(drv.cuStreamSynchronize(stream_), "running the graph's kernels");
@@ -430,13 +558,13 @@ void CudaExecutable::run(std::span<const void* const> inputs, std::span<void* co
     }
   }
   for (std::size_t j = 0; j < outputs.size(); ++j)
-    if (p.out_bytes[j]) std::memcpy(outputs[j], st + p.out_staging[j], p.out_bytes[j]);
+    if (p.out_bytes[j] && outputs[j]) std::memcpy(outputs[j], st + p.out_staging[j], p.out_bytes[j]);
   ran_ = true;
 }
 
 std::vector<KernelTime> CudaExecutable::kernel_times() const {
   std::vector<KernelTime> out;
-  if (!ran_) return out;
+  if (!ran_ || !profiling_) return out;
   ctx_.make_current();
   std::vector<int> host_of(plan_->kernel_names.size(), -1);
   for (std::size_t h = 0; h < plan_->host.size(); ++h) host_of[plan_->host[h].kernel] = int(h);
@@ -454,16 +582,14 @@ std::vector<KernelTime> CudaExecutable::kernel_times() const {
   return out;
 }
 
-// The cuBLASLt form of MatMul kernel `k` (f32 or f64, batch dims that are either the output's or absent), or
-// null with the reason in *why: the generated nest runs it then.
+// The cuBLASLt form of a MatMul kernel mapped by gemm_shape: f32 (TF32 tensor cores only when `tf32`), f64, or
+// bf16 and f16 operands with f32 accumulation; null with the reason in *why (the generated nest runs it then).
 // `offsets` are the byte offsets of our A, our B and the product from 256-byte aligned bases: cuBLASLt picks
 // an algorithm for the alignment they have.
-std::shared_ptr<const Gemm> plan_gemm(const compile::Kernel& k, std::array<std::uint64_t, 3> offsets,
+std::shared_ptr<const Gemm> plan_gemm(const GemmShape& shape, std::array<std::uint64_t, 3> offsets, bool tf32,
                                       std::string* why) {
-  const auto shape = gemm_shape(k, why);
-  if (!shape) return nullptr;
-  const bool f64 = shape->f64;
-  const std::int64_t n = shape->n, kd = shape->k, rows = shape->rows, batches = shape->batches;
+  const bool f64 = shape.f64;
+  const std::int64_t n = shape.n, kd = shape.k, rows = shape.rows, batches = shape.batches;
   const BlasLt* lt = nullptr;
   try {
     lt = &BlasLt::get();
@@ -473,10 +599,22 @@ std::shared_ptr<const Gemm> plan_gemm(const compile::Kernel& k, std::array<std::
   auto g = std::make_shared<Gemm>();
   g->lt = lt;
   g->f64 = f64;
-  const cudaDataType_t dt = f64 ? CUDA_R_64F : CUDA_R_32F;
-  lt->check(lt->cublasLtMatmulDescCreate(&g->desc, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, dt),
-            "cublasLtMatmulDescCreate");
-  auto layout = [&](cublasLtMatrixLayout_t* l, std::int64_t rows_, std::int64_t cols, std::int64_t stride) {
+  auto data_type = [](ir::DType t) {
+    switch (t) {
+      case ir::DType::F64: return CUDA_R_64F;
+      case ir::DType::BF16: return CUDA_R_16BF;
+      case ir::DType::F16: return CUDA_R_16F;
+      default: return CUDA_R_32F;
+    }
+  };
+  const cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const cublasComputeType_t compute = f64                                        ? CUBLAS_COMPUTE_64F
+                                      : tf32 && shape.operands == ir::DType::F32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                 : CUBLAS_COMPUTE_32F;
+  lt->check(lt->cublasLtMatmulDescCreate(&g->desc, compute, scale), "cublasLtMatmulDescCreate");
+  auto layout = [&](cublasLtMatrixLayout_t* l, ir::DType type, std::int64_t rows_, std::int64_t cols,
+                    std::int64_t stride) {
+    const cudaDataType_t dt = data_type(type);
     lt->check(lt->cublasLtMatrixLayoutCreate(l, dt, std::uint64_t(rows_), std::uint64_t(cols), rows_),
               "cublasLtMatrixLayoutCreate");
     if (batches > 1) {
@@ -489,9 +627,9 @@ std::shared_ptr<const Gemm> plan_gemm(const compile::Kernel& k, std::array<std::
     }
   };
   // Column-major views of the row-major operands (gemm_shape.hpp): B as N x K, A as K x rows, C as N x rows.
-  layout(&g->a, n, kd, shape->stride_b);
-  layout(&g->b, kd, rows, shape->stride_a);
-  layout(&g->c, n, rows, shape->stride_c);
+  layout(&g->a, shape.operands, n, kd, shape.stride_b);
+  layout(&g->b, shape.operands, kd, rows, shape.stride_a);
+  layout(&g->c, shape.result, n, rows, shape.stride_c);
   cublasLtMatmulPreference_t pref = nullptr;
   lt->check(lt->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const std::uint64_t ws = kGemmWorkspace;
@@ -575,7 +713,8 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
   const unsigned max_grid = unsigned(std::max(ctx->info.multiprocessors, 1)) * 16;
   Segment seg;
   for (std::size_t i = 0; i < lir.inputs.size(); ++i)
-    seg.head.push_back({{Where::Staging, plan->in_staging[i]}, {Where::Arena, input_at[i]}, plan->in_bytes[i]});
+    seg.head.push_back(
+        {{Where::Staging, plan->in_staging[i]}, {Where::Arena, input_at[i]}, plan->in_bytes[i], int(i), -1});
   // One program for the whole graph: NVRTC's cost is mostly per program.
   const codegen::c::CudaModule module = codegen::c::emit_cuda(lir);
   const std::string what = fmt::format("graph '{}'", lir.name);
@@ -590,14 +729,17 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
       std::string no_gemm;
       std::shared_ptr<const Gemm> gemm;
       const ir::Node* mm = nullptr;
-      for (const auto& n : k.body.nodes())
-        if (n.op == ir::OpKind::MatMul) mm = &n;
-      if (mm && (code.product_is_output || !code.epilogue.empty()) &&
-          k.body.node(mm->inputs[0]).op == ir::OpKind::Input && k.body.node(mm->inputs[1]).op == ir::OpKind::Input) {
-        const Loc a = locs[std::size_t(k.input_buffer(k.body.node(mm->inputs[0])))];
-        const Loc b = locs[std::size_t(k.input_buffer(k.body.node(mm->inputs[1])))];
-        const std::uint64_t c = code.product_is_output ? locs[std::size_t(k.outputs.at(0))].offset : 0;
-        gemm = plan_gemm(k, {a.offset, b.offset, c}, &no_gemm);
+      std::optional<GemmShape> shape;
+      if (k.kind == compile::KernelKind::MatMul) shape = gemm_shape(k, &no_gemm);
+      // The product lands in the output (as it is, or through the output's narrowing cast) or in scratch,
+      // which the epilogue reads.
+      const bool direct = shape && (code.product_is_output || shape->cast_output);
+      if (shape && (direct || !code.epilogue.empty())) {
+        mm = &k.body.node(shape->matmul);
+        const Loc a = locs[std::size_t(k.input_buffer(k.body.node(shape->a)))];
+        const Loc b = locs[std::size_t(k.input_buffer(k.body.node(shape->b)))];
+        const std::uint64_t c = direct ? locs[std::size_t(k.outputs.at(0))].offset : 0;
+        gemm = plan_gemm(*shape, {a.offset, b.offset, c}, options.tf32, &no_gemm);
       }
       const std::vector<codegen::c::CudaPhase>* phases = &code.phases;
       if (gemm) {
@@ -605,9 +747,9 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
         Launch l;
         l.kernel = ki;
         l.gemm = gemm;
-        l.operands = {locs[std::size_t(k.input_buffer(k.body.node(mm->inputs[0])))],
-                      locs[std::size_t(k.input_buffer(k.body.node(mm->inputs[1])))]};
-        if (code.product_is_output) {
+        l.operands = {locs[std::size_t(k.input_buffer(k.body.node(shape->a)))],
+                      locs[std::size_t(k.input_buffer(k.body.node(shape->b)))]};
+        if (direct) {
           l.operands.push_back(locs[std::size_t(k.outputs.at(0))]);
           phases = nullptr;
         } else {
@@ -634,6 +776,25 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
       }
       continue;
     }
+    // A convolution cuDNN runs.
+    if (k.kind == compile::KernelKind::Native) {
+      std::string no_conv;
+      if (auto conv = plan_conv(k, options.tf32, &no_conv)) {
+        Launch l;
+        l.kernel = ki;
+        l.conv = conv;
+        for (const auto& n : k.body.nodes())
+          if (n.op == ir::OpKind::Conv1d || n.op == ir::OpKind::Conv2d)
+            for (auto in : n.inputs) l.operands.push_back(locs[std::size_t(k.input_buffer(k.body.node(in)))]);
+        if (!conv_has_bias(*conv)) l.operands.push_back(l.operands[0]);
+        l.operands.push_back(locs[std::size_t(k.outputs.at(0))]);
+        plan->convs = true;
+        plan->conv_workspace = std::max(plan->conv_workspace, align(conv_workspace_bytes(*conv)));
+        plan->launches.push_back(std::move(l));
+        seg.launches.push_back(plan->launches.size() - 1);
+        continue;
+      }
+    }
     // No CUDA code: the CPU backend runs this kernel on staged copies of its operands.
     HostStep h;
     h.kernel = ki;
@@ -654,7 +815,10 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
     plan->host.push_back(std::move(h));
   }
   for (std::size_t j = 0; j < lir.outputs.size(); ++j)
-    seg.tail.push_back({locs[std::size_t(lir.outputs[j])], {Where::Staging, plan->out_staging[j]}, plan->out_bytes[j]});
+    seg.tail.push_back(
+        {locs[std::size_t(lir.outputs[j])], {Where::Staging, plan->out_staging[j]}, plan->out_bytes[j], -1, int(j)});
+  for (std::size_t i = 0; i < lir.inputs.size(); ++i) plan->in_loc.push_back({Where::Arena, input_at[i]});
+  for (BufferId id : lir.outputs) plan->out_loc.push_back(locs[std::size_t(id)]);
   plan->segments.push_back(std::move(seg));
   plan->staging_bytes = staging;
 

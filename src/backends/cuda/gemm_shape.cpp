@@ -15,10 +15,18 @@ std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* 
   for (const auto& n : kernel.body.nodes())
     if (n.op == ir::OpKind::MatMul) mm = &n;
   if (!mm) return no("no matmul in the kernel");
-  const auto& an = kernel.body.node(mm->inputs[0]);
-  const auto& bn = kernel.body.node(mm->inputs[1]);
+  // An operand is a kernel input, or a kernel input widened from bf16 or f16 to the f32 product.
+  auto stored = [&](const ir::Node& x) -> const ir::Node& {
+    if (x.op != ir::OpKind::Cast || x.dtype != ir::DType::F32) return x;
+    const auto& src = kernel.body.node(x.inputs[0]);
+    return src.op == ir::OpKind::Input && (src.dtype == ir::DType::BF16 || src.dtype == ir::DType::F16) ? src : x;
+  };
+  const auto& an = stored(kernel.body.node(mm->inputs[0]));
+  const auto& bn = stored(kernel.body.node(mm->inputs[1]));
   if (an.op != ir::OpKind::Input || bn.op != ir::OpKind::Input) return no("an operand is computed in the kernel");
   if (mm->dtype != ir::DType::F32 && mm->dtype != ir::DType::F64) return no("not f32 or f64");
+  if (an.dtype != bn.dtype) return no("operands of two types");
+  if (an.dtype != mm->dtype && mm->dtype != ir::DType::F32) return no("narrow operands of an f64 product");
   if (!mm->shape.is_static()) return no("a symbolic dim");
   const auto oe = mm->shape.extents(), ae = an.shape.extents(), be = bn.shape.extents();
   const std::size_t r = oe.size();
@@ -42,6 +50,19 @@ std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* 
   s.n = n;
   s.k = k;
   s.f64 = mm->dtype == ir::DType::F64;
+  s.operands = an.dtype;
+  s.result = mm->dtype;
+  // The product's one use is the kernel's one output, a cast to the operands' narrow type: cuBLASLt writes it.
+  if (s.operands != mm->dtype && kernel.body.outputs().size() == 1) {
+    const auto& out = kernel.body.node(kernel.body.outputs()[0].node);
+    std::size_t uses = 0;
+    for (const auto& x : kernel.body.nodes())
+      for (auto in : x.inputs) uses += in == mm->id;
+    if (out.op == ir::OpKind::Cast && out.inputs[0] == mm->id && out.dtype == s.operands && uses == 1) {
+      s.result = out.dtype;
+      s.cast_output = true;
+    }
+  }
   s.matmul = mm->id;
   s.a = an.id;
   s.b = bn.id;

@@ -4,7 +4,11 @@
 // cuBLAS's m is N, its n is the rows, its A is our B (N x K, leading dim N)
 // and its B our A (K x rows, leading dim K). Batches are strided; an operand
 // with no batch dims of its own is shared (stride 0), and a batched A against
-// one B is a single GEMM of batch * M rows. Needs no GPU: the tests check the
+// one B is a single GEMM of batch * M rows. bf16 and f16 operands are read as
+// stored, through the widening casts the lowering puts in the kernel
+// (BackendTraits::matmul_widened_operands), with f32 accumulation; a product
+// whose one use is the kernel's output cast back to that type is written in it
+// (cuBLASLt's D type), so no f32 copy of it reaches memory. Needs no GPU: the tests check the
 // mapping on the host against the reference interpreter.
 #include <cstdint>
 #include <optional>
@@ -19,11 +23,14 @@ struct GemmShape {
   // Elements between consecutive batches of our A, our B and the product (0: one matrix for every batch).
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   bool f64 = false;
+  ir::DType operands = ir::DType::F32;  // A's and B's stored type: f32, f64, bf16 or f16
+  ir::DType result = ir::DType::F32;    // the stored product's: the matmul's, or the output cast's
+  bool cast_output = false;             // the kernel's one output is the product cast to `result`
   ir::NodeId matmul = 0, a = 0, b = 0;  // body nodes: the matmul and its two Input operands
 };
 
-// Nullopt with the reason in *why when the kernel's matmul is not one strided GEMM in f32 or f64 (then the
-// generated nest runs it).
+// Nullopt with the reason in *why when the kernel's matmul is not one strided GEMM with f32, f64, bf16 or f16
+// operands (then the generated nest runs it).
 std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* why);
 
 // The product exactly as the cuBLASLt call computes it with `s`, on the host in double: c = A B per batch,

@@ -1,5 +1,6 @@
 // Registers the CUDA backend at load time. Built without the CUDA headers, the
 // backend still registers, as unavailable with that reason.
+#include "backends/cuda/conv.hpp"
 #include "backends/cuda/layout.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
@@ -15,9 +16,14 @@ compile::BackendTraits traits() {
   // f16 and bf16 are stored as they are and computed in f32: every op but casts and those that only move
   // values gets casts to f32 around it, which fuse into its kernel.
   t.native_dtypes.insert({ir::DType::F16, ir::DType::BF16});
+  // Convolutions stay whole where cuDNN runs them (conv.hpp); otherwise they decompose into matmuls.
+  if (cudnn_convolutions())
+    for (ir::OpKind op : {ir::OpKind::Conv1d, ir::OpKind::Conv2d}) t.native_ops.insert(op);
   for (ir::OpKind op : t.native_ops)
     if ((ir::op_info(op).cls != ir::OpClass::Movement || op == ir::OpKind::ScatterAdd) && op != ir::OpKind::Cast)
       t.f32_compute_ops.insert(op);
+  // bf16 and f16 matmuls read their operands as stored (cuBLASLt's bf16/f16 GEMMs with f32 accumulation).
+  t.matmul_widened_operands = true;
   t.host_fallback = true;
   for (auto& n : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(n));
   t.arena_alignment = std::int64_t(kArenaAlignment);
