@@ -24,7 +24,7 @@ namespace {
 
 #define RLX_NCCL_STR2(x) #x
 #define RLX_NCCL_STR(x) RLX_NCCL_STR2(x)
-#define RLX_NCCL_FN(name) decltype(&::name) name = nullptr
+#define RLX_NCCL_FN(name) decltype(&::name) name = nullptr  // NOLINT(bugprone-macro-parentheses): a declaration
 #define RLX_NCCL_LOAD(obj, name) runtime::load_symbol((obj).lib, (obj).name, RLX_NCCL_STR(name), missing)
 
 // The CUDA driver calls the engine needs: a context, scratch memory, copies and a stream.
@@ -129,6 +129,10 @@ struct Nccl {
   }
 };
 
+void* dev_ptr(CUdeviceptr p) {
+  return reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): device addresses are integers here
+}
+
 ncclDataType_t nccl_type(ir::DType dt) {
   switch (dt) {
     case ir::DType::F64: return ncclFloat64;
@@ -166,7 +170,7 @@ class Scratch {
     }
     return ptr_;
   }
-  void* as_ptr(std::size_t bytes) { return reinterpret_cast<void*>(get(bytes)); }
+  void* as_ptr(std::size_t bytes) { return dev_ptr(get(bytes)); }
 
  private:
   const Cu* cu_;
@@ -220,16 +224,14 @@ class NcclEngine final : public Engine {
     std::lock_guard lock(mutex_);
     CUdeviceptr s = stage_in(in.data, in.bytes());
     void* r = recv_.as_ptr(out.bytes());
-    nccl_.check(nccl_.ncclAllGather(reinterpret_cast<void*>(s), r, in.count, nccl_type(in.dtype), comm_, stream_),
-                "all_gather", rank_);
+    nccl_.check(nccl_.ncclAllGather(dev_ptr(s), r, in.count, nccl_type(in.dtype), comm_, stream_), "all_gather", rank_);
     finish(out.data, r, out.bytes());
   }
   void all_reduce(Buffer data, ReduceOp op) override {
     std::lock_guard lock(mutex_);
     CUdeviceptr s = stage_in(data.data, data.bytes());
     void* r = recv_.as_ptr(data.bytes());
-    nccl_.check(nccl_.ncclAllReduce(reinterpret_cast<void*>(s), r, data.count, nccl_type(data.dtype), nccl_op(op),
-                                    comm_, stream_),
+    nccl_.check(nccl_.ncclAllReduce(dev_ptr(s), r, data.count, nccl_type(data.dtype), nccl_op(op), comm_, stream_),
                 "all_reduce", rank_);
     finish(data.data, r, data.bytes());
   }
@@ -237,24 +239,21 @@ class NcclEngine final : public Engine {
     std::lock_guard lock(mutex_);
     CUdeviceptr s = stage_in(in.data, in.bytes());
     void* r = recv_.as_ptr(out.bytes());
-    nccl_.check(nccl_.ncclReduceScatter(reinterpret_cast<void*>(s), r, out.count, nccl_type(out.dtype), nccl_op(op),
-                                        comm_, stream_),
+    nccl_.check(nccl_.ncclReduceScatter(dev_ptr(s), r, out.count, nccl_type(out.dtype), nccl_op(op), comm_, stream_),
                 "reduce_scatter", rank_);
     finish(out.data, r, out.bytes());
   }
   void broadcast(Buffer data, int root) override {
     std::lock_guard lock(mutex_);
     CUdeviceptr s = stage_in(data.data, data.bytes());
-    nccl_.check(nccl_.ncclBroadcast(reinterpret_cast<void*>(s), reinterpret_cast<void*>(s), data.count,
-                                    nccl_type(data.dtype), root, comm_, stream_),
+    nccl_.check(nccl_.ncclBroadcast(dev_ptr(s), dev_ptr(s), data.count, nccl_type(data.dtype), root, comm_, stream_),
                 "broadcast", rank_);
-    finish(data.data, reinterpret_cast<void*>(s), data.bytes());
+    finish(data.data, dev_ptr(s), data.bytes());
   }
   void send(ConstBuffer data, int dst) override {
     std::lock_guard lock(mutex_);
     CUdeviceptr s = stage_in(data.data, data.bytes());
-    nccl_.check(nccl_.ncclSend(reinterpret_cast<void*>(s), data.count, nccl_type(data.dtype), dst, comm_, stream_),
-                "send", rank_);
+    nccl_.check(nccl_.ncclSend(dev_ptr(s), data.count, nccl_type(data.dtype), dst, comm_, stream_), "send", rank_);
     cu_.check(cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
   }
   void recv(Buffer data, int src) override {
