@@ -106,6 +106,16 @@ fi
 echo "[bench] MLP training step (forward + backward + update) vs its forward pass"
 "$BIN/bench_train" --reps "$REPS" >"$RAW/train.jsonl"
 
+echo "[bench] data-parallel training of the digits MLP: 1 rank, then 2 ranks under mpirun, one core each"
+"$BIN/bench_data_parallel" --reps "$REPS" >"$RAW/dp_1.jsonl"
+if command -v mpirun >/dev/null && [ -x "$BIN/bench_data_parallel" ]; then
+  mpi_root=(); [ "$(id -u)" = 0 ] && mpi_root=(--allow-run-as-root)
+  mpirun -np 2 --oversubscribe --bind-to core "${mpi_root[@]}" --mca btl self,vader \
+    --mca btl_vader_single_copy_mechanism none "$BIN/bench_data_parallel" --reps "$REPS" >"$RAW/dp_2.jsonl"
+else
+  echo "[bench] warning: mpirun is not installed; the 2-rank data-parallel figure is skipped" >&2
+fi
+
 # Limits again at the end: the report keeps the best, so a busy moment at the start does not skew the percentages.
 "$BIN/bench_machine" --reps 15 >"$RAW/machine_1.jsonl"
 

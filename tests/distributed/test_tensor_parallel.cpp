@@ -101,4 +101,56 @@ TEST(TensorParallel, ColumnThenRowSplitMlpMatchesTheWholeWithOneAllReduce) {
   EXPECT_GT(off, 1e-3);
 }
 
+// Self-attention, y = concat_h(attention(x Wq_h, x Wk_h, x Wv_h)) Wo (+ bo when `bias`), over `heads` heads of
+// width kHeadDim: x [kB, kS, heads_all * kHeadDim], Wq/Wk/Wv [E, heads * kHeadDim], Wo [heads * kHeadDim, E].
+constexpr std::int64_t kB = 2, kS = 6, kHeads = 4, kHeadDim = 8, kE = kHeads * kHeadDim;
+ir::Graph attention_block(std::int64_t heads, bool bias) {
+  ir::Graph g(bias ? "attention" : "attention_shard");
+  const std::int64_t w = heads * kHeadDim;
+  auto x = g.reshape(g.input("x", {kB, kS, kE}), std::vector<std::int64_t>{kB * kS, kE});
+  const auto split = [&](ir::NodeId t) {  // [B*S, heads*D] -> [B, heads, S, D]
+    return g.permute(g.reshape(t, std::vector<std::int64_t>{kB, kS, heads, kHeadDim}), {0, 2, 1, 3});
+  };
+  auto q = split(g.matmul(x, g.param("wq", {kE, w})));
+  auto k = split(g.matmul(x, g.param("wk", {kE, w})));
+  auto v = split(g.matmul(x, g.param("wv", {kE, w})));
+  auto a = g.reshape(g.permute(g.attention(q, k, v, std::nullopt, true), {0, 2, 1, 3}),
+                     std::vector<std::int64_t>{kB * kS, w});
+  auto y = bias ? g.linear(a, g.param("wo", {w, kE}), g.param("bo", {kE})) : g.matmul(a, g.param("wo", {w, kE}));
+  g.add_output(g.reshape(y, std::vector<std::int64_t>{kB, kS, kE}), "y");
+  return g;
+}
+
+TEST(TensorParallel, AttentionBlockSplitByHeadsMatchesTheWholeWithOneAllReduce) {
+  auto comm = distributed::init();
+  const ir::Tensor x = random({kB, kS, kE}, 11, 1.0F), wq = random({kE, kE}, 12, 0.2F), wk = random({kE, kE}, 13, 0.2F),
+                   wv = random({kE, kE}, 14, 0.2F), wo = random({kE, kE}, 15, 0.2F), bo = random({kE}, 16, 0.1F);
+  runtime::Session session;
+  auto full = session.compile(attention_block(kHeads, true));
+  for (const auto& [n, t] : {std::pair{"wq", &wq}, {"wk", &wk}, {"wv", &wv}, {"wo", &wo}, {"bo", &bo}})
+    full.set_param(n, *t);
+  const ir::Tensor want = full.run({{"x", x}})[0];
+
+  // Shard s: heads [s * kHeads / kShards, ...): those columns of Wq, Wk, Wv and those rows of Wo.
+  const std::int64_t heads = kHeads / kShards, width = heads * kHeadDim;
+  auto shard = session.compile(attention_block(heads, false));
+  ir::Tensor partial(ir::DType::F32, {kB, kS, kE});
+  for (int s = comm.rank(); s < kShards; s += comm.world_size()) {
+    shard.set_param("wq", columns(wq, s * width, width));
+    shard.set_param("wk", columns(wk, s * width, width));
+    shard.set_param("wv", columns(wv, s * width, width));
+    shard.set_param("wo", rows(wo, s * width, width));
+    const ir::Tensor p = shard.run({{"x", x}})[0];
+    for (std::int64_t i = 0; i < p.numel(); ++i) partial.data_as<float>()[i] += p.data_as<float>()[i];
+  }
+  comm.all_reduce(partial);  // the one collective
+  double worst = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    const double got = static_cast<double>(partial.data_as<float>()[i]) + bo.data_as<float>()[i % kE];
+    worst = std::max(worst, std::abs(got - static_cast<double>(want.data_as<float>()[i])));
+  }
+  EXPECT_LE(worst, 1e-6) << "rank " << comm.rank() << " of " << comm.world_size();
+  EXPECT_GT(std::abs(want.data_as<float>()[0]), 1e-3);  // a real output, not zeros on both sides
+}
+
 }  // namespace
