@@ -1,5 +1,5 @@
 // Data-parallel training throughput of the digits MLP (64 -> 128 -> 10, AdamW),
-// global batch 256: run alone (world size 1) or as ranks under mpirun, one
+// global batch 256 (and 2048 in make bench): run alone (world size 1) or as ranks under mpirun, one
 // core each (the CPU backend's pool is limited to 1 thread per rank).
 //
 //   bench_data_parallel [--reps N] [--steps K] [--batch B]
