@@ -150,7 +150,7 @@ void bind_train(nb::module_& m) {
   // In place on a contiguous f32 or f64 array: the world's sum (max, min) in rank order.
   m.def(
       "_distributed_all_reduce",
-      [](nb::ndarray<nb::c_contig, nb::device::cpu> arr, const std::string& op) {
+      [](const nb::ndarray<nb::c_contig, nb::device::cpu>& arr, const std::string& op) {
         namespace d = rlx::distributed;
         const d::ReduceOp rop = op == "sum"   ? d::ReduceOp::Sum
                                 : op == "max" ? d::ReduceOp::Max

@@ -3,6 +3,7 @@
 // the graph writes the new value into the other, so nothing is copied and the
 // buffers swap roles by flipping one parity bit. (set_param would copy every
 // weight into the compiled graph each step: a full extra pass over them.)
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -46,18 +47,22 @@ TrainStep make_step(const ir::Graph& model, const Optimizer& opt, const TrainerO
   return apply_step(model, trainable, opt);
 }
 
-template <class T>
-void add_into(ir::Tensor& acc, const ir::Tensor& x) {
-  T* a = acc.data_as<T>();
-  const T* b = x.data_as<T>();
-  for (std::int64_t i = 0, n = acc.numel(); i < n; ++i) a[i] += b[i];
+// acc[i] += x[i], in the param's dtype (f32 or f64).
+void add_into(void* acc, const ir::Tensor& x) {
+  const auto n = static_cast<std::size_t>(x.numel());
+  if (x.dtype() == ir::DType::F64) {
+    std::transform(x.data_as<double>(), x.data_as<double>() + n, static_cast<double*>(acc), static_cast<double*>(acc),
+                   [](double b, double a) { return a + b; });
+  } else {
+    std::transform(x.data_as<float>(), x.data_as<float>() + n, static_cast<float*>(acc), static_cast<float*>(acc),
+                   [](float b, float a) { return a + b; });
+  }
 }
 
 template <class T>
-void divide(ir::Tensor& acc, std::int64_t n) {
-  T* a = acc.data_as<T>();
-  const auto d = static_cast<T>(n);
-  for (std::int64_t i = 0, e = acc.numel(); i < e; ++i) a[i] /= d;
+void divide(T* acc, std::size_t count, std::int64_t parts) {
+  const auto d = static_cast<T>(parts);
+  for (std::size_t i = 0; i < count; ++i) acc[i] /= d;
 }
 
 }  // namespace
@@ -122,20 +127,17 @@ Trainer::Trainer(const ir::Graph& model, TensorMap params, const Optimizer& opt,
       if (ir::is_float(slots_[i].buf[0].dtype()) && slots_[i].buf[0].dtype() != ir::DType::F16)
         comm_->broadcast(slots_[i].buf[0]);
   // One micro-batch's loss and gradients, from the same autodiff the fused step uses.
-  GradPath gp{
-      runtime::Session(options.device)
-          .compile(params_to_inputs(autodiff::value_and_grad(model, step_.params, options.autodiff)), options.compile),
-      {},
-      {},
-      {},
-      {},
-      {},
-      {}};
+  GradPath gp{.compiled =
+                  runtime::Session(options.device)
+                      .compile(params_to_inputs(autodiff::value_and_grad(model, step_.params, options.autodiff)),
+                               options.compile)};
   for (const auto& p : step_.params) {
     gp.param_slot.push_back(find(p));
     const ir::Tensor& v = slots_[gp.param_slot.back()].buf[0];
     gp.grad.emplace_back(v.dtype(), v.shape());
-    gp.sum.emplace_back(v.dtype(), v.shape());
+    gp.offset.push_back((gp.flat.size() + 7) / 8 * 8);  // f64 sums stay aligned after f32 ones
+    gp.flat.resize(gp.offset.back() + v.nbytes());
+    if (gp.grad.front().dtype() != v.dtype()) gp.one_dtype = false;
   }
   const auto& gspecs = gp.compiled.output_specs();
   if (gspecs.size() != step_.params.size() + 1)
@@ -182,29 +184,33 @@ double Trainer::accumulated_step(std::span<const runtime::NamedTensor> inputs) {
     }
     gp.out_ptrs[0] = gp.loss.data();
     // The first micro-batch writes its gradients straight into the sums.
-    for (std::size_t j = 0; j < gp.grad.size(); ++j) gp.out_ptrs[j + 1] = (k == 0 ? gp.sum[j] : gp.grad[j]).data();
+    for (std::size_t j = 0; j < gp.grad.size(); ++j)
+      gp.out_ptrs[j + 1] = k == 0 ? static_cast<void*>(gp.flat.data() + gp.offset[j]) : gp.grad[j].data();
     gp.compiled.run_raw(gp.named, gp.out_ptrs);
     loss_sum += gp.loss.get(0);
     if (k > 0)
-      for (std::size_t j = 0; j < gp.grad.size(); ++j) {
-        if (gp.sum[j].dtype() == ir::DType::F64) {
-          add_into<double>(gp.sum[j], gp.grad[j]);
-        } else {
-          add_into<float>(gp.sum[j], gp.grad[j]);
-        }
-      }
+      for (std::size_t j = 0; j < gp.grad.size(); ++j) add_into(gp.flat.data() + gp.offset[j], gp.grad[j]);
   }
   std::int64_t parts = micro_batches_;
   if (comm_) {
-    for (auto& g : gp.sum) comm_->all_reduce(g);
+    // One all-reduce for every gradient when they share a dtype (elementwise, so the same sums as one per param).
+    const ir::DType dt = gp.grad.front().dtype();
+    if (gp.one_dtype) {
+      comm_->all_reduce(distributed::Buffer{gp.flat.data(), gp.flat.size() / ir::dtype_size(dt), dt});
+    } else {
+      for (std::size_t j = 0; j < gp.grad.size(); ++j)
+        comm_->all_reduce(distributed::Buffer{gp.flat.data() + gp.offset[j],
+                                              static_cast<std::size_t>(gp.grad[j].numel()), gp.grad[j].dtype()});
+    }
     comm_->all_reduce(std::span<double>(&loss_sum, 1));
     parts *= comm_->world_size();
   }
-  for (auto& g : gp.sum) {
-    if (g.dtype() == ir::DType::F64) {
-      divide<double>(g, parts);
+  for (std::size_t j = 0; j < gp.grad.size(); ++j) {
+    const auto n = static_cast<std::size_t>(gp.grad[j].numel());
+    if (gp.grad[j].dtype() == ir::DType::F64) {
+      divide(reinterpret_cast<double*>(gp.flat.data() + gp.offset[j]), n, parts);
     } else {
-      divide<float>(g, parts);
+      divide(reinterpret_cast<float*>(gp.flat.data() + gp.offset[j]), n, parts);
     }
   }
 
@@ -213,7 +219,8 @@ double Trainer::accumulated_step(std::span<const runtime::NamedTensor> inputs) {
   for (std::size_t j = 0; j < gp.param_slot.size(); ++j) {
     const Slot& s = slots_[gp.param_slot[j]];
     named_.push_back({s.name, ir::view(s.current(parity_))});
-    named_.push_back({"grad_" + s.name, ir::view(gp.sum[j])});
+    const ir::Tensor& g = gp.grad[j];  // its dtype and shape; the values are in flat
+    named_.push_back({"grad_" + s.name, {g.dtype(), g.shape(), gp.flat.data() + gp.offset[j], g.nbytes()}});
   }
   for (std::size_t i = lr_slot_; i < slots_.size(); ++i)
     named_.push_back({slots_[i].name, ir::view(slots_[i].current(parity_))});

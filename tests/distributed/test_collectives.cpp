@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "rlx/distributed/distributed.hpp"
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 
 namespace {
@@ -154,6 +155,34 @@ TEST(Collectives, UserErrorsNameTheCollectiveTheFieldAndTheRank) {
   ir::Tensor ints(ir::DType::I32, {2});
   expect_error([&] { c.all_reduce(ints); }, "all_reduce: data has dtype i32");
   EXPECT_THROW(distributed::parse_engine("gloo"), Error);
+}
+
+// init() before any other: ctest runs each case in a process of its own; the whole binary initialises first.
+TEST(Collectives, InitRefusesALauncherItCannotServe) {
+  if (distributed::is_initialized() || std::getenv("OMPI_COMM_WORLD_SIZE"))
+    GTEST_SKIP() << "the world is already initialised in this process (ctest runs this case alone)";
+  {
+    env::ScopedOverride size("WORLD_SIZE", "2"), rank("RANK", "1");
+    try {
+      distributed::init();
+      ADD_FAILURE() << "WORLD_SIZE=2 without mpirun was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("mpirun -np 2"), std::string::npos) << e.what();
+    }
+    // Asking for the local engine explicitly does not make a second rank appear either.
+    EXPECT_THROW(distributed::init({.engine = distributed::EngineKind::Local}), Error);
+  }
+  {
+    env::ScopedOverride engine("RLX_DISTRIBUTED", "gloo");
+    try {
+      distributed::init();
+      ADD_FAILURE() << "RLX_DISTRIBUTED=gloo was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("RLX_DISTRIBUTED 'gloo'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(distributed::is_initialized());
+  EXPECT_EQ(distributed::init().engine(), "local");  // and the defaults still work afterwards
 }
 
 TEST(Collectives, ReduceInOrderIsTheSingleProcessSum) {

@@ -169,8 +169,12 @@ class Trainer {
   struct GradPath {
     runtime::CompiledGraph compiled;
     std::vector<std::size_t> param_slot;  // per trained param, its slot
-    std::vector<ir::Tensor> grad;         // one micro-batch's gradients
-    std::vector<ir::Tensor> sum;          // their running sum, then the mean: the update's grad inputs
+    std::vector<ir::Tensor> grad;         // one micro-batch's gradients (from the second micro-batch on)
+    // Their running sum, then the mean, every param's back to back at `offset` (bytes): the update's grad
+    // inputs, and one buffer for the all-reduce when the params share a dtype.
+    std::vector<std::byte> flat;
+    std::vector<std::size_t> offset;
+    bool one_dtype = true;
     ir::Tensor loss;
     std::vector<runtime::NamedTensor> named;
     std::vector<void*> out_ptrs;
