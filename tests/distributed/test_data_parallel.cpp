@@ -115,6 +115,43 @@ TEST(DataParallel, MicroBatchesMatchTheSumOfTheirGradients) {
   }
 }
 
+TEST(DataParallel, MixedF32AndF64ParamsReduceEachInItsOwnDtype) {
+  // pred = f64(x @ w) * s, an f32 weight and an f64 scale: the gradients do not share a dtype, so each is
+  // all-reduced on its own (the f64 one aligned after the f32 one in the trainer's buffer).
+  auto comm = distributed::init();
+  const int world = comm.world_size(), rank = comm.rank();
+  const std::int64_t local = 4, global = local * world;
+  const auto model = [&] {
+    ir::Graph g("mixed");
+    auto x = g.input("x", {local, 3});
+    auto t = g.input("t", {local, 1}, ir::DType::F64);
+    auto pred = g.mul(g.cast(g.matmul(x, g.param("w", {3, 1})), ir::DType::F64), g.param("s", {1}, ir::DType::F64));
+    g.add_output(train::mse(g, pred, t), "loss");
+    return g;
+  };
+  const auto init = [] {
+    return train::TensorMap{{"w", ir::Tensor::from_f32({3, 1}, std::vector<float>{0.5F, -0.25F, 1.0F})},
+                            {"s", ir::Tensor::from_f64(ir::DType::F64, {1}, std::vector<double>{1.5})}};
+  };
+  const auto data = [&](std::int64_t lo, std::int64_t rows) {
+    std::vector<float> x;
+    std::vector<double> t;
+    for (std::int64_t i = lo; i < lo + rows; ++i) {
+      x.insert(x.end(), {0.1F * static_cast<float>(i), 1.0F - 0.2F * static_cast<float>(i), 0.3F});
+      t.push_back(0.7 * static_cast<double>(i) - 0.1);
+    }
+    return train::TensorMap{{"x", ir::Tensor::from_f32({rows, 3}, x)},
+                            {"t", ir::Tensor::from_f64(ir::DType::F64, {rows, 1}, t)}};
+  };
+  train::Trainer dp(model(), init(), train::Adam{.lr = 0.05}, options(1, true));
+  train::Trainer single(model(), init(), train::Adam{.lr = 0.05}, options(world, false));
+  for (int step = 0; step < 5; ++step) {
+    EXPECT_EQ(dp.step(data(rank * local, local)), single.step(data(0, global))) << "step " << step;
+  }
+  expect_bit_identical(dp, single);
+  EXPECT_NE(dp.param("s").get(0), 1.5);  // it trained
+}
+
 TEST(DataParallel, InputsMustHoldWholeMicroBatches) {
   train::Trainer t(test::digits_mlp(16), test::digits_params(1), train::Sgd{}, options(2, false));
   const auto data = test::load_digits(64);
