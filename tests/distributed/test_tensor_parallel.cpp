@@ -2,7 +2,8 @@
 // 2 shards: shard s holds the columns of W1 and b1 and the rows of W2 of its
 // half of the hidden units, computes relu(x W1_s + b1_s) W2_s with no
 // communication, and one all-reduce sums the shards' partial outputs before
-// b2 is added. Each rank runs the shards it owns (rank r: shards s with
+// b2 is added. The ranges come from compile::shard (the first matmul cut by
+// columns, the second by K). Each rank runs the shards it owns (rank r: shards s with
 // s % world == r), so under mpirun -np 2 (distributed_mpirun_tensor_parallel)
 // each rank runs one shard and the all-reduce crosses processes; under plain
 // ctest one process runs both. The result must match the unsharded MLP within
@@ -10,8 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 
+#include "rlx/compile/shard.hpp"
 #include "rlx/distributed/distributed.hpp"
 #include "rlx/runtime/session.hpp"
 
@@ -52,16 +55,35 @@ TEST(TensorParallel, ColumnThenRowSplitMlpMatchesTheWholeWithOneAllReduce) {
                    b1 = random({kHidden}, 3, 0.1F), w2 = random({kHidden, kOut}, 4, 0.2F), b2 = random({kOut}, 5, 0.1F);
   runtime::Session session;
 
-  // The whole MLP, in every process.
+  // The whole MLP, in every process, with its matmuls as nodes of their own so that compile::shard can cut them.
   ir::Graph whole("mlp");
+  ir::NodeId mm1 = 0, mm2 = 0;
   {
     auto xi = whole.input("x", {kBatch, kIn});
-    auto h = whole.relu(whole.linear(xi, whole.param("w1", {kIn, kHidden}), whole.param("b1", {kHidden})));
-    whole.add_output(whole.linear(h, whole.param("w2", {kHidden, kOut}), whole.param("b2", {kOut})), "y");
+    mm1 = whole.matmul(xi, whole.param("w1", {kIn, kHidden}));
+    auto h = whole.relu(whole.add(mm1, whole.param("b1", {kHidden})));
+    mm2 = whole.matmul(h, whole.param("w2", {kHidden, kOut}));
+    whole.add_output(whole.add(mm2, whole.param("b2", {kOut})), "y");
   }
   auto full = session.compile(whole);
   for (const auto& [n, t] : {std::pair{"w1", &w1}, {"b1", &b1}, {"w2", &w2}, {"b2", &b2}}) full.set_param(n, *t);
   const ir::Tensor want = full.run({{"x", x}})[0];
+
+  // The cuts, from compile::shard: the first matmul by columns (W1 sliced on its column axis, x shared), the
+  // second by K (h and W2 sliced on the hidden axis, the partial products summed). Megatron's condition is
+  // that they line up: shard s's columns of W1 are its rows of W2, so relu runs on its slice alone.
+  const auto pick = [&](ir::NodeId node, compile::shard::Cut cut) {
+    for (auto& o : compile::shard::shardings(whole, node, kShards))
+      if (o.cut == cut) return o;
+    throw std::runtime_error("no " + std::string(compile::shard::cut_name(cut)) + " cut");
+  };
+  const auto columns_cut = pick(mm1, compile::shard::Cut::Columns);
+  const auto k_cut = pick(mm2, compile::shard::Cut::Reduction);
+  ASSERT_EQ(columns_cut.operands[1].axis, 1);  // W1's columns
+  ASSERT_EQ(k_cut.operands[1].axis, 0);        // W2's rows
+  ASSERT_EQ(k_cut.recombine, compile::shard::Recombine::Sum);
+  ASSERT_EQ(columns_cut.ranges, k_cut.ranges);
+  ASSERT_EQ(columns_cut.ranges.size(), static_cast<std::size_t>(kShards));
 
   // One shard's partial output: its hidden units only; no bias after W2 (b2 is added once, after the sum).
   const std::int64_t part = kHidden / kShards;
@@ -75,9 +97,11 @@ TEST(TensorParallel, ColumnThenRowSplitMlpMatchesTheWholeWithOneAllReduce) {
   ir::Tensor partial(ir::DType::F32, {kBatch, kOut});
   int owned = 0;
   for (int s = comm.rank(); s < kShards; s += comm.world_size()) {
-    compiled.set_param("w1", columns(w1, s * part, part));
-    compiled.set_param("b1", columns(b1, s * part, part));
-    compiled.set_param("w2", rows(w2, s * part, part));
+    const compile::shard::Range r = columns_cut.ranges[static_cast<std::size_t>(s)];
+    ASSERT_EQ(r.length, part);
+    compiled.set_param("w1", columns(w1, r.start, r.length));
+    compiled.set_param("b1", columns(b1, r.start, r.length));
+    compiled.set_param("w2", rows(w2, r.start, r.length));
     const ir::Tensor p = compiled.run({{"x", x}})[0];
     for (std::int64_t i = 0; i < p.numel(); ++i) partial.data_as<float>()[i] += p.data_as<float>()[i];
     ++owned;
@@ -126,20 +150,33 @@ TEST(TensorParallel, AttentionBlockSplitByHeadsMatchesTheWholeWithOneAllReduce) 
   const ir::Tensor x = random({kB, kS, kE}, 11, 1.0F), wq = random({kE, kE}, 12, 0.2F), wk = random({kE, kE}, 13, 0.2F),
                    wv = random({kE, kE}, 14, 0.2F), wo = random({kE, kE}, 15, 0.2F), bo = random({kE}, 16, 0.1F);
   runtime::Session session;
-  auto full = session.compile(attention_block(kHeads, true));
+  const ir::Graph whole = attention_block(kHeads, true);
+  auto full = session.compile(whole);
   for (const auto& [n, t] : {std::pair{"wq", &wq}, {"wk", &wk}, {"wv", &wv}, {"wo", &wo}, {"bo", &bo}})
     full.set_param(n, *t);
   const ir::Tensor want = full.run({{"x", x}})[0];
 
-  // Shard s: heads [s * kHeads / kShards, ...): those columns of Wq, Wk, Wv and those rows of Wo.
+  // Shard s: its heads, from compile::shard's cut of the attention node by heads; those columns of Wq, Wk, Wv
+  // and those rows of Wo.
+  std::optional<compile::shard::ShardOption> by_heads;
+  for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(whole.nodes().size()); ++n)
+    if (whole.node(n).op == ir::OpKind::Attention)
+      for (auto& o : compile::shard::shardings(whole, n, kShards))
+        if (o.cut == compile::shard::Cut::Heads) by_heads = o;
+  ASSERT_TRUE(by_heads.has_value());
+  ASSERT_EQ(by_heads->extent, kHeads);
+  ASSERT_EQ(by_heads->ranges.size(), static_cast<std::size_t>(kShards));
   const std::int64_t heads = kHeads / kShards, width = heads * kHeadDim;
   auto shard = session.compile(attention_block(heads, false));
   ir::Tensor partial(ir::DType::F32, {kB, kS, kE});
   for (int s = comm.rank(); s < kShards; s += comm.world_size()) {
-    shard.set_param("wq", columns(wq, s * width, width));
-    shard.set_param("wk", columns(wk, s * width, width));
-    shard.set_param("wv", columns(wv, s * width, width));
-    shard.set_param("wo", rows(wo, s * width, width));
+    const compile::shard::Range r = by_heads->ranges[static_cast<std::size_t>(s)];
+    ASSERT_EQ(r.length, heads);
+    const std::int64_t c0 = r.start * kHeadDim;
+    shard.set_param("wq", columns(wq, c0, width));
+    shard.set_param("wk", columns(wk, c0, width));
+    shard.set_param("wv", columns(wv, c0, width));
+    shard.set_param("wo", rows(wo, c0, width));
     const ir::Tensor p = shard.run({{"x", x}})[0];
     for (std::int64_t i = 0; i < p.numel(); ++i) partial.data_as<float>()[i] += p.data_as<float>()[i];
   }
