@@ -115,7 +115,7 @@ if command -v mpirun >/dev/null; then
   [ "$(id -u)" = 0 ] && mpi_root=(--allow-run-as-root)
   for batch in 256 2048; do
     mpirun -np 2 --oversubscribe --bind-to core "${mpi_root[@]}" --mca btl self,vader \
-      --mca btl_vader_single_copy_mechanism none "$BIN/bench_data_parallel" --reps "$REPS" --batch "$batch" \
+      --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1 "$BIN/bench_data_parallel" --reps "$REPS" --batch "$batch" \
       >"$RAW/dp_2_$batch.jsonl"
   done
 else

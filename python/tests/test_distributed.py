@@ -83,7 +83,8 @@ def test_under_mpirun():
         pytest.skip("already a rank")
     extra = ["--allow-run-as-root"] if os.geteuid() == 0 else []
     cmd = [mpirun, "-np", "2", "--oversubscribe", "--bind-to", "none", *extra, "--mca", "btl", "self,vader",
-           "--mca", "btl_vader_single_copy_mechanism", "none", sys.executable, __file__]
+           "--mca", "btl_vader_single_copy_mechanism", "none", "--mca", "mpi_yield_when_idle", "1", sys.executable,
+           __file__]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("dp-ok world 2") == 2, out.stdout + out.stderr

@@ -11,6 +11,7 @@ if ! command -v mpirun >/dev/null; then
 fi
 extra=()
 if [ "$(id -u)" = 0 ]; then extra+=(--allow-run-as-root); fi
-# vader's single-copy mechanism (CMA) is often refused inside containers; plain copies work everywhere.
+# vader's single-copy mechanism (CMA) is often refused inside containers; plain copies work everywhere. Ranks yield
+# the core while they wait, so a rank that shares a core (with the other, or with other work) is not starved.
 exec mpirun -np "$np" --oversubscribe --bind-to none "${extra[@]}" \
-  --mca btl self,vader --mca btl_vader_single_copy_mechanism none "$@"
+  --mca btl self,vader --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1 "$@"
