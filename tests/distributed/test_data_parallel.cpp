@@ -74,6 +74,51 @@ TEST(DataParallel, RanksTrainBitIdenticalToOneProcessWithMicroBatches) {
   EXPECT_EQ(dp.steps(), kSteps);
 }
 
+// Rank 0 of a world of 2 whose other rank always holds what this one holds: a test double behind the Engine
+// interface, so the Trainer's all-reduce and broadcast paths run without mpirun.
+class MirrorEngine final : public distributed::Engine {
+ public:
+  std::string_view name() const override { return "mirror"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  void all_gather(distributed::ConstBuffer in, distributed::Buffer out) override {
+    std::memcpy(out.data, in.data, in.bytes());
+    std::memcpy(static_cast<std::byte*>(out.data) + in.bytes(), in.data, in.bytes());
+    ++gathers;
+  }
+  void broadcast(distributed::Buffer, int) override { ++broadcasts; }
+  void send(distributed::ConstBuffer, int) override {}
+  void recv(distributed::Buffer, int) override {}
+  void barrier() override {}
+  int gathers = 0, broadcasts = 0;
+};
+
+TEST(DataParallel, AnEngineBehindTheInterfaceCarriesTheGradients) {
+  // Both "ranks" train on the same 32 rows, so the world's step equals one process's on those rows twice over,
+  // as 2 micro-batches.
+  auto engine = std::make_shared<MirrorEngine>();
+  train::TrainerOptions o = options(1, true);
+  o.communicator = distributed::Communicator(engine);
+  train::Trainer dp(test::digits_mlp(32), test::digits_params(5), train::Adam{.lr = 1e-2}, o);
+  EXPECT_EQ(engine->broadcasts, 4);  // every param from rank 0
+  train::Trainer single(test::digits_mlp(32), test::digits_params(5), train::Adam{.lr = 1e-2}, options(2, false));
+  const auto data = test::load_digits(128);
+  for (int s = 0; s < 4; ++s) {
+    auto half = batch(data, s, 0, 32);
+    train::TensorMap twice;
+    for (const auto& [name, t] : half) {
+      std::vector<std::int64_t> shape = t.shape();
+      shape[0] *= 2;
+      std::vector<std::byte> bytes(t.data(), t.data() + t.nbytes());
+      bytes.insert(bytes.end(), t.data(), t.data() + t.nbytes());
+      twice.emplace(name, ir::Tensor(t.dtype(), shape, bytes));
+    }
+    EXPECT_EQ(dp.step(half), single.step(twice)) << "step " << s;
+  }
+  EXPECT_EQ(engine->gathers, 4 * 2);  // per step: the gradients in one buffer, and the loss
+  expect_bit_identical(dp, single);
+}
+
 TEST(DataParallel, MicroBatchesMatchTheSumOfTheirGradients) {
   // Two micro-batches of 32 against a hand-made step: the grad graph run on each half, summed, halved, and the
   // update applied with plain SGD (p - lr * g), which the fused step and the update graph compute alike.
