@@ -106,6 +106,22 @@ fi
 echo "[bench] MLP training step (forward + backward + update) vs its forward pass"
 "$BIN/bench_train" --reps "$REPS" >"$RAW/train.jsonl"
 
+echo "[bench] data-parallel training of the digits MLP: 1 rank, then 2 ranks under mpirun, one core each"
+for batch in 256 2048; do
+  "$BIN/bench_data_parallel" --reps "$REPS" --batch "$batch" >"$RAW/dp_1_$batch.jsonl"
+done
+if command -v mpirun >/dev/null; then
+  mpi_root=()
+  [ "$(id -u)" = 0 ] && mpi_root=(--allow-run-as-root)
+  for batch in 256 2048; do
+    mpirun -np 2 --oversubscribe --bind-to core "${mpi_root[@]}" --mca btl self,vader \
+      --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1 "$BIN/bench_data_parallel" --reps "$REPS" --batch "$batch" \
+      >"$RAW/dp_2_$batch.jsonl"
+  done
+else
+  echo "[bench] warning: mpirun is not installed; the 2-rank data-parallel figure is skipped" >&2
+fi
+
 # Limits again at the end: the report keeps the best, so a busy moment at the start does not skew the percentages.
 "$BIN/bench_machine" --reps 15 >"$RAW/machine_1.jsonl"
 

@@ -17,6 +17,8 @@ APT_PACKAGES=(
   libvulkan-dev libshaderc-dev glslc mesa-vulkan-drivers vulkan-tools spirv-tools
   # ONNX import: protoc compiles the official onnx.proto (src/onnx/proto) against protobuf-lite.
   libprotobuf-dev protobuf-compiler
+  # rlx::distributed's mpi engine (FindMPI) and mpirun for its multi-rank tests (docs/distributed.md).
+  libopenmpi-dev openmpi-bin
 )
 # pip package -> the module it provides (to check whether it is installed).
 PIP_PACKAGES=(numpy:numpy onnx:onnx onnxruntime:onnxruntime pytest:pytest nanobind:nanobind

@@ -1307,6 +1307,7 @@ def import_onnx(path, dims: Optional[dict] = None, input_shapes: Optional[dict] 
     g.onnx_opsets = dict(opsets)
     return g
 from .convert import convert_to_gguf  # noqa: E402
+from . import distributed  # noqa: E402  (rlx.distributed.init(), rank(), world_size(): docs/distributed.md)
 from .devices import (  # noqa: E402  (it imports the names above)
     DeviceBenchResult, DeviceCandidate, DevicePolicy, DeviceReport, DeviceRouter, FlexibleSession, GraphDevices,
     advisory_capabilities, backends_manifest, device_report, devices_for, fastest_device_for, resolve_device)

@@ -119,16 +119,23 @@ class Trainer:
     update (default: every float param; the others stay fixed). The Trainer keeps its own copy
     of the params and the optimiser state: read them back through `params`, `param(name)` and
     `state(name)`.
+
+    `micro_batches=k`: each input's leading dim is k times the graph's; the gradients of the k
+    micro-batches are summed in order and their mean applied once. `data_parallel=True`: each rank
+    passes its own share of the global batch, and the gradients are all-reduced over
+    `rlx.distributed` (initialised on first use) in rank order before the update (docs/distributed.md).
     """
 
     def __init__(self, graph: Graph, params: dict, optimizer: Optimizer, device: str = "cpu",
-                 trainable: Optional[Sequence[str]] = None, num_threads: int = 0):
+                 trainable: Optional[Sequence[str]] = None, num_threads: int = 0, micro_batches: int = 1,
+                 data_parallel: bool = False):
         if not isinstance(graph, Graph):
             raise Error(f"Trainer expects an rlx.Graph, got {type(graph).__name__}")
         kind, hyper = _native_optimizer(optimizer)
         values = [(name,) + _to_device_array(value) for name, value in params.items()]
         self.optimizer = optimizer
-        self._t = _C._Trainer(graph._g, values, kind, hyper, list(trainable or []), device, num_threads)
+        self._t = _C._Trainer(graph._g, values, kind, hyper, list(trainable or []), device, num_threads,
+                              int(micro_batches), bool(data_parallel))
 
     def step(self, inputs: dict) -> float:
         """One step on a batch {input name: array}: returns the loss before the update.
@@ -161,6 +168,14 @@ class Trainer:
     @property
     def steps(self) -> int:
         return self._t.steps
+
+    @property
+    def micro_batches(self) -> int:
+        return self._t.micro_batches
+
+    @property
+    def data_parallel(self) -> bool:
+        return self._t.data_parallel
 
     @property
     def lr(self) -> float:

@@ -95,7 +95,7 @@ void bind_train(nb::module_& m) {
           "__init__",
           [](PyTrainer* self, const ir::Graph& g, const NamedArrays& params, const std::string& kind,
              const std::map<std::string, double>& hyper, const std::vector<std::string>& trainable,
-             const std::string& device, int num_threads) {
+             const std::string& device, int num_threads, int micro_batches, bool data_parallel) {
             train::TensorMap values;
             for (const auto& [name, arr, dtype] : params)
               values.emplace(name, ir::Tensor(ir::parse_dtype(dtype), array_shape(arr),
@@ -104,9 +104,12 @@ void bind_train(nb::module_& m) {
             o.device = rlx::runtime::parse_device(device);
             o.trainable = trainable;
             o.compile.num_threads = num_threads;
+            o.micro_batches = micro_batches;
+            o.data_parallel = data_parallel;
             new (self) PyTrainer{train::Trainer(g, std::move(values), optimizer(kind, hyper), std::move(o))};
           },
-          "graph"_a, "params"_a, "kind"_a, "hyper"_a, "trainable"_a, "device"_a, "num_threads"_a)
+          "graph"_a, "params"_a, "kind"_a, "hyper"_a, "trainable"_a, "device"_a, "num_threads"_a, "micro_batches"_a = 1,
+          "data_parallel"_a = false)
       .def("step", &PyTrainer::step, "inputs"_a)
       .def("param", [](const PyTrainer& p, const std::string& name) { return to_numpy(p.t.param(name)); })
       .def("state", [](const PyTrainer& p, const std::string& name) { return to_numpy(p.t.state(name)); })
@@ -127,5 +130,48 @@ void bind_train(nb::module_& m) {
       .def_prop_rw(
           "lr", [](const PyTrainer& p) { return p.t.lr(); }, [](PyTrainer& p, double lr) { p.t.set_lr(lr); })
       .def("step_graph", [](const PyTrainer& p) { return p.t.step_graph().graph; })
-      .def("summary", [](const PyTrainer& p) { return p.t.compiled().compile_result().summary(); });
+      .def("summary", [](const PyTrainer& p) { return p.t.compiled().compile_result().summary(); })
+      .def_prop_ro("micro_batches", [](const PyTrainer& p) { return p.t.micro_batches(); })
+      .def_prop_ro("data_parallel", [](const PyTrainer& p) { return p.t.communicator().has_value(); });
+
+  // rlx.distributed (pyrlx/distributed.py): the process's world communicator.
+  m.def(
+      "_distributed_init",
+      [](const std::string& engine, int device) {
+        namespace d = rlx::distributed;
+        auto c = d::init({.engine = d::parse_engine(engine, "engine"), .device = device});
+        return std::make_tuple(c.rank(), c.world_size(), std::string(c.engine()));
+      },
+      "engine"_a, "device"_a);
+  m.def("_distributed_is_initialized", &rlx::distributed::is_initialized);
+  m.def("_distributed_unavailable", [](const std::string& engine) {
+    return rlx::distributed::engine_unavailable_reason(rlx::distributed::parse_engine(engine, "engine"));
+  });
+  // In place on a contiguous f32 or f64 array: the world's sum (max, min) in rank order.
+  m.def(
+      "_distributed_all_reduce",
+      [](const nb::ndarray<nb::c_contig, nb::device::cpu>& arr, const std::string& op) {
+        namespace d = rlx::distributed;
+        const d::ReduceOp rop = op == "sum"   ? d::ReduceOp::Sum
+                                : op == "max" ? d::ReduceOp::Max
+                                : op == "min" ? d::ReduceOp::Min
+                                              : throw rlx::Error("all_reduce: op '" + op + "' is not sum, max or min");
+        ir::DType dt;
+        if (arr.dtype() == nb::dtype<float>()) {
+          dt = ir::DType::F32;
+        } else if (arr.dtype() == nb::dtype<double>()) {
+          dt = ir::DType::F64;
+        } else {
+          throw rlx::Error("all_reduce: the array must be float32 or float64");
+        }
+        auto c = d::world();
+        nb::gil_scoped_release release;
+        c.all_reduce(d::Buffer{arr.data(), arr.size(), dt}, rop);
+      },
+      "array"_a, "op"_a);
+  m.def("_distributed_barrier", [] {
+    auto c = rlx::distributed::world();
+    nb::gil_scoped_release release;
+    c.barrier();
+  });
 }

@@ -46,6 +46,18 @@ const std::vector<Var>& catalog() {
       {"RLX_CACHE_DIR", Type::String, "",
        "Directory of the calibration caches (<backend>-calib-<device>.json). Unset = $XDG_CACHE_HOME/rlx, "
        "else $HOME/.cache/rlx."},
+      {"RLX_DISTRIBUTED", Type::String, "",
+       "Engine of rlx::distributed::init() (docs/distributed.md): local, mpi or nccl. Unset = mpi when mpirun "
+       "started the process, else local (world size 1). InitOptions::engine overrides it."},
+      {"OMPI_COMM_WORLD_SIZE", Type::Int, "",
+       "Read only: set by OpenMPI's mpirun; distributed::init() then picks the mpi engine."},
+      {"OMPI_COMM_WORLD_RANK", Type::Int, "", "Read only: this process's rank under mpirun."},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", Type::Int, "",
+       "Read only: the rank on this host under mpirun; the nccl engine's GPU when LOCAL_RANK is unset."},
+      {"WORLD_SIZE", Type::Int, "",
+       "Read only: a launcher's world size (torchrun style); distributed::init() checks the engine agrees."},
+      {"RANK", Type::Int, "", "Read only: a launcher's rank for this process (with WORLD_SIZE)."},
+      {"LOCAL_RANK", Type::Int, "", "Read only: the rank on this host; the nccl engine's GPU (modulo the GPUs)."},
       {"XDG_CACHE_HOME", Type::String, "", "Read only to place the cache directory when RLX_CACHE_DIR is unset."},
       {"HOME", Type::String, "",
        "Read only to place the cache directory when RLX_CACHE_DIR and XDG_CACHE_HOME are unset."},

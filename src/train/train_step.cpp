@@ -200,6 +200,39 @@ TrainStep train_step(const Graph& model, std::span<const std::string> params, co
   return out;
 }
 
+TrainStep apply_step(const Graph& model, std::span<const std::string> params, const Optimizer& opt) {
+  check(opt);
+  require(!params.empty(), "no params to train");
+  std::set<std::string, std::less<>> seen;
+  DType sdt = DType::F32;
+  for (const auto& name : params) {
+    const ir::Node& p = model.node(model.find_param(name));  // throws listing the params
+    require(seen.insert(name).second, "param '" + name + "' is listed twice");
+    require(ir::is_float(p.dtype), "param '" + name + "' is " + type_str(p) + "; only float params can be trained");
+    if (p.dtype == DType::F64) sdt = DType::F64;
+  }
+  TrainStep out{Graph(model.name() + "_apply_step"), {params.begin(), params.end()}, {}, "opt_lr", sdt};
+  Graph& g = out.graph;
+  std::vector<NodeId> ps, grads;
+  for (const auto& name : params) {
+    const ir::Node& p = model.node(model.find_param(name));
+    ps.push_back(g.param(name, p.shape, p.dtype));
+  }
+  for (const auto& name : params) {
+    const ir::Node& p = model.node(model.find_param(name));
+    require(!seen.contains("grad_" + name), "the gradient input 'grad_" + name + "' clashes with a param of that name");
+    grads.push_back(g.input("grad_" + name, p.shape, p.dtype));
+  }
+  NodeId lr = g.input(out.lr_input, ir::Shape{}, sdt);
+  Updater up(g, sdt, lr, opt);
+  std::vector<NodeId> new_params;
+  for (std::size_t i = 0; i < params.size(); ++i) new_params.push_back(up.update(params[i], ps[i], grads[i]));
+  for (std::size_t i = 0; i < params.size(); ++i) g.add_output(new_params[i], "new_" + params[i]);
+  for (std::size_t i = 0; i < up.specs.size(); ++i) g.add_output(up.new_state[i], "new_" + up.specs[i].name);
+  out.state = std::move(up.specs);
+  return out;
+}
+
 Graph params_to_inputs(const Graph& g) {
   Graph out(g.name());
   for (ir::Node n : g.nodes()) {

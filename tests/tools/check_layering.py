@@ -2,7 +2,8 @@
 """Checks every #include edge between RLX's layers against the allowed table.
 
 Dependencies run one way: ir <- reference <- compile <- runtime <- backends,
-with autodiff, codegen, flow, models and train above, the umbrella header
+with autodiff, codegen, flow, models, distributed and train (which uses
+distributed for data parallelism) above, the umbrella header
 rlx/extend.hpp above those, and Python and the CLI at the edge. A file's layer
 is its folder (src/<layer>/, include/rlx/<layer>/, src/backends/* is
 "backends"); an include's layer is the folder it names. rlx/error.hpp,
@@ -32,8 +33,9 @@ BELOW = {
     "onnx": {"reference"},  # ONNX import; the reference interpreter folds what is known at import
     "autodiff": {"compile"},
     "codegen": {"compile"},
-    "train": {"autodiff", "runtime"},
-    "extend": {"backends", "codegen", "flow", "models", "train", "llm", "onnx"},
+    "distributed": {"runtime"},  # collectives (local, MPI, NCCL); train's data parallelism reduces through it
+    "train": {"autodiff", "runtime", "distributed"},
+    "extend": {"backends", "codegen", "flow", "models", "train", "distributed", "llm", "onnx"},
 }
 BASE_HEADERS = {"rlx/error.hpp", "rlx/env.hpp", "rlx/run_control.hpp"}
 # Source folders at the edge include anything; tests are outside the layering.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "rlx/autodiff/autodiff.hpp"
+#include "rlx/distributed/distributed.hpp"
 #include "rlx/ir/graph.hpp"
 #include "rlx/runtime/session.hpp"
 
@@ -85,6 +87,15 @@ inline TrainStep train_step(const ir::Graph& model, std::initializer_list<std::s
   return train_step(model, std::span<const std::string>(params.begin(), params.size()), opt, options);
 }
 
+// The update alone, for gradients computed elsewhere (accumulated over
+// micro-batches, all-reduced over ranks). Inputs: "grad_<p>" per param in
+// `params` order (the param's dtype and shape), `lr_input`, then the state.
+// Params: the trained params of `model`. Outputs: "new_<p>", then
+// "new_<state>", as train_step's after its loss. The update is the same
+// arithmetic as train_step's. Throws as train_step does, and for a grad input
+// name that clashes with a param of `model`.
+TrainStep apply_step(const ir::Graph& model, std::span<const std::string> params, const Optimizer& opt);
+
 // The same graph (same node ids) with every param turned into an input of
 // the same name.
 ir::Graph params_to_inputs(const ir::Graph& g);
@@ -96,6 +107,17 @@ struct TrainerOptions {
   std::vector<std::string> trainable;  // empty: every float param of the model
   compile::CompileOptions compile;
   autodiff::Options autodiff;
+  // Gradient accumulation: step() cuts each input along axis 0 into this many micro-batches of the model's
+  // batch (an input's leading dim is micro_batches times the model's), runs forward and backward on each, sums
+  // the gradients in micro-batch order, divides by the number of micro-batches summed over every rank, and
+  // applies one update. 1 with data_parallel off: the fused single-graph step.
+  int micro_batches = 1;
+  // Data parallelism: each rank passes its own share of the global batch to step(); the summed gradients (and
+  // the loss) are all-reduced over `communicator` (distributed::world() when unset) before the update. The
+  // mpi and local engines add in rank order, so N ranks of one micro-batch each end bit-identical to one
+  // process with N micro-batches of the same data. Initial params are broadcast from rank 0.
+  bool data_parallel = false;
+  std::optional<distributed::Communicator> communicator;
 };
 
 // Compiles the step once and runs it per batch. Params and optimiser state
@@ -111,7 +133,9 @@ class Trainer {
   Trainer& operator=(Trainer&&) noexcept = default;
 
   // One step on a batch (the model's inputs, by name); returns the loss
-  // computed before the update. On error nothing is updated.
+  // computed before the update (with micro-batches or data parallelism: the
+  // mean of the micro-batches' losses over every rank). On error nothing is
+  // updated.
   double step(std::span<const runtime::NamedTensor> inputs);
   double step(const TensorMap& inputs);
 
@@ -123,7 +147,13 @@ class Trainer {
   double lr() const;
   void set_lr(double lr);  // takes effect at the next step; no recompile
   const TrainStep& step_graph() const { return step_; }
+  // The compiled step: the fused one, or with accumulation the update alone (then grad_compiled() makes the
+  // loss and gradients of one micro-batch).
   const runtime::CompiledGraph& compiled() const { return compiled_; }
+  const runtime::CompiledGraph* grad_compiled() const { return grad_ ? &grad_->compiled : nullptr; }
+  int micro_batches() const { return micro_batches_; }
+  // The group gradients are all-reduced over; nullopt without data parallelism.
+  const std::optional<distributed::Communicator>& communicator() const { return comm_; }
 
  private:
   struct Slot {
@@ -133,6 +163,22 @@ class Trainer {
     const ir::Tensor& current(int parity) const { return buf[updated ? parity : 0]; }
   };
   const Slot& slot(std::string_view name, std::string_view what) const;
+  double accumulated_step(std::span<const runtime::NamedTensor> inputs);
+
+  // Accumulation: the graph of one micro-batch's loss and gradients, and its buffers.
+  struct GradPath {
+    runtime::CompiledGraph compiled;
+    std::vector<std::size_t> param_slot;  // per trained param, its slot
+    std::vector<ir::Tensor> grad;         // one micro-batch's gradients (from the second micro-batch on)
+    // Their running sum, then the mean, every param's back to back at `offset` (bytes): the update's grad
+    // inputs, and one buffer for the all-reduce when the params share a dtype.
+    std::vector<std::byte> flat;
+    std::vector<std::size_t> offset;
+    bool one_dtype = true;
+    ir::Tensor loss;
+    std::vector<runtime::NamedTensor> named;
+    std::vector<void*> out_ptrs;
+  };
 
   TrainStep step_;
   runtime::CompiledGraph compiled_;
@@ -144,6 +190,10 @@ class Trainer {
   ir::Tensor loss_;
   std::vector<runtime::NamedTensor> named_;
   std::vector<void*> out_ptrs_;
+  std::size_t first_update_output_ = 1;  // 0 when compiled_ is the update alone (no loss output)
+  int micro_batches_ = 1;
+  std::optional<distributed::Communicator> comm_;
+  std::optional<GradPath> grad_;
 };
 
 }  // namespace rlx::train

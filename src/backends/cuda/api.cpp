@@ -1,7 +1,6 @@
 #ifdef RLX_HAVE_CUDA
 #include "backends/cuda/api.hpp"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <atomic>
@@ -16,65 +15,18 @@
 
 namespace rlx::backends::cuda {
 
-Library Library::open(std::initializer_list<const char*> names, std::string* why) {
-  Library lib;
-  for (const char* n : names) {
-    dlerror();
-    if (void* h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) {
-      lib.handle_ = h;
-      lib.name_ = n;
-      return lib;
-    }
-    const char* err = dlerror();
-    if (why) *why += fmt::format("{}{}", why->empty() ? "" : "; ", err ? err : n);
-  }
-  return lib;
-}
-
-Library::~Library() {
-  if (handle_) dlclose(handle_);
-}
-
-Library& Library::operator=(Library&& o) noexcept {
-  if (this != &o) {
-    if (handle_) dlclose(handle_);
-    handle_ = o.handle_;
-    name_ = std::move(o.name_);
-    o.handle_ = nullptr;
-  }
-  return *this;
-}
-
-void* Library::symbol(const char* name) const { return handle_ ? dlsym(handle_, name) : nullptr; }
-
 namespace {
 
-// Looks `name` up in `lib` into `fn`; a missing symbol is recorded in `missing`.
-template <class F>
-void load(const Library& lib, F& fn, const char* name, std::string& missing) {
-  fn = reinterpret_cast<F>(lib.symbol(name));
-  if (!fn) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", name);
-}
-#define RLX_LOAD(obj, name) load((obj).lib, (obj).name, RLX_CUDA_STR(name), missing)
+using runtime::load_symbol;
+#define RLX_LOAD(obj, name) load_symbol((obj).lib, (obj).name, RLX_CUDA_STR(name), missing)
 
-// `T` loaded once per process by `load`, which fills it and returns why it is unusable (empty: usable). Never
-// destroyed: kernels may run from static destructors' threads. Throws rlx::Error "cuda: <why>" while unusable.
 template <class T, class Load>
 const T& load_once(Load load) {
-  static const auto* state = [&] {
-    auto* s = new std::pair<T, std::string>();
-    s->second = load(s->first);
-    return s;
-  }();
-  if (!state->second.empty()) throw Error("cuda: " + state->second);
-  return state->first;
+  return runtime::load_once<T>("cuda", load);
 }
 
-// Opens the first of `names` into `lib`; empty, or `what` with dlopen's reasons.
 std::string open(Library& lib, std::initializer_list<const char*> names, std::string_view what) {
-  std::string why;
-  lib = Library::open(names, &why);
-  return lib ? std::string() : fmt::format("{} ({})", what, why);
+  return runtime::open_library(lib, names, what);
 }
 
 }  // namespace

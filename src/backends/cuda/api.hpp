@@ -16,27 +16,11 @@
 #include <string>
 #include <string_view>
 
+#include "rlx/runtime/dynamic_library.hpp"
+
 namespace rlx::backends::cuda {
 
-// A shared library, open for as long as the value lives.
-class Library {
- public:
-  Library() = default;
-  // The first of `names` that dlopen finds; `why` collects each failure. Empty when none opened.
-  static Library open(std::initializer_list<const char*> names, std::string* why);
-  ~Library();
-  Library(Library&& o) noexcept : handle_(o.handle_), name_(std::move(o.name_)) { o.handle_ = nullptr; }
-  Library& operator=(Library&& o) noexcept;
-  Library(const Library&) = delete;
-  Library& operator=(const Library&) = delete;
-  explicit operator bool() const { return handle_ != nullptr; }
-  const std::string& name() const { return name_; }
-  void* symbol(const char* name) const;  // nullptr when missing
-
- private:
-  void* handle_ = nullptr;
-  std::string name_;
-};
+using runtime::Library;
 
 #define RLX_CUDA_STR2(x) #x
 #define RLX_CUDA_STR(x) RLX_CUDA_STR2(x)

@@ -1,0 +1,142 @@
+#pragma once
+// Collectives between processes (ranks), as MLX's `distributed` does: one
+// interface, Communicator, with engines behind it:
+//   local  world size 1, always available;
+//   mpi    OpenMPI, for CPU processes started by mpirun;
+//   nccl   NVIDIA's NCCL, loaded with dlopen (libnccl.so.2), on host buffers
+//          staged through one GPU per rank.
+// Every sum over ranks that the MPI and local engines compute is taken in rank
+// order (each rank gathers every contribution and adds rank 0's, then rank
+// 1's, ...), so a run is bit-reproducible and equals a single process adding
+// the same parts in the same order. docs/distributed.md describes it.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "rlx/ir/dtype.hpp"
+#include "rlx/ir/tensor.hpp"
+
+namespace rlx::distributed {
+
+enum class ReduceOp { Sum, Max, Min };
+std::string_view reduce_op_name(ReduceOp op);
+
+enum class EngineKind { Auto, Local, Mpi, Nccl };
+std::string_view engine_name(EngineKind kind);
+// "auto", "local", "mpi" or "nccl"; throws rlx::Error naming `field` otherwise.
+EngineKind parse_engine(std::string_view text, std::string_view field = "engine");
+
+// A typed run of elements in host memory: what every collective moves.
+// Element types: f32, f64 and bf16 (bf16 sums are taken in f32, then rounded once).
+struct Buffer {
+  void* data = nullptr;
+  std::size_t count = 0;  // elements
+  ir::DType dtype = ir::DType::F32;
+  std::size_t bytes() const { return count * ir::dtype_size(dtype); }
+};
+struct ConstBuffer {
+  const void* data = nullptr;
+  std::size_t count = 0;
+  ir::DType dtype = ir::DType::F32;
+  std::size_t bytes() const { return count * ir::dtype_size(dtype); }
+};
+
+// What an engine implements. Arguments arrive checked by Communicator (sizes,
+// ranks, dtypes), so an engine only moves bytes. Engines may be implemented
+// outside RLX and wrapped with Communicator(std::shared_ptr<Engine>).
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string_view name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // out = every rank's `in`, concatenated in rank order (out.count = in.count * world_size).
+  virtual void all_gather(ConstBuffer in, Buffer out) = 0;
+  // In place. The default gathers every rank's data and reduces it in rank order.
+  virtual void all_reduce(Buffer data, ReduceOp op);
+  // out = the op over ranks of chunk `rank` of `in` (in.count = out.count * world_size). The default gathers.
+  virtual void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op);
+  virtual void broadcast(Buffer data, int root) = 0;
+  virtual void send(ConstBuffer data, int dst) = 0;
+  virtual void recv(Buffer data, int src) = 0;
+  virtual void barrier() = 0;
+  // True when the engine's sums are taken in rank order (the default all_reduce and reduce_scatter).
+  virtual bool rank_ordered_sums() const { return true; }
+};
+
+// out = op over `parts` (world contiguous chunks of out.count elements each, in `in`), taken in chunk order:
+// ((p0 op p1) op p2) ... The reduction every rank-ordered engine uses.
+void reduce_in_order(ConstBuffer in, int parts, Buffer out, ReduceOp op);
+
+// A group of ranks and the engine that connects them; a cheap value (shared engine).
+class Communicator {
+ public:
+  explicit Communicator(std::shared_ptr<Engine> engine);
+
+  int rank() const { return engine_->rank(); }
+  int world_size() const { return engine_->world_size(); }
+  std::string_view engine() const { return engine_->name(); }
+  bool rank_ordered_sums() const { return engine_->rank_ordered_sums(); }
+
+  // Each throws rlx::Error naming the collective, the field and the rank on a size, rank or dtype that does not fit.
+  void all_reduce(Buffer data, ReduceOp op = ReduceOp::Sum);
+  void all_gather(ConstBuffer in, Buffer out);
+  void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op = ReduceOp::Sum);
+  void broadcast(Buffer data, int root = 0);
+  void send(ConstBuffer data, int dst);
+  void recv(Buffer data, int src);
+  void barrier();
+
+  // Typed conveniences.
+  void all_reduce(std::span<float> data, ReduceOp op = ReduceOp::Sum) { all_reduce(buf(data), op); }
+  void all_reduce(std::span<double> data, ReduceOp op = ReduceOp::Sum) { all_reduce(buf(data), op); }
+  void all_reduce(ir::Tensor& t, ReduceOp op = ReduceOp::Sum);
+  void all_gather(std::span<const float> in, std::span<float> out) { all_gather(cbuf(in), buf(out)); }
+  void all_gather(std::span<const double> in, std::span<double> out) { all_gather(cbuf(in), buf(out)); }
+  void reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter(cbuf(in), buf(out), op);
+  }
+  void broadcast(std::span<float> data, int root = 0) { broadcast(buf(data), root); }
+  void broadcast(std::span<double> data, int root = 0) { broadcast(buf(data), root); }
+  void broadcast(ir::Tensor& t, int root = 0);
+  void send(std::span<const float> data, int dst) { send(cbuf(data), dst); }
+  void recv(std::span<float> data, int src) { recv(buf(data), src); }
+
+ private:
+  static Buffer buf(std::span<float> s) { return {s.data(), s.size(), ir::DType::F32}; }
+  static Buffer buf(std::span<double> s) { return {s.data(), s.size(), ir::DType::F64}; }
+  static ConstBuffer cbuf(std::span<const float> s) { return {s.data(), s.size(), ir::DType::F32}; }
+  static ConstBuffer cbuf(std::span<const double> s) { return {s.data(), s.size(), ir::DType::F64}; }
+  void check_rank(int r, std::string_view op, std::string_view field) const;
+
+  std::shared_ptr<Engine> engine_;
+};
+
+struct InitOptions {
+  // Auto: RLX_DISTRIBUTED if set, else mpi when mpirun started the process (OMPI_COMM_WORLD_SIZE), else local
+  // when RANK/WORLD_SIZE are unset or say one rank.
+  EngineKind engine = EngineKind::Auto;
+  // nccl: the GPU of this rank; -1: LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK) modulo the GPUs visible.
+  int device = -1;
+};
+
+// The world communicator of this process, created on the first call (MPI is initialised then, and finalised
+// at exit); later calls return the same group and throw if `options` ask for another engine. Throws rlx::Error
+// saying why when the engine asked for is not usable (not built, library missing, launcher variables that
+// disagree with it).
+Communicator init(const InitOptions& options = {});
+bool is_initialized();
+// The world communicator; init() with the defaults when none exists yet.
+Communicator world();
+
+// Whether each engine is usable in this process, and why not (empty: usable). Does not initialise anything
+// except loading a library.
+std::string engine_unavailable_reason(EngineKind kind);
+
+// The engines themselves, for tests and for hosts that manage their own processes.
+std::shared_ptr<Engine> make_local_engine();
+
+}  // namespace rlx::distributed

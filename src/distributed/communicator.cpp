@@ -1,0 +1,338 @@
+// Communicator's checks, the rank-ordered reduction every engine shares, the
+// world-size-1 engine, and init(), which picks an engine from the launcher's
+// variables.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "distributed/engines.hpp"
+#include "rlx/distributed/distributed.hpp"
+#include "rlx/env.hpp"
+#include "rlx/error.hpp"
+
+namespace rlx::distributed {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+std::string_view engine_name(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::Auto: return "auto";
+    case EngineKind::Local: return "local";
+    case EngineKind::Mpi: return "mpi";
+    case EngineKind::Nccl: return "nccl";
+  }
+  return "?";
+}
+
+EngineKind parse_engine(std::string_view text, std::string_view field) {
+  for (EngineKind k : {EngineKind::Auto, EngineKind::Local, EngineKind::Mpi, EngineKind::Nccl})
+    if (text == engine_name(k)) return k;
+  throw Error("distributed: " + std::string(field) + " '" + std::string(text) +
+              "' is not an engine (auto, local, mpi, nccl)");
+}
+
+namespace {
+
+bool supported(ir::DType dt) { return dt == ir::DType::F32 || dt == ir::DType::F64 || dt == ir::DType::BF16; }
+
+template <class T, class Combine>
+void reduce_typed(const T* in, std::size_t count, int parts, T* out, Combine combine) {
+  std::copy(in, in + count, out);  // part 0
+  for (int p = 1; p < parts; ++p) {
+    const T* src = in + static_cast<std::size_t>(p) * count;
+    for (std::size_t i = 0; i < count; ++i) out[i] = combine(out[i], src[i]);
+  }
+}
+
+template <class T>
+void reduce_op(const T* in, std::size_t count, int parts, T* out, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return reduce_typed(in, count, parts, out, [](T a, T b) { return a + b; });
+    case ReduceOp::Max: return reduce_typed(in, count, parts, out, [](T a, T b) { return b > a ? b : a; });
+    case ReduceOp::Min: return reduce_typed(in, count, parts, out, [](T a, T b) { return b < a ? b : a; });
+  }
+}
+
+}  // namespace
+
+void reduce_in_order(ConstBuffer in, int parts, Buffer out, ReduceOp op) {
+  if (in.dtype != out.dtype || in.count != out.count * static_cast<std::size_t>(parts))
+    throw Error("distributed.reduce_in_order: " + std::to_string(in.count) + " " +
+                std::string(ir::dtype_name(in.dtype)) + " elements are not " + std::to_string(parts) + " parts of " +
+                std::to_string(out.count) + " " + std::string(ir::dtype_name(out.dtype)));
+  switch (out.dtype) {
+    case ir::DType::F32:
+      return reduce_op(static_cast<const float*>(in.data), out.count, parts, static_cast<float*>(out.data), op);
+    case ir::DType::F64:
+      return reduce_op(static_cast<const double*>(in.data), out.count, parts, static_cast<double*>(out.data), op);
+    case ir::DType::BF16: {
+      // Widened to f32 (exact), reduced in the same order, rounded once.
+      std::vector<float> wide(in.count), acc(out.count);
+      const auto* src = static_cast<const std::uint16_t*>(in.data);
+      for (std::size_t i = 0; i < in.count; ++i) wide[i] = ir::bf16_to_float(src[i]);
+      reduce_op(wide.data(), out.count, parts, acc.data(), op);
+      auto* dst = static_cast<std::uint16_t*>(out.data);
+      for (std::size_t i = 0; i < out.count; ++i) dst[i] = ir::float_to_bf16(acc[i]);
+      return;
+    }
+    default:
+      throw Error("distributed.reduce_in_order: dtype " + std::string(ir::dtype_name(out.dtype)) +
+                  " is not supported (f32, f64, bf16)");
+  }
+}
+
+void Engine::all_reduce(Buffer data, ReduceOp op) {
+  const auto world = static_cast<std::size_t>(world_size());
+  std::vector<std::byte> gathered(data.bytes() * world);
+  all_gather({data.data, data.count, data.dtype}, {gathered.data(), data.count * world, data.dtype});
+  reduce_in_order({gathered.data(), gathered.size() / ir::dtype_size(data.dtype), data.dtype}, world_size(), data, op);
+}
+
+void Engine::reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) {
+  const auto world = static_cast<std::size_t>(world_size());
+  std::vector<std::byte> gathered(in.bytes() * world);
+  all_gather(in, {gathered.data(), in.count * world, in.dtype});
+  // Chunk `rank` of every rank's contribution, in rank order.
+  std::vector<std::byte> mine(out.bytes() * world);
+  for (std::size_t r = 0; r < world; ++r)
+    std::memcpy(mine.data() + r * out.bytes(), gathered.data() + r * in.bytes() + rank() * out.bytes(), out.bytes());
+  reduce_in_order({mine.data(), out.count * world, out.dtype}, world_size(), out, op);
+}
+
+// ---- Communicator ----
+
+Communicator::Communicator(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {
+  if (!engine_) throw Error("distributed.Communicator: no engine");
+}
+
+namespace {
+
+std::string at(const Communicator& c) {
+  return " (rank " + std::to_string(c.rank()) + " of " + std::to_string(c.world_size()) + ", engine " +
+         std::string(c.engine()) + ")";
+}
+
+template <class B>
+void check_buffer(const Communicator& c, const B& b, std::string_view op, std::string_view field) {
+  if (!supported(b.dtype))
+    throw Error("distributed." + std::string(op) + ": " + std::string(field) + " has dtype " +
+                std::string(ir::dtype_name(b.dtype)) + "; collectives move f32, f64 and bf16" + at(c));
+  if (b.count > 0 && b.data == nullptr)
+    throw Error("distributed." + std::string(op) + ": " + std::string(field) + " is null with " +
+                std::to_string(b.count) + " elements" + at(c));
+}
+
+void check_same_dtype(const Communicator& c, ir::DType in, ir::DType out, std::string_view op) {
+  if (in != out)
+    throw Error("distributed." + std::string(op) + ": in is " + std::string(ir::dtype_name(in)) + " but out is " +
+                std::string(ir::dtype_name(out)) + at(c));
+}
+
+}  // namespace
+
+void Communicator::check_rank(int r, std::string_view op, std::string_view field) const {
+  if (r < 0 || r >= world_size())
+    throw Error("distributed." + std::string(op) + ": " + std::string(field) + " " + std::to_string(r) +
+                " is not a rank of the group" + at(*this));
+}
+
+void Communicator::all_reduce(Buffer data, ReduceOp op) {
+  check_buffer(*this, data, "all_reduce", "data");
+  if (data.count > 0) engine_->all_reduce(data, op);
+}
+
+void Communicator::all_reduce(ir::Tensor& t, ReduceOp op) {
+  all_reduce(Buffer{t.data(), static_cast<std::size_t>(t.numel()), t.dtype()}, op);
+}
+
+void Communicator::all_gather(ConstBuffer in, Buffer out) {
+  check_buffer(*this, in, "all_gather", "in");
+  check_buffer(*this, out, "all_gather", "out");
+  check_same_dtype(*this, in.dtype, out.dtype, "all_gather");
+  if (out.count != in.count * static_cast<std::size_t>(world_size()))
+    throw Error("distributed.all_gather: out has " + std::to_string(out.count) + " elements, not in's " +
+                std::to_string(in.count) + " times the world size" + at(*this));
+  if (in.count > 0) engine_->all_gather(in, out);
+}
+
+void Communicator::reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) {
+  check_buffer(*this, in, "reduce_scatter", "in");
+  check_buffer(*this, out, "reduce_scatter", "out");
+  check_same_dtype(*this, in.dtype, out.dtype, "reduce_scatter");
+  if (in.count != out.count * static_cast<std::size_t>(world_size()))
+    throw Error("distributed.reduce_scatter: in has " + std::to_string(in.count) + " elements, not out's " +
+                std::to_string(out.count) + " times the world size" + at(*this));
+  if (out.count > 0) engine_->reduce_scatter(in, out, op);
+}
+
+void Communicator::broadcast(Buffer data, int root) {
+  check_buffer(*this, data, "broadcast", "data");
+  check_rank(root, "broadcast", "root");
+  if (data.count > 0) engine_->broadcast(data, root);
+}
+
+void Communicator::broadcast(ir::Tensor& t, int root) {
+  broadcast(Buffer{t.data(), static_cast<std::size_t>(t.numel()), t.dtype()}, root);
+}
+
+void Communicator::send(ConstBuffer data, int dst) {
+  check_buffer(*this, data, "send", "data");
+  check_rank(dst, "send", "dst");
+  if (dst == rank()) throw Error("distributed.send: dst is this rank; a rank cannot send to itself" + at(*this));
+  engine_->send(data, dst);
+}
+
+void Communicator::recv(Buffer data, int src) {
+  check_buffer(*this, data, "recv", "data");
+  check_rank(src, "recv", "src");
+  if (src == rank()) throw Error("distributed.recv: src is this rank; a rank cannot receive from itself" + at(*this));
+  engine_->recv(data, src);
+}
+
+void Communicator::barrier() { engine_->barrier(); }
+
+// ---- the world-size-1 engine ----
+
+namespace {
+
+class LocalEngine final : public Engine {
+ public:
+  std::string_view name() const override { return "local"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  void all_gather(ConstBuffer in, Buffer out) override { std::memmove(out.data, in.data, in.bytes()); }
+  void all_reduce(Buffer, ReduceOp) override {}
+  void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp) override { std::memmove(out.data, in.data, out.bytes()); }
+  void broadcast(Buffer, int) override {}
+  // Communicator refuses every peer before these are reached: the only rank is this one.
+  void send(ConstBuffer, int dst) override { throw Error("distributed.send: no rank " + std::to_string(dst)); }
+  void recv(Buffer, int src) override { throw Error("distributed.recv: no rank " + std::to_string(src)); }
+  void barrier() override {}
+};
+
+std::optional<long long> env_int(std::string_view name) { return env::get_int(name); }
+
+// The launcher's view: (rank, world size) from mpirun's or torchrun-style variables; nullopt when neither is set.
+struct Launch {
+  std::string source;  // "mpirun" or "RANK/WORLD_SIZE"
+  int rank = 0;
+  int world = 1;
+};
+std::optional<Launch> launch_from_env() {
+  if (auto size = env_int("OMPI_COMM_WORLD_SIZE"))
+    return Launch{"mpirun", static_cast<int>(env_int("OMPI_COMM_WORLD_RANK").value_or(0)), static_cast<int>(*size)};
+  if (auto size = env_int("WORLD_SIZE"))
+    return Launch{"RANK/WORLD_SIZE", static_cast<int>(env_int("RANK").value_or(0)), static_cast<int>(*size)};
+  return std::nullopt;
+}
+
+int local_rank_from_env() {
+  if (auto r = env_int("LOCAL_RANK")) return static_cast<int>(*r);
+  if (auto r = env_int("OMPI_COMM_WORLD_LOCAL_RANK")) return static_cast<int>(*r);
+  return 0;
+}
+
+std::mutex g_mutex;
+std::shared_ptr<Engine> g_world;  // destroyed at exit: MPI is finalised then
+EngineKind g_kind = EngineKind::Auto;
+
+std::shared_ptr<Engine> create(EngineKind kind, const InitOptions& options, const std::optional<Launch>& launch) {
+  const auto disagree = [&](const Engine& e) {
+    if (launch && (launch->world != e.world_size() || launch->rank != e.rank()))
+      throw Error("distributed.init: " + launch->source + " says rank " + std::to_string(launch->rank) + " of " +
+                  std::to_string(launch->world) + ", but the " + std::string(e.name()) + " engine sees rank " +
+                  std::to_string(e.rank()) + " of " + std::to_string(e.world_size()) +
+                  (kind == EngineKind::Mpi ? " (start the ranks with mpirun)" : ""));
+  };
+  switch (kind) {
+    case EngineKind::Local: {
+      auto e = make_local_engine();
+      disagree(*e);
+      return e;
+    }
+    case EngineKind::Mpi: {
+      auto e = detail::make_mpi_engine();
+      disagree(*e);
+      return e;
+    }
+    case EngineKind::Nccl: {
+      const int world = launch ? launch->world : 1, rank = launch ? launch->rank : 0;
+      std::shared_ptr<Engine> bootstrap;
+      if (world > 1) {
+        if (!launch || launch->source != "mpirun")
+          throw Error("distributed.init: engine nccl with " + std::to_string(world) +
+                      " ranks needs mpirun to carry NCCL's unique id from rank 0 (no other rendezvous is built)");
+        bootstrap = detail::make_mpi_engine();
+        disagree(*bootstrap);
+      }
+      return detail::make_nccl_engine(rank, world, options.device >= 0 ? options.device : local_rank_from_env(),
+                                      std::move(bootstrap));
+    }
+    case EngineKind::Auto: break;
+  }
+  throw Error("distributed.init: no engine chosen");
+}
+
+}  // namespace
+
+std::shared_ptr<Engine> make_local_engine() { return std::make_shared<LocalEngine>(); }
+
+Communicator init(const InitOptions& options) {
+  EngineKind kind = options.engine;
+  if (kind == EngineKind::Auto)
+    if (auto v = env::get("RLX_DISTRIBUTED")) kind = parse_engine(*v, "RLX_DISTRIBUTED");
+  const auto launch = launch_from_env();
+  if (kind == EngineKind::Auto) {
+    if (launch && launch->source == "mpirun") {
+      kind = EngineKind::Mpi;
+    } else if (launch && launch->world > 1) {
+      throw Error("distributed.init: WORLD_SIZE is " + std::to_string(launch->world) +
+                  " but only mpirun's processes can reach each other (engine mpi); start the ranks with mpirun -np " +
+                  std::to_string(launch->world));
+    } else {
+      kind = EngineKind::Local;
+    }
+  }
+  std::lock_guard lock(g_mutex);
+  if (g_world) {
+    if (options.engine != EngineKind::Auto && kind != g_kind)
+      throw Error("distributed.init: already initialised with engine " + std::string(engine_name(g_kind)) +
+                  ", asked for " + std::string(engine_name(kind)));
+    return Communicator(g_world);
+  }
+  g_world = create(kind, options, launch);
+  g_kind = kind;
+  return Communicator(g_world);
+}
+
+bool is_initialized() {
+  std::lock_guard lock(g_mutex);
+  return g_world != nullptr;
+}
+
+Communicator world() {
+  {
+    std::lock_guard lock(g_mutex);
+    if (g_world) return Communicator(g_world);
+  }
+  return init();
+}
+
+std::string engine_unavailable_reason(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::Mpi: return detail::mpi_unavailable_reason();
+    case EngineKind::Nccl: return detail::nccl_unavailable_reason();
+    default: return {};
+  }
+}
+
+}  // namespace rlx::distributed

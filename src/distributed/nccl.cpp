@@ -1,0 +1,319 @@
+// The NCCL engine: libnccl.so.2 (NVIDIA's wheel nvidia-nccl-cu13, or a system
+// install) and the CUDA driver, both opened with dlopen, so librlx has no
+// link-time dependency on either and a machine without them reports the
+// engine unavailable. Collectives take host buffers, as every engine does:
+// each call copies them into device scratch buffers, runs the NCCL collective
+// on the engine's stream and copies the result back. NCCL's sums are its own
+// (ring or tree order, fixed for a given topology), not rank order.
+#include "distributed/engines.hpp"
+#include "rlx/error.hpp"
+
+#ifdef RLX_HAVE_NCCL
+#include <cuda.h>
+#include <nccl.h>
+
+#include <mutex>
+
+#include "rlx/runtime/dynamic_library.hpp"
+#endif
+
+namespace rlx::distributed::detail {
+
+#ifdef RLX_HAVE_NCCL
+namespace {
+
+#define RLX_NCCL_STR2(x) #x
+#define RLX_NCCL_STR(x) RLX_NCCL_STR2(x)
+#define RLX_NCCL_FN(name) decltype(&::name) name = nullptr  // NOLINT(bugprone-macro-parentheses): a declaration
+#define RLX_NCCL_LOAD(obj, name) runtime::load_symbol((obj).lib, (obj).name, RLX_NCCL_STR(name), missing)
+
+// The CUDA driver calls the engine needs: a context, scratch memory, copies and a stream.
+struct Cu {
+  runtime::Library lib;
+  RLX_NCCL_FN(cuInit);
+  RLX_NCCL_FN(cuGetErrorName);
+  RLX_NCCL_FN(cuDeviceGetCount);
+  RLX_NCCL_FN(cuDeviceGet);
+  RLX_NCCL_FN(cuDevicePrimaryCtxRetain);
+  RLX_NCCL_FN(cuDevicePrimaryCtxRelease);
+  RLX_NCCL_FN(cuCtxSetCurrent);
+  RLX_NCCL_FN(cuMemAlloc);
+  RLX_NCCL_FN(cuMemFree);
+  RLX_NCCL_FN(cuMemcpyHtoD);
+  RLX_NCCL_FN(cuMemcpyDtoH);
+  RLX_NCCL_FN(cuStreamCreate);
+  RLX_NCCL_FN(cuStreamSynchronize);
+  RLX_NCCL_FN(cuStreamDestroy);
+
+  static const Cu& get() {
+    return runtime::load_once<Cu>("distributed: engine nccl", [](Cu& c) -> std::string {
+      if (auto why = runtime::open_library(c.lib, {"libcuda.so.1", "libcuda.so"},
+                                           "no NVIDIA driver: libcuda.so.1 could not be loaded");
+          !why.empty())
+        return why;
+      std::string missing;
+      RLX_NCCL_LOAD(c, cuInit);
+      RLX_NCCL_LOAD(c, cuGetErrorName);
+      RLX_NCCL_LOAD(c, cuDeviceGetCount);
+      RLX_NCCL_LOAD(c, cuDeviceGet);
+      RLX_NCCL_LOAD(c, cuDevicePrimaryCtxRetain);
+      RLX_NCCL_LOAD(c, cuDevicePrimaryCtxRelease);
+      RLX_NCCL_LOAD(c, cuCtxSetCurrent);
+      RLX_NCCL_LOAD(c, cuMemAlloc);
+      RLX_NCCL_LOAD(c, cuMemFree);
+      RLX_NCCL_LOAD(c, cuMemcpyHtoD);
+      RLX_NCCL_LOAD(c, cuMemcpyDtoH);
+      RLX_NCCL_LOAD(c, cuStreamCreate);
+      RLX_NCCL_LOAD(c, cuStreamSynchronize);
+      RLX_NCCL_LOAD(c, cuStreamDestroy);
+      if (!missing.empty()) return "the NVIDIA driver (" + c.lib.name() + ") lacks " + missing;
+      if (CUresult r = c.cuInit(0); r != CUDA_SUCCESS) {
+        const char* name = nullptr;
+        c.cuGetErrorName(r, &name);
+        return std::string("cuInit failed: ") + (name ? name : "unknown error") + " (no usable NVIDIA GPU)";
+      }
+      return {};
+    });
+  }
+  void check(CUresult r, std::string_view what) const {
+    if (r == CUDA_SUCCESS) return;
+    const char* name = nullptr;
+    cuGetErrorName(r, &name);
+    throw Error("distributed: engine nccl: " + std::string(what) + ": " + (name ? name : "unknown error"));
+  }
+};
+
+struct Nccl {
+  runtime::Library lib;
+  int version = 0;
+  RLX_NCCL_FN(ncclGetVersion);
+  RLX_NCCL_FN(ncclGetErrorString);
+  RLX_NCCL_FN(ncclGetUniqueId);
+  RLX_NCCL_FN(ncclCommInitRank);
+  RLX_NCCL_FN(ncclCommDestroy);
+  RLX_NCCL_FN(ncclAllReduce);
+  RLX_NCCL_FN(ncclAllGather);
+  RLX_NCCL_FN(ncclReduceScatter);
+  RLX_NCCL_FN(ncclBroadcast);
+  RLX_NCCL_FN(ncclSend);
+  RLX_NCCL_FN(ncclRecv);
+
+  static const Nccl& get() {
+    return runtime::load_once<Nccl>("distributed: engine nccl", [](Nccl& n) -> std::string {
+      if (auto why = runtime::open_library(n.lib, {"libnccl.so.2", "libnccl.so"},
+                                           "no NCCL: libnccl.so.2 could not be loaded (pip install nvidia-nccl-cu13, "
+                                           "and put its nvidia/nccl/lib on LD_LIBRARY_PATH)");
+          !why.empty())
+        return why;
+      std::string missing;
+      RLX_NCCL_LOAD(n, ncclGetVersion);
+      RLX_NCCL_LOAD(n, ncclGetErrorString);
+      RLX_NCCL_LOAD(n, ncclGetUniqueId);
+      RLX_NCCL_LOAD(n, ncclCommInitRank);
+      RLX_NCCL_LOAD(n, ncclCommDestroy);
+      RLX_NCCL_LOAD(n, ncclAllReduce);
+      RLX_NCCL_LOAD(n, ncclAllGather);
+      RLX_NCCL_LOAD(n, ncclReduceScatter);
+      RLX_NCCL_LOAD(n, ncclBroadcast);
+      RLX_NCCL_LOAD(n, ncclSend);
+      RLX_NCCL_LOAD(n, ncclRecv);
+      if (!missing.empty()) return n.lib.name() + " lacks " + missing;
+      n.ncclGetVersion(&n.version);
+      return {};
+    });
+  }
+  void check(ncclResult_t r, std::string_view what, int rank) const {
+    if (r == ncclSuccess) return;
+    throw Error("distributed." + std::string(what) + ": NCCL failed on rank " + std::to_string(rank) + ": " +
+                ncclGetErrorString(r));
+  }
+};
+
+void* dev_ptr(CUdeviceptr p) {
+  return reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): device addresses are integers here
+}
+
+ncclDataType_t nccl_type(ir::DType dt) {
+  switch (dt) {
+    case ir::DType::F64: return ncclFloat64;
+    case ir::DType::BF16: return ncclBfloat16;
+    default: return ncclFloat32;
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+    default: return ncclSum;
+  }
+}
+
+// A device allocation that grows to the largest request.
+class Scratch {
+ public:
+  explicit Scratch(const Cu& cu) : cu_(&cu) {}
+  ~Scratch() { reset(); }
+  void reset() {
+    if (ptr_) cu_->cuMemFree(ptr_);
+    ptr_ = 0;
+    size_ = 0;
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  CUdeviceptr get(std::size_t bytes) {
+    if (bytes > size_) {
+      if (ptr_) cu_->cuMemFree(ptr_);
+      ptr_ = 0;
+      cu_->check(cu_->cuMemAlloc(&ptr_, bytes), "cuMemAlloc of the scratch buffer");
+      size_ = bytes;
+    }
+    return ptr_;
+  }
+  void* as_ptr(std::size_t bytes) { return dev_ptr(get(bytes)); }
+
+ private:
+  const Cu* cu_;
+  CUdeviceptr ptr_ = 0;
+  std::size_t size_ = 0;
+};
+
+class NcclEngine final : public Engine {
+ public:
+  NcclEngine(int rank, int world, int device, std::shared_ptr<Engine> bootstrap)
+      : cu_(Cu::get()),
+        nccl_(Nccl::get()),
+        rank_(rank),
+        world_(world),
+        bootstrap_(std::move(bootstrap)),
+        send_(cu_),
+        recv_(cu_) {
+    int count = 0;
+    cu_.check(cu_.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    if (count == 0) throw Error("distributed: engine nccl: no GPU visible");
+    device_ = device % count;
+    cu_.check(cu_.cuDeviceGet(&dev_, device_), "cuDeviceGet");
+    cu_.check(cu_.cuDevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain");
+    cu_.check(cu_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    cu_.check(cu_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    ncclUniqueId id{};
+    if (rank_ == 0) nccl_.check(nccl_.ncclGetUniqueId(&id), "init", rank_);
+    if (world_ > 1) {
+      if (!bootstrap_) throw Error("distributed: engine nccl: " + std::to_string(world_) + " ranks need a bootstrap");
+      bootstrap_->broadcast({&id, sizeof id, ir::DType::U8}, 0);
+    }
+    nccl_.check(nccl_.ncclCommInitRank(&comm_, world_, id, rank_), "init", rank_);
+  }
+  ~NcclEngine() override {
+    cu_.cuCtxSetCurrent(ctx_);
+    if (comm_) nccl_.ncclCommDestroy(comm_);
+    if (stream_) cu_.cuStreamDestroy(stream_);
+    send_.reset();
+    recv_.reset();
+    cu_.cuDevicePrimaryCtxRelease(dev_);
+  }
+  NcclEngine(const NcclEngine&) = delete;
+  NcclEngine& operator=(const NcclEngine&) = delete;
+
+  std::string_view name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  bool rank_ordered_sums() const override { return false; }
+
+  void all_gather(ConstBuffer in, Buffer out) override {
+    std::lock_guard lock(mutex_);
+    CUdeviceptr s = stage_in(in.data, in.bytes());
+    void* r = recv_.as_ptr(out.bytes());
+    nccl_.check(nccl_.ncclAllGather(dev_ptr(s), r, in.count, nccl_type(in.dtype), comm_, stream_), "all_gather", rank_);
+    finish(out.data, r, out.bytes());
+  }
+  void all_reduce(Buffer data, ReduceOp op) override {
+    std::lock_guard lock(mutex_);
+    CUdeviceptr s = stage_in(data.data, data.bytes());
+    void* r = recv_.as_ptr(data.bytes());
+    nccl_.check(nccl_.ncclAllReduce(dev_ptr(s), r, data.count, nccl_type(data.dtype), nccl_op(op), comm_, stream_),
+                "all_reduce", rank_);
+    finish(data.data, r, data.bytes());
+  }
+  void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) override {
+    std::lock_guard lock(mutex_);
+    CUdeviceptr s = stage_in(in.data, in.bytes());
+    void* r = recv_.as_ptr(out.bytes());
+    nccl_.check(nccl_.ncclReduceScatter(dev_ptr(s), r, out.count, nccl_type(out.dtype), nccl_op(op), comm_, stream_),
+                "reduce_scatter", rank_);
+    finish(out.data, r, out.bytes());
+  }
+  void broadcast(Buffer data, int root) override {
+    std::lock_guard lock(mutex_);
+    CUdeviceptr s = stage_in(data.data, data.bytes());
+    nccl_.check(nccl_.ncclBroadcast(dev_ptr(s), dev_ptr(s), data.count, nccl_type(data.dtype), root, comm_, stream_),
+                "broadcast", rank_);
+    finish(data.data, dev_ptr(s), data.bytes());
+  }
+  void send(ConstBuffer data, int dst) override {
+    std::lock_guard lock(mutex_);
+    CUdeviceptr s = stage_in(data.data, data.bytes());
+    nccl_.check(nccl_.ncclSend(dev_ptr(s), data.count, nccl_type(data.dtype), dst, comm_, stream_), "send", rank_);
+    cu_.check(cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  }
+  void recv(Buffer data, int src) override {
+    std::lock_guard lock(mutex_);
+    cu_.check(cu_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    void* r = recv_.as_ptr(data.bytes());
+    nccl_.check(nccl_.ncclRecv(r, data.count, nccl_type(data.dtype), src, comm_, stream_), "recv", rank_);
+    finish(data.data, r, data.bytes());
+  }
+  void barrier() override {
+    float one = 1;
+    all_reduce({&one, 1, ir::DType::F32}, ReduceOp::Sum);
+  }
+
+ private:
+  CUdeviceptr stage_in(const void* host, std::size_t bytes) {
+    cu_.check(cu_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    CUdeviceptr s = send_.get(bytes);
+    cu_.check(cu_.cuMemcpyHtoD(s, host, bytes), "cuMemcpyHtoD");
+    return s;
+  }
+  void finish(void* host, void* dev, std::size_t bytes) {
+    cu_.check(cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    cu_.check(cu_.cuMemcpyDtoH(host, reinterpret_cast<CUdeviceptr>(dev), bytes), "cuMemcpyDtoH");
+  }
+
+  const Cu& cu_;
+  const Nccl& nccl_;
+  int rank_, world_, device_ = 0;
+  std::shared_ptr<Engine> bootstrap_;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+  std::mutex mutex_;
+  Scratch send_, recv_;
+};
+
+}  // namespace
+
+std::shared_ptr<Engine> make_nccl_engine(int rank, int world_size, int device, std::shared_ptr<Engine> bootstrap) {
+  return std::make_shared<NcclEngine>(rank, world_size, device, std::move(bootstrap));
+}
+
+std::string nccl_unavailable_reason() {
+  try {
+    Nccl::get();
+    Cu::get();
+    return {};
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+#else
+std::shared_ptr<Engine> make_nccl_engine(int, int, int, std::shared_ptr<Engine>) {
+  throw Error("distributed: engine nccl: " + nccl_unavailable_reason());
+}
+std::string nccl_unavailable_reason() {
+  return "RLX was built without NCCL support (nccl.h and the CUDA toolkit's cuda.h were not found at build time)";
+}
+#endif
+
+}  // namespace rlx::distributed::detail

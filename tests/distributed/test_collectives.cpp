@@ -1,0 +1,208 @@
+// The collectives on whatever world this process is in: world size 1 under
+// plain ctest (the local engine), 2 under mpirun (CTest's distributed_mpirun_*
+// runs this binary as 2 ranks). Every value a rank contributes depends on its
+// rank, so each result is checked against what the contributions must give.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "rlx/distributed/distributed.hpp"
+#include "rlx/env.hpp"
+#include "rlx/error.hpp"
+
+namespace {
+
+using namespace rlx;
+using distributed::ReduceOp;
+
+distributed::Communicator comm() { return distributed::init(); }
+
+// Rank r's contribution: values whose f32 sum depends on the order they are added in.
+std::vector<float> contribution(int r, std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = (r % 2 == 0 ? 1e8F : 1.0F) * static_cast<float>(i + 1) + 0.37F * static_cast<float>(r) -
+           (r % 3 == 2 ? 1e8F * static_cast<float>(i + 1) : 0.0F);
+  return v;
+}
+
+TEST(Collectives, WorldMatchesTheLauncher) {
+  auto c = comm();
+  EXPECT_GE(c.world_size(), 1);
+  EXPECT_GE(c.rank(), 0);
+  EXPECT_LT(c.rank(), c.world_size());
+  if (c.world_size() == 1 && !std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    EXPECT_EQ(c.engine(), "local");
+  }
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    EXPECT_EQ(c.engine(), "mpi");
+    EXPECT_EQ(c.world_size(), std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")));
+    EXPECT_EQ(c.rank(), std::atoi(std::getenv("OMPI_COMM_WORLD_RANK")));
+  }
+  EXPECT_TRUE(distributed::is_initialized());
+  EXPECT_EQ(distributed::init().rank(), c.rank());  // the same world on every call
+}
+
+TEST(Collectives, AllReduceSumIsTakenInRankOrder) {
+  auto c = comm();
+  const std::size_t n = 37;
+  std::vector<float> data = contribution(c.rank(), n);
+  c.all_reduce(data);
+  // The expected value: ((c0 + c1) + c2) ... in f32, exactly as a single process would add them.
+  std::vector<float> want = contribution(0, n);
+  for (int r = 1; r < c.world_size(); ++r) {
+    auto v = contribution(r, n);
+    for (std::size_t i = 0; i < n; ++i) want[i] += v[i];
+  }
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[i], want[i]) << "element " << i;
+}
+
+TEST(Collectives, AllReduceMaxMinAndF64) {
+  auto c = comm();
+  std::vector<double> mx{static_cast<double>(c.rank()), -static_cast<double>(c.rank())};
+  std::vector<double> mn = mx;
+  c.all_reduce(std::span<double>(mx), ReduceOp::Max);
+  c.all_reduce(std::span<double>(mn), ReduceOp::Min);
+  EXPECT_EQ(mx[0], c.world_size() - 1);
+  EXPECT_EQ(mx[1], 0);
+  EXPECT_EQ(mn[0], 0);
+  EXPECT_EQ(mn[1], -(c.world_size() - 1));
+}
+
+TEST(Collectives, AllReduceBf16SumsInF32AndRoundsOnce) {
+  auto c = comm();
+  ir::Tensor t = ir::Tensor::from_f32({3}, std::vector<float>{1.0F, 2.0F, 0.5F});
+  ir::Tensor b(ir::DType::BF16, {3});
+  for (std::int64_t i = 0; i < 3; ++i) b.set(i, t.get(i) * (c.rank() + 1));
+  c.all_reduce(b);
+  const double scale = c.world_size() * (c.world_size() + 1) / 2.0;
+  EXPECT_EQ(b.get(0), 1.0 * scale);
+  EXPECT_EQ(b.get(1), 2.0 * scale);
+  EXPECT_EQ(b.get(2), 0.5 * scale);
+}
+
+TEST(Collectives, AllGatherIsInRankOrder) {
+  auto c = comm();
+  std::vector<float> mine{static_cast<float>(c.rank()), static_cast<float>(10 * c.rank())};
+  std::vector<float> all(2 * static_cast<std::size_t>(c.world_size()), -1);
+  c.all_gather(mine, all);
+  for (int r = 0; r < c.world_size(); ++r) {
+    EXPECT_EQ(all[2 * r], r);
+    EXPECT_EQ(all[2 * r + 1], 10 * r);
+  }
+}
+
+TEST(Collectives, ReduceScatterGivesEachRankItsChunk) {
+  auto c = comm();
+  const auto w = static_cast<std::size_t>(c.world_size());
+  std::vector<float> in(3 * w);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) + 100.0F * static_cast<float>(c.rank());
+  std::vector<float> out(3, -1);
+  c.reduce_scatter(in, out);
+  const float rank_sum = 100.0F * static_cast<float>(w * (w - 1) / 2);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(out[i], static_cast<float>(w) * static_cast<float>(3 * c.rank() + i) + rank_sum);
+}
+
+TEST(Collectives, BroadcastFromTheLastRank) {
+  auto c = comm();
+  const int root = c.world_size() - 1;
+  std::vector<float> v(5, static_cast<float>(c.rank()));
+  c.broadcast(std::span<float>(v), root);
+  for (float x : v) EXPECT_EQ(x, root);
+  ir::Tensor t = ir::Tensor::scalar(ir::DType::F64, c.rank() == 0 ? 2.5 : 0.0);
+  c.broadcast(t, 0);
+  EXPECT_EQ(t.get(0), 2.5);
+}
+
+TEST(Collectives, SendRecvAroundTheRing) {
+  auto c = comm();
+  if (c.world_size() < 2)
+    GTEST_SKIP() << "world size 1: send/recv need a peer (ctest runs this binary under mpirun too)";
+  const int next = (c.rank() + 1) % c.world_size(), prev = (c.rank() + c.world_size() - 1) % c.world_size();
+  std::vector<float> out{static_cast<float>(c.rank()), 7.0F}, in(2, -1);
+  if (c.rank() % 2 == 0) {
+    c.send(out, next);
+    c.recv(in, prev);
+  } else {
+    c.recv(in, prev);
+    c.send(out, next);
+  }
+  EXPECT_EQ(in[0], prev);
+  EXPECT_EQ(in[1], 7.0F);
+  c.barrier();
+}
+
+TEST(Collectives, UserErrorsNameTheCollectiveTheFieldAndTheRank) {
+  auto c = comm();
+  std::vector<float> a(2), wrong(2 * static_cast<std::size_t>(c.world_size()) + 1);
+  const auto expect_error = [](auto&& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected one mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank "), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { c.all_gather(a, wrong); }, "all_gather: out has");
+  expect_error([&] { c.reduce_scatter(wrong, a); }, "reduce_scatter: in has");
+  expect_error([&] { c.broadcast(std::span<float>(a), c.world_size()); }, "broadcast: root");
+  expect_error([&] { c.send(a, c.rank()); }, "send: dst is this rank");
+  expect_error([&] { c.recv(a, -1); }, "recv: src -1");
+  ir::Tensor ints(ir::DType::I32, {2});
+  expect_error([&] { c.all_reduce(ints); }, "all_reduce: data has dtype i32");
+  EXPECT_THROW(distributed::parse_engine("gloo"), Error);
+}
+
+// init() before any other: ctest runs each case in a process of its own; the whole binary initialises first.
+TEST(Collectives, InitRefusesALauncherItCannotServe) {
+  if (distributed::is_initialized() || std::getenv("OMPI_COMM_WORLD_SIZE"))
+    GTEST_SKIP() << "the world is already initialised in this process (ctest runs this case alone)";
+  {
+    env::ScopedOverride size("WORLD_SIZE", "2"), rank("RANK", "1");
+    try {
+      distributed::init();
+      ADD_FAILURE() << "WORLD_SIZE=2 without mpirun was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("mpirun -np 2"), std::string::npos) << e.what();
+    }
+    // Asking for the local engine explicitly does not make a second rank appear either.
+    EXPECT_THROW(distributed::init({.engine = distributed::EngineKind::Local}), Error);
+  }
+  {
+    env::ScopedOverride engine("RLX_DISTRIBUTED", "gloo");
+    try {
+      distributed::init();
+      ADD_FAILURE() << "RLX_DISTRIBUTED=gloo was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("RLX_DISTRIBUTED 'gloo'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(distributed::is_initialized());
+  EXPECT_EQ(distributed::init().engine(), "local");  // and the defaults still work afterwards
+}
+
+TEST(Collectives, ReduceInOrderIsTheSingleProcessSum) {
+  std::vector<float> parts{1e8F, 1.0F, -1e8F, 1.0F};  // 2 parts of 2
+  std::vector<float> out(2);
+  distributed::reduce_in_order({parts.data(), 4, ir::DType::F32}, 2, {out.data(), 2, ir::DType::F32}, ReduceOp::Sum);
+  EXPECT_EQ(out[0], 1e8F + -1e8F);
+  EXPECT_EQ(out[1], 2.0F);
+  EXPECT_THROW(distributed::reduce_in_order({parts.data(), 4, ir::DType::F32}, 3, {out.data(), 2, ir::DType::F32},
+                                            ReduceOp::Sum),
+               Error);
+}
+
+TEST(Collectives, EnginesSayWhyTheyAreUnavailable) {
+  EXPECT_EQ(distributed::engine_unavailable_reason(distributed::EngineKind::Local), "");
+  // MPI is built in wherever libopenmpi-dev is (scripts/bootstrap.sh installs it).
+  const std::string nccl = distributed::engine_unavailable_reason(distributed::EngineKind::Nccl);
+  if (!nccl.empty()) {
+    EXPECT_TRUE(nccl.find("nccl") != std::string::npos || nccl.find("NCCL") != std::string::npos) << nccl;
+  }
+}
+
+}  // namespace
