@@ -21,9 +21,12 @@ TARGETS = {("elementwise_chain8_16M", "memcpy"): 0.7, ("elementwise_chain8_16M",
            ("onnx_minilm_b1_s128", "onnxruntime"): 1.0, ("onnx_minilm_b8_s128", "onnxruntime"): 1.0,
            # Adam's step within 1.3x of a memcpy of the same bytes (issue 22).
            ("train_adam_update_4M", "memcpy"): 0.77}
+# Low-precision products against RLX's own f32 on the same workload (issue 17): the speed-up, f32 time over
+# the low-precision time, and its target.
+SPEEDUPS = {("gemm_lowp_1024^3", "rlx_int8"): 2.0, ("gemm_lowp_1024^3", "rlx_bf16"): 1.6}
 # The implementation under test: RLX's C++ API, or pyrlx where a workload measures the bindings.
 SUBJECTS = ("rlx", "pyrlx")
-ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemv_1x4096x4096", "elementwise_chain8_16M",
+ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemm_lowp_1024^3", "gemv_1x4096x4096", "elementwise_chain8_16M",
          "softmax_4096x4096", "layer_norm_4096x4096", "rms_norm_4096x4096", "conv2d_8x256x14x14_k3",
          "conv2d_1x256x14x14_k3", "conv2d_1x256x14x14_o1024_k1",
          "mlp_b64_w1024_l2", "encoder_s128_d512_h8", "compile_encoder_cold", "compile_encoder_cached",
@@ -97,11 +100,16 @@ def build(samples, work, meta):
     by = {(r["workload"], r["impl"]): r for r in records}
     ratios = []
     for (workload, impl), r in by.items():
+        if (workload, impl) in SPEEDUPS and (workload, "rlx") in by:
+            ratios.append({"workload": workload, "peer": f"{impl} over rlx f32",
+                           "speed_ratio": round(by[(workload, "rlx")]["median_s"] / r["median_s"], 3),
+                           "target": SPEEDUPS[(workload, impl)]})
+            continue
         subject = next((x for x in SUBJECTS if (workload, x) in by), None)
         if impl != subject:
             continue
         for (w2, peer), p in by.items():
-            if w2 == workload and peer != subject:
+            if w2 == workload and peer != subject and (w2, peer) not in SPEEDUPS:
                 ratio = {"workload": workload, "peer": peer, "speed_ratio": round(p["median_s"] / r["median_s"], 3)}
                 if workload == "run_overhead_tiny":  # the figure that matters: extra time per call
                     ratio["extra_us_per_call"] = round((r["median_s"] - p["median_s"]) * 1e6, 2)

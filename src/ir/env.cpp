@@ -22,6 +22,9 @@ const std::vector<Var>& catalog() {
        "Unset = chosen by shape, from measurements; for tests and benchmarks."},
       {"RLX_TEST_SEED", Type::Int, "",
        "Seed for the tests' random inputs and graphs (printed by every test run), to replay a failure."},
+      {"RLX_TEST_TIMING", Type::Bool, "0",
+       "1: the conformance suites print each case's compile, reference and run times to stderr (where a slow "
+       "suite spends its time, e.g. NVRTC on a GPU machine)."},
       {"RLX_VULKAN_DEVICE", Type::String, "",
        "Vulkan device to use: its index in the loader's order (`vulkaninfo --summary`) or a case-insensitive "
        "substring of its name. "

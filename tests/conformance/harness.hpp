@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "rlx/compile/pipeline.hpp"
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
@@ -173,7 +173,7 @@ inline ::testing::AssertionResult matches_reference(const std::function<Executor
   std::mt19937_64 rng(c.seed);
   std::string stage = "compile";
   // RLX_TEST_TIMING=1: each case's time per stage on stderr (where a slow suite spends it, e.g. on a GPU).
-  static const bool timing = std::getenv("RLX_TEST_TIMING") != nullptr;
+  static const bool timing = rlx::env::get_bool("RLX_TEST_TIMING");
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
