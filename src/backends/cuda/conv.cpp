@@ -72,7 +72,8 @@ std::shared_ptr<const ConvPlan> plan_conv(const compile::Kernel& k, bool tf32, s
     }
   }
   if (!conv) return no("no convolution in the kernel");
-  if (k.body.outputs().size() != 1 || k.body.outputs()[0].node != conv->id) return no("the kernel's output is not the convolution");
+  if (k.body.outputs().size() != 1 || k.body.outputs()[0].node != conv->id)
+    return no("the kernel's output is not the convolution");
   if (conv->dtype != ir::DType::F32 && conv->dtype != ir::DType::F64) return no("not f32 or f64");
   for (auto in : conv->inputs)
     if (k.body.node(in).dtype != conv->dtype) return no("operands of another type");
