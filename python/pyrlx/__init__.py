@@ -983,6 +983,10 @@ class CompiledGraph:
     def memory_plan(self) -> dict: return self._c.memory_plan()
     def dispatch_report(self) -> list: return self._c.dispatch_report()
 
+    def precision_report(self) -> list:
+        """(node, op, dtype it runs in, reason) for each op the precision pass considered."""
+        return self._c.precision_report()
+
     def cancel(self) -> None:
         """Stops the run in flight (from another thread) at its next loop step; it raises rlx.Error."""
         self._c.cancel()
@@ -1011,14 +1015,18 @@ class Session:
         return self._s.device
 
     def compile(self, g: Graph, optimize: bool = True, fusion: bool = True, num_threads: int = 0,
-                dump: str = "", bind: Optional[dict] = None) -> CompiledGraph:
-        """Compiles for this session's device. `bind` gives symbolic dims their extents: {"B": 64}."""
+                dump: str = "", bind: Optional[dict] = None, precision: str = "f32",
+                tf32: bool = False) -> CompiledGraph:
+        """Compiles for this session's device. `bind` gives symbolic dims their extents: {"B": 64}.
+        `precision` "bf16" or "f16" runs matmuls in that type where the device has faster kernels for it
+        (precision_report() says what was lowered and why); `tf32` lets f32 matmuls use TF32 tensor cores."""
         if not isinstance(g, Graph):
             raise Error(f"compile expects an rlx.Graph, got {type(g).__name__}")
         for sym, extent in (bind or {}).items():
             if isinstance(extent, bool) or not isinstance(extent, (int, np.integer)) or not -2**63 <= extent < 2**63:
                 raise Error(f"bind: symbol '{sym}' must be bound to an int extent that fits in int64, got {extent!r}")
-        compiled = CompiledGraph(self._s.compile(g._g, optimize, fusion, num_threads, dump, bind or {}))
+        compiled = CompiledGraph(self._s.compile(g._g, optimize, fusion, num_threads, dump, bind or {}, precision,
+                                                 tf32))
         for name, value in g.param_values.items():
             compiled.set_param(name, value)
         return compiled

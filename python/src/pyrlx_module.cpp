@@ -313,6 +313,14 @@ NB_MODULE(_pyrlx, m) {
                                           std::string(rlx::compile::dispatch_tier_name(e.tier)), e.reason));
              return rows;
            })
+      .def("precision_report",
+           [](const PyCompiled& c) {
+             nb::list rows;
+             for (const auto& e : c.g.compile_result().precision.entries)
+               rows.append(nb::make_tuple(e.node, std::string(ir::op_name(e.op)), std::string(ir::dtype_name(e.dtype)),
+                                          e.reason));
+             return rows;
+           })
       .def("memory_plan",
            [](const PyCompiled& c) {
              const auto& lir = c.g.compile_result().lir;
@@ -349,17 +357,20 @@ NB_MODULE(_pyrlx, m) {
       .def(
           "compile",
           [](const rlx::Session& s, const ir::Graph& g, bool optimize, bool fusion, int num_threads,
-             const std::string& dump, const std::map<std::string, std::int64_t>& bind) {
+             const std::string& dump, const std::map<std::string, std::int64_t>& bind, const std::string& precision,
+             bool tf32) {
             rlx::compile::CompileOptions o;
             o.bind.assign(bind.begin(), bind.end());
             o.optimize = optimize;
             o.fusion = fusion;
             o.num_threads = num_threads;
             o.dump = dump;
+            o.precision = rlx::compile::parse_precision(precision);
+            o.tf32 = tf32;
             return PyCompiled{s.compile(g, o)};
           },
           "graph"_a, "optimize"_a = true, "fusion"_a = true, "num_threads"_a = 0, "dump"_a = "",
-          "bind"_a = std::map<std::string, std::int64_t>{})
+          "bind"_a = std::map<std::string, std::int64_t>{}, "precision"_a = "f32", "tf32"_a = false)
       .def_prop_ro("device", [](const rlx::Session& s) { return std::string(rlx::runtime::device_label(s.device())); });
 
   m.def("available_devices", [] {

@@ -52,8 +52,16 @@ std::optional<NodeId> legalize_matmul(Rewriter& r, const ir::Node& n) {
       std::all_of(rows.begin(), rows.end(), [](const Dim& d) { return d.is_static(); })) {
     std::int64_t m = 1;
     for (const auto& d : rows) m *= d.size;
-    if (sb.rank() > 2) b = out.reshape(b, Shape(dims_of(sb, sb.rank() - 2, sb.rank())));
-    auto a2 = out.reshape(a, Shape(std::vector<Dim>{Dim(m), sa[sa.rank() - 1]}));
+    // A cast stays next to the matmul (the reshape goes under it): a backend that reads widened operands as
+    // stored (BackendTraits::matmul_widened_operands) finds the cast as the matmul's operand.
+    auto reshape = [&](NodeId x, Shape s) {
+      const ir::Node& xn = out.node(x);
+      if (xn.op != OpKind::Cast) return out.reshape(x, std::move(s));
+      const ir::DType to = xn.dtype;
+      return out.cast(out.reshape(xn.inputs[0], std::move(s)), to);
+    };
+    if (sb.rank() > 2) b = reshape(b, Shape(dims_of(sb, sb.rank() - 2, sb.rank())));
+    auto a2 = reshape(a, Shape(std::vector<Dim>{Dim(m), sa[sa.rank() - 1]}));
     return out.reshape(out.matmul(a2, b), n.shape);
   }
   auto ob = batch_of(n.shape);

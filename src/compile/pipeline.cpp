@@ -198,6 +198,7 @@ constexpr std::string_view kDumpable[] = {"hir",
                                           "inline",
                                           "param_specialize",
                                           "decompose",
+                                          "precision",
                                           "legalize_f32_compute",
                                           "legalize_dtypes",
                                           "legalize_broadcast",
@@ -324,8 +325,17 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   const NativeOps& keep = backend.native_ops;  // what decompose leaves alone
   // Composites to primitives, then the backend's dtype and broadcast rules. Runs once here, and again
   // after user passes that emit custom ops or composites, so their output is lowered too (seed extending.md §2b).
+  // The precision pass runs once, on the first primitives (the matmuls of decomposed linears and attention).
+  bool precision_done = options.precision == Precision::F32;
+  res.precision.policy = options.precision;
   const auto legalize = [&] {
     pm.run("decompose", g, [&](const ir::Graph& x) { return passes::decompose(x, keep, &res.dispatch); });
+    if (!precision_done) {
+      pm.run("precision", g, [&](const ir::Graph& x) {
+        return passes::auto_mixed_precision(x, options.precision, backend, &res.precision);
+      });
+      precision_done = true;
+    }
     if (!backend.f32_compute_ops.empty())
       pm.run("legalize_f32_compute", g,
              [&](const ir::Graph& x) { return passes::legalize_f32_compute(x, backend.f32_compute_ops); });

@@ -15,6 +15,8 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rlx/compile/lir.hpp"
@@ -79,11 +81,21 @@ struct BackendTraits {
   // An operand given as a widening cast (bf16 or f16 to f32, i8 or u8 to i32) read in its narrow type: the
   // kernel runs the low-precision product (an int8 or bf16 GEMM) instead of widening it in memory first.
   bool matmul_widened_operands = false;
+  // (op, dtype) pairs that run faster than in f32 here: the precision pass lowers an op only onto these, so an
+  // auto-mixed-precision graph is never slower than its f32 form (docs/precision.md).
+  std::set<std::pair<ir::OpKind, ir::DType>> fast_low_precision;
   std::int64_t arena_alignment = 64;
   // false: a byte of the arena only ever holds buffers of one dtype (the C
   // target, where memory must not change its effective type).
   bool arena_reuse_across_dtypes = true;
 };
+
+// Auto-mixed precision (the precision pass, docs/precision.md): f32 runs everything as written; bf16 and f16
+// run matmuls and convolutions in that type with f32 accumulation where the backend has faster kernels for
+// them, while reductions, softmax, norms and losses stay f32.
+enum class Precision : std::uint8_t { F32, Bf16, F16 };
+std::string_view precision_name(Precision p);      // "f32", "bf16", "f16"
+Precision parse_precision(std::string_view name);  // throws rlx::Error naming the choices
 
 struct CompileOptions {
   // Symbolic dims bound at compile time.
@@ -96,6 +108,7 @@ struct CompileOptions {
   // f32 matmuls may run on TF32 tensor cores (a 10-bit mantissa) where the backend has them (CUDA); off, they
   // are exact f32.
   bool tf32 = false;
+  Precision precision = Precision::F32;
   bool fusion = true;
   // Called after every pass with (pass name, graph after the pass).
   std::function<void(std::string_view pass, const ir::Graph&)> inspect;
@@ -147,6 +160,19 @@ struct FusionRecord {
   std::vector<std::string> origins;  // e.g. "custom:my_op" when an inlined custom op fused in here
 };
 
+// What the precision pass did with each op it considers (matmul, conv1d, conv2d, attention).
+struct PrecisionEntry {
+  ir::NodeId node = 0;  // in the graph the pass read
+  ir::OpKind op = ir::OpKind::MatMul;
+  ir::DType dtype = ir::DType::F32;  // what it runs in now
+  std::string reason;
+};
+struct PrecisionReport {
+  Precision policy = Precision::F32;
+  std::vector<PrecisionEntry> entries;
+  std::string to_text() const;  // one line per entry: "%12 matmul: bf16 (...)"
+};
+
 struct CompileResult {
   ir::Graph hir;
   ir::Graph mir;
@@ -154,6 +180,7 @@ struct CompileResult {
   std::vector<PassRecord> passes;
   DispatchReport dispatch;
   std::vector<FusionRecord> fusion;
+  PrecisionReport precision;
   // Params created by promote_params and the values they hold; the runtime
   // sets them before the first run.
   std::map<std::string, ir::Tensor, std::less<>> promoted_params;
@@ -195,6 +222,11 @@ ir::Graph cse(const ir::Graph& g);
 ir::Graph dce(const ir::Graph& g);
 ir::Graph promote_params(const ir::Graph& g, std::int64_t min_bytes);
 ir::Graph legalize_dtypes(const ir::Graph& g, const std::set<ir::DType>& native);
+// Auto-mixed precision: each f32 matmul, conv1d, conv2d or attention whose (op, low type) the backend lists in
+// fast_low_precision runs in that type (operands cast to it, the result cast back to f32); every other one is
+// left as it is, with the reason in `report`.
+ir::Graph auto_mixed_precision(const ir::Graph& g, Precision policy, const BackendTraits& backend,
+                               PrecisionReport* report = nullptr);
 // Fusion and lowering to LIR (kernels + memory plan).
 LirModule lower_to_lir(const ir::Graph& mir, const BackendTraits& backend, std::vector<FusionRecord>* fusion);
 void plan_memory(LirModule& m, std::int64_t alignment, bool reuse_across_dtypes = true);

@@ -24,6 +24,8 @@ compile::BackendTraits traits() {
       t.f32_compute_ops.insert(op);
   // bf16 and f16 matmuls read their operands as stored (cuBLASLt's bf16/f16 GEMMs with f32 accumulation).
   t.matmul_widened_operands = true;
+  // What the precision pass may lower: cuBLASLt's bf16 and f16 GEMMs run on tensor cores, many times f32's rate.
+  t.fast_low_precision = {{ir::OpKind::MatMul, ir::DType::BF16}, {ir::OpKind::MatMul, ir::DType::F16}};
   t.host_fallback = true;
   for (auto& n : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(n));
   t.arena_alignment = std::int64_t(kArenaAlignment);

@@ -1,0 +1,106 @@
+// The precision pass (auto-mixed precision, docs/precision.md): matmuls move to bf16 or f16 only where the
+// backend lists them as faster than f32, the rest of the graph stays f32, the report says what happened to
+// each op and why, and the mixed graph's values stay within bf16's tolerance of the f32 graph's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "rlx/backends/cuda/cuda_backend.hpp"
+#include "rlx/compile/pipeline.hpp"
+#include "rlx/error.hpp"
+#include "rlx/ir/text.hpp"
+#include "rlx/models/demo_models.hpp"
+#include "rlx/reference/interpreter.hpp"
+#include "rlx/runtime/backend.hpp"
+#include "support/testing.hpp"
+
+namespace rlx::compile {
+namespace {
+
+ir::Graph small_encoder() { return models::encoder_block({.batch = 2, .seq = 8, .d_model = 32, .heads = 4, .d_ff = 64}); }
+
+CompileResult compile_with(const ir::Graph& g, const BackendTraits& t, Precision p) {
+  CompileOptions o;
+  o.precision = p;
+  return compile(g, t, o);
+}
+
+TEST(Precision, MatmulsRunInBf16WhereTheBackendIsFasterAndNothingElseDoes) {
+  const auto r = compile_with(small_encoder(), backends::cuda::traits(), Precision::Bf16);
+  EXPECT_EQ(r.precision.policy, Precision::Bf16);
+  int lowered = 0;
+  for (const auto& e : r.precision.entries) {
+    EXPECT_EQ(e.op, ir::OpKind::MatMul) << e.reason;  // the encoder's attention decomposes on CUDA
+    EXPECT_EQ(e.dtype, ir::DType::BF16) << e.reason;
+    lowered += e.dtype == ir::DType::BF16;
+  }
+  EXPECT_EQ(lowered, 8) << r.precision.to_text();  // q, k, v, o, the two of attention, and the FFN's two
+  // Reductions (the norms' and softmax's), exp and erf stay f32.
+  for (const auto& n : r.mir.nodes())
+    if (ir::op_info(n.op).cls == ir::OpClass::Reduce || n.op == ir::OpKind::Exp || n.op == ir::OpKind::Erf)
+      EXPECT_EQ(n.dtype, ir::DType::F32) << ir::op_name(n.op) << " %" << n.id;
+  // Every matmul kernel reads bf16 operands as stored (the widening casts are its prologue).
+  int kernels = 0;
+  for (const auto& k : r.lir.kernels) {
+    if (k.kind != KernelKind::MatMul) continue;
+    ++kernels;
+    for (const auto& n : k.body.nodes()) {
+      if (n.op != ir::OpKind::MatMul) continue;
+      for (auto operand : n.inputs) {
+        const auto& c = k.body.node(operand);
+        ASSERT_EQ(c.op, ir::OpKind::Cast) << k.name;
+        EXPECT_EQ(k.body.node(c.inputs[0]).op, ir::OpKind::Input) << k.name;
+        EXPECT_EQ(k.body.node(c.inputs[0]).dtype, ir::DType::BF16) << k.name;
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 8);
+}
+
+TEST(Precision, ABackendWithoutFasterKernelsKeepsF32AndSaysWhy) {
+  const auto cpu = runtime::make_backend(runtime::Device::Cpu)->traits();
+  const ir::Graph g = small_encoder();
+  const auto mixed = compile_with(g, cpu, Precision::Bf16);
+  const auto plain = compile_with(g, cpu, Precision::F32);
+  ASSERT_FALSE(mixed.precision.entries.empty());
+  for (const auto& e : mixed.precision.entries) {
+    EXPECT_EQ(e.dtype, ir::DType::F32);
+    EXPECT_NE(e.reason.find("backend 'cpu' has no bf16"), std::string::npos) << e.reason;
+  }
+  EXPECT_EQ(ir::to_text(mixed.mir), ir::to_text(plain.mir));  // never slower: the same graph
+  EXPECT_TRUE(plain.precision.entries.empty());
+  EXPECT_NE(mixed.precision.to_text().find("left in f32"), std::string::npos);
+}
+
+TEST(Precision, TheMixedGraphStaysWithinBf16OfTheF32One) {
+  const ir::Graph g = small_encoder();
+  const auto r = compile_with(g, backends::cuda::traits(), Precision::Bf16);
+  auto params = models::random_params(g, testing::test_seed());
+  auto inputs = models::random_inputs(g, testing::test_seed() + 1);
+  reference::TensorMap p(params.begin(), params.end()), in(inputs.begin(), inputs.end());
+  const auto want = reference::run(g, in, p).at(0);
+  const auto got = reference::run(r.mir, in, p).at(0);
+  ASSERT_EQ(got.shape(), want.shape());
+  double worst = 0, scale = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    ASSERT_FALSE(std::isnan(got.get(i))) << i;
+    worst = std::max(worst, std::abs(got.get(i) - want.get(i)));
+    scale = std::max(scale, std::abs(want.get(i)));
+  }
+  EXPECT_LT(worst, 3e-2 * scale) << "bf16 has 8 bits of mantissa: about 0.4% per rounding";
+  EXPECT_GT(worst, 1e-6 * scale) << "the mixed graph computed exactly the f32 values: nothing ran in bf16";
+}
+
+TEST(Precision, NamesParseAndAnUnknownOneIsAnError) {
+  for (Precision p : {Precision::F32, Precision::Bf16, Precision::F16})
+    EXPECT_EQ(parse_precision(precision_name(p)), p);
+  try {
+    parse_precision("fp8");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected f32, bf16 or f16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rlx::compile
