@@ -140,6 +140,42 @@ int main() {
       report(std::string(name) + "_resident_wall_us",
              median_wall_s([&] { exe.run_read_outputs(no_in, no_out); }, 3, 20) * 1e6, "us");
     }
+    {
+      // The large encoder in bf16 auto-mixed precision against its f32 form: resident wall time, and the
+      // largest difference of the outputs relative to the f32 output's largest magnitude.
+      const auto g = models::encoder_block({8, 512, 1024, 16, 4096, 1e-5});
+      compile::CompileOptions bf16;
+      bf16.precision = compile::Precision::Bf16;
+      auto f32 = prepare(*backend, g), mixed = prepare(*backend, g, bf16);
+      int lowered = 0;
+      for (const auto& e : mixed.compiled.result->precision.entries) lowered += e.dtype == ir::DType::BF16;
+      double resident[2] = {0, 0};
+      for (int i = 0; i < 2; ++i) {
+        auto& p = i ? mixed : f32;
+        p.compiled.exe->run(p.in, p.out);  // outputs read back once, to compare
+        auto& exe = *p.compiled.exe;
+        exe.bind_handle(0, p.in[0], p.inputs[0].size());
+        std::vector<const void*> no_in(p.in.size(), nullptr);
+        std::vector<void*> no_out(p.out.size(), nullptr);
+        resident[i] = median_wall_s([&] { exe.run_read_outputs(no_in, no_out); }, 3, 20);
+      }
+      const auto* a = reinterpret_cast<const float*>(f32.outputs[0].data());
+      const auto* b = reinterpret_cast<const float*>(mixed.outputs[0].data());
+      double worst = 0, scale = 0;
+      for (std::size_t i = 0; i < f32.outputs[0].size() / sizeof(float); ++i) {
+        worst = std::max(worst, double(std::abs(a[i] - b[i])));
+        scale = std::max(scale, double(std::abs(a[i])));
+      }
+      report("encoder_large_amp_bf16_matmuls", lowered, "matmuls");
+      report("encoder_large_amp_bf16_resident_us", resident[1] * 1e6, "us");
+      report("encoder_large_amp_f32_resident_us", resident[0] * 1e6, "us");
+      report("encoder_large_amp_speedup", resident[0] / resident[1], "x");
+      report("encoder_large_amp_max_rel_err", worst / scale, "");
+      auto& m = *mixed.compiled.exe;
+      m.set_profiling(true);
+      m.run_read_outputs(std::vector<const void*>(mixed.in.size(), nullptr), std::vector<void*>(mixed.out.size(), nullptr));
+      print_kernels(m);
+    }
   } catch (const Error& e) {
     fmt::print(stderr, "cuda_bench: {}\n", e.what());
     return 1;

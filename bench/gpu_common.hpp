@@ -90,8 +90,8 @@ struct Prepared {
   std::vector<void*> out;
 };
 
-inline Prepared prepare(runtime::Backend& backend, const ir::Graph& g) {
-  Prepared p{backend.compile(g), {}, {}, {}, {}};
+inline Prepared prepare(runtime::Backend& backend, const ir::Graph& g, const compile::CompileOptions& options = {}) {
+  Prepared p{backend.compile(g, options), {}, {}, {}, {}};
   const auto& lir = p.compiled.result->lir;
   auto params = models::random_params(g, 7);
   for (std::size_t i = 0; i < lir.params.size(); ++i) {
