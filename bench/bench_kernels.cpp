@@ -5,6 +5,7 @@
 #include <random>
 
 #include "openblas_peer.hpp"
+#include "rlx/compile/quantize.hpp"
 #include "rlx/ir/graph.hpp"
 
 namespace {
@@ -67,6 +68,32 @@ void gemm_lowp(const Session& session, std::int64_t n, int reps) {
   progress(name, s);
 }
 
+// Post-training int8 quantization end to end (compile::quantize): a 256 x 1024 -> 1024 -> relu -> 10
+// classifier, f32 against its PTQ form, which quantizes the wide layer (its input quantized, its output
+// dequantized in the GEMM's epilogue) and leaves the 10-wide one in f32 (docs/precision.md).
+void ptq_mlp(const Session& session, int reps) {
+  const std::int64_t b = 256, w = 1024;
+  ir::Graph g("ptq_mlp");
+  auto x = g.input("x", {b, w});
+  auto h = g.relu(g.linear(x, g.param("w1", {w, w}), g.param("b1", {w})));
+  g.add_output(g.linear(h, g.param("w2", {w, 10}), g.param("b2", {10})), "logits");
+  std::map<std::string, ir::Tensor, std::less<>> params{{"w1", random_f32({w, w}, 3)},
+                                                        {"b1", random_f32({w}, 4)},
+                                                        {"w2", random_f32({w, 10}, 5)},
+                                                        {"b2", random_f32({10}, 6)}};
+  const std::map<std::string, ir::Tensor, std::less<>> in{{"x", random_f32({b, w}, 7)}};
+  const std::vector<reference::TensorMap> calib{{{"x", random_f32({b, w}, 8)}}};
+  const auto q = compile::quantize(g, params, calib, session.backend().traits());
+  Runner f32(session.compile(g), params, in), i8(session.compile(q.graph), q.params, in);
+  auto s = interleave({{"rlx", std::ref(f32)}, {"rlx_int8", std::ref(i8)}}, {.reps = reps});
+  const std::string name = "ptq_mlp_b256_w1024";
+  emit(name, {2.0 * double(b) * double(w) * double(w + 10), 0}, s);
+  progress(name, s);
+  std::fprintf(stderr, "    check: max |int8 - f32| = %g (of max |f32| %g); %s",
+               max_abs_diff(i8.outputs()[0], f32.outputs()[0]),
+               max_abs_diff(f32.outputs()[0], ir::Tensor(ir::DType::F32, {b, 10})), q.report_text().c_str());
+}
+
 // x*a+b -> relu -> -c -> *d -> max e -> min f -> +x: eight cheap ops on one
 // 64 MiB input, so a fused kernel is bound by memory traffic alone.
 ir::Graph elementwise_chain(std::int64_t n) {
@@ -116,6 +143,7 @@ int main(int argc, char** argv) try {
   for (std::int64_t n : {512, 1024, 2048}) gemm(session, "gemm_" + std::to_string(n) + "^3", n, n, n, reps);
   gemm(session, "gemv_1x4096x4096", 1, 4096, 4096, reps);
   gemm_lowp(session, 1024, reps);
+  ptq_mlp(session, reps);
   elementwise(session, reps);
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_kernels: %s\n", e.what());

@@ -23,10 +23,11 @@ TARGETS = {("elementwise_chain8_16M", "memcpy"): 0.7, ("elementwise_chain8_16M",
            ("train_adam_update_4M", "memcpy"): 0.77}
 # Low-precision products against RLX's own f32 on the same workload (issue 17): the speed-up, f32 time over
 # the low-precision time, and its target.
-SPEEDUPS = {("gemm_lowp_1024^3", "rlx_int8"): 2.0, ("gemm_lowp_1024^3", "rlx_bf16"): 1.6}
+SPEEDUPS = {("gemm_lowp_1024^3", "rlx_int8"): 2.0, ("gemm_lowp_1024^3", "rlx_bf16"): 1.6,
+            ("ptq_mlp_b256_w1024", "rlx_int8"): 1.8}
 # The implementation under test: RLX's C++ API, or pyrlx where a workload measures the bindings.
 SUBJECTS = ("rlx", "pyrlx")
-ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemm_lowp_1024^3", "gemv_1x4096x4096", "elementwise_chain8_16M",
+ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemm_lowp_1024^3", "ptq_mlp_b256_w1024", "gemv_1x4096x4096", "elementwise_chain8_16M",
          "softmax_4096x4096", "layer_norm_4096x4096", "rms_norm_4096x4096", "conv2d_8x256x14x14_k3",
          "conv2d_1x256x14x14_k3", "conv2d_1x256x14x14_o1024_k1",
          "mlp_b64_w1024_l2", "encoder_s128_d512_h8", "compile_encoder_cold", "compile_encoder_cached",

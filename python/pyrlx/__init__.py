@@ -1295,6 +1295,23 @@ def reference_run(g: Graph, inputs: dict, params: Optional[dict] = None) -> list
     return _C.reference_run(g._g, conv(inputs), conv(params))
 
 
+def quantize_graph(g: Graph, calibration_batches: Sequence[dict], params: Optional[dict] = None,
+                   device: str = "cpu", calibration: str = "minmax", percentile: float = 99.99) -> Graph:
+    """Post-training int8 quantization (docs/precision.md): the activations feeding each matmul are calibrated
+    over `calibration_batches` (dicts of the graph's inputs), and a matmul becomes int8 (u8 activations per
+    tensor, s8 weights per output channel) only where `device` has an int8 matmul that beats its f32 one for
+    that size. `params` defaults to g.param_values. The result carries its params (the int8 weights made);
+    `result.quantize_report` lists each matmul: (node, op, dtype it runs in, reason)."""
+    values = dict(g.param_values if params is None else params)
+    conv = lambda d: [(n,) + _to_device_array(v) for n, v in d.items()]
+    native, qvalues, report = _C.quantize_graph(g._g, conv(values), [conv(b) for b in calibration_batches],
+                                                device, calibration, percentile)
+    out = Graph(_native=native)
+    out.param_values = dict(qvalues)
+    out.quantize_report = list(report)
+    return out
+
+
 # ---- backend selection: pyrlx/devices.py ----
 from .llm import LLM  # noqa: E402
 

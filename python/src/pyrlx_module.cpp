@@ -18,6 +18,7 @@
 
 #include "convert.hpp"
 #include "rlx/autodiff/autodiff.hpp"
+#include "rlx/compile/quantize.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
@@ -265,6 +266,34 @@ NB_MODULE(_pyrlx, m) {
           nb::list outs;
           for (const auto& t : rlx::reference::run(g, in, pa)) outs.append(tensor_to_array(t));
           return outs;
+        });
+
+  m.def("quantize_graph",
+        [](const ir::Graph& g, const std::vector<std::tuple<std::string, AnyArray, std::string>>& params,
+           const std::vector<std::vector<std::tuple<std::string, AnyArray, std::string>>>& batches,
+           const std::string& device, const std::string& calibration, double percentile) {
+          rlx::reference::TensorMap pa;
+          for (const auto& [n, a, d] : params) pa.emplace(n, array_to_tensor(a, ir::parse_dtype(d)));
+          std::vector<rlx::reference::TensorMap> bs;
+          for (const auto& b : batches) {
+            auto& in = bs.emplace_back();
+            for (const auto& [n, a, d] : b) in.emplace(n, array_to_tensor(a, ir::parse_dtype(d)));
+          }
+          rlx::compile::QuantizeOptions o;
+          if (calibration == "percentile")
+            o.calibration = rlx::compile::Calibration::Percentile;
+          else if (calibration != "minmax")
+            throw rlx::Error("quantize_graph: calibration '" + calibration + "': expected minmax or percentile");
+          o.percentile = percentile;
+          const auto traits = rlx::runtime::make_backend(rlx::runtime::parse_device(device))->traits();
+          auto q = rlx::compile::quantize(g, pa, bs, traits, o);
+          nb::dict values;
+          for (const auto& [n, t] : q.params) values[nb::str(n.c_str())] = tensor_to_array(t);
+          nb::list report;
+          for (const auto& e : q.report)
+            report.append(
+                nb::make_tuple(e.node, std::string(ir::op_name(e.op)), std::string(ir::dtype_name(e.dtype)), e.reason));
+          return nb::make_tuple(std::move(q.graph), values, report);
         });
 
   nb::class_<PyCompiled>(m, "_Compiled")

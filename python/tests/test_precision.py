@@ -36,3 +36,44 @@ def test_cpu_keeps_f32_where_bf16_is_not_faster_and_says_why():
 def test_an_unknown_precision_is_an_error():
     with pytest.raises(rlx.Error, match="unknown precision 'fp8': expected f32, bf16 or f16"):
         rlx.Session("cpu").compile(mlp(), precision="fp8")
+
+
+def wide_mlp(batch=256, width=1024):
+    g = rlx.Graph("wide")
+    x = g.input("x", (batch, width))
+    g.output(rlx.linear(rlx.linear(x, g.param("w1", (width, width)), g.param("b1", (width,))).relu(),
+                        g.param("w2", (width, 10)), g.param("b2", (10,))), "logits")
+    return g
+
+
+def test_quantize_graph_runs_the_wide_layer_in_int8_and_stays_close():
+    rng = np.random.default_rng()
+    g = wide_mlp()
+    g.param_values = {"w1": (rng.standard_normal((1024, 1024)) / 32).astype(np.float32),
+                      "b1": np.zeros(1024, np.float32),
+                      "w2": (rng.standard_normal((1024, 10)) / 32).astype(np.float32), "b2": np.zeros(10, np.float32)}
+    batches = [{"x": rng.standard_normal((256, 1024)).astype(np.float32)} for _ in range(2)]
+    q = rlx.quantize_graph(g, batches)
+    assert [r[1] for r in q.quantize_report] == ["matmul", "matmul"]
+    dtypes = [dtype for _, _, dtype, _ in q.quantize_report]
+    if dtypes[0] == "f32":  # a CPU without VNNI: nothing to gain, and the report says so
+        assert "no int8 matmul" in q.quantize_report[0][3]
+        return
+    assert dtypes == ["i8", "f32"], q.quantize_report  # the 10-wide output layer is narrower than a panel
+    assert "w1.int8" in q.param_values and "w1" not in q.param_values
+    x = rng.standard_normal((256, 1024)).astype(np.float32)
+    want = rlx.Session("cpu").compile(g).run({"x": x})[0]
+    got = rlx.Session("cpu").compile(q).run({"x": x})[0]
+    assert np.isfinite(got).all()
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert 1e-6 < err < 5e-2, err
+    assert (got.argmax(1) == want.argmax(1)).mean() > 0.9
+
+
+def test_quantize_graph_errors():
+    g = mlp()
+    g.param_values = {"w": np.zeros((16, 16), np.float32), "b": np.zeros(16, np.float32)}
+    with pytest.raises(rlx.Error, match="no calibration batch"):
+        rlx.quantize_graph(g, [])
+    with pytest.raises(rlx.Error, match="expected minmax or percentile"):
+        rlx.quantize_graph(g, [{"x": np.zeros((8, 16), np.float32)}], calibration="entropy")

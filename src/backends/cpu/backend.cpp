@@ -568,6 +568,13 @@ class CpuBackend final : public runtime::Backend {
     t.matmul_transposed_b = true;
     t.matmul_multi_output_epilogue = true;
     t.matmul_widened_operands = true;  // int8 and bf16 GEMMs (lowp_gemm.hpp)
+    // PTQ's int8 matmuls where the CPU has an int8 GEMM (VNNI); no bf16 entry: without AMX, bf16's peak is
+    // f32's, so auto-mixed precision would only add casts (docs/precision.md).
+    if (select_lowp_table().i8_nr > 0) t.fast_low_precision.insert({OpKind::MatMul, ir::DType::I8});
+    // Measured on a 2-core Xeon (docs/precision.md): a 256x1024x1024 layer gains 1.4x, a 256x512x512 one
+    // breaks even, a 256x64x128 one is 2x slower (quantizing the input costs more than the GEMM saves).
+    t.int8_matmul_min_macs = std::int64_t(1) << 27;
+    t.int8_matmul_min_n = select_lowp_table().i8_nr;
     for (auto& name : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(name));
     t.arena_alignment = std::int64_t(kAlign);
     return t;

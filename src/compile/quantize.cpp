@@ -1,0 +1,189 @@
+#include "rlx/compile/quantize.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "rlx/compile/rewrite.hpp"
+#include "rlx/error.hpp"
+
+namespace rlx::compile {
+
+std::string QuantizedGraph::report_text() const {
+  std::string out = fmt::format("quantize: {} matmuls considered\n", report.size());
+  for (const auto& e : report)
+    out += fmt::format("  %{} {}: {} ({})\n", e.node, ir::op_name(e.op), ir::dtype_name(e.dtype), e.reason);
+  return out;
+}
+
+namespace {
+
+// The range a quantized activation covers: [lo, hi], widened to hold 0 (so that 0 is exact, as padding and
+// ReLU outputs need).
+struct Range {
+  double lo = 0, hi = 0;
+};
+
+Range calibrated(std::vector<double>& seen, double lo, double hi, const QuantizeOptions& o) {
+  if (o.calibration == Calibration::MinMax || seen.empty()) return {std::min(lo, 0.0), std::max(hi, 0.0)};
+  // Percentile of |x|: a few outliers must not stretch the scale for everything else.
+  for (auto& v : seen) v = std::abs(v);
+  const auto k = std::size_t(std::clamp(o.percentile / 100.0, 0.0, 1.0) * double(seen.size() - 1));
+  std::nth_element(seen.begin(), seen.begin() + std::ptrdiff_t(k), seen.end());
+  const double m = seen[k];
+  return {lo < 0 ? -m : 0.0, m};
+}
+
+}  // namespace
+
+QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& params,
+                        std::span<const reference::TensorMap> batches, const BackendTraits& backend,
+                        const QuantizeOptions& options) {
+  if (batches.empty()) throw Error("quantize: no calibration batch (give at least one set of the graph's inputs)");
+  if (options.calibration == Calibration::Percentile && !(options.percentile > 0 && options.percentile <= 100))
+    throw Error(fmt::format("quantize: percentile {} is not in (0, 100]", options.percentile));
+  for (auto id : graph.param_ids())
+    if (!params.contains(graph.node(id).attrs.get_str("name")))
+      throw Error(fmt::format("quantize: param '{}' has no value", graph.node(id).attrs.get_str("name")));
+  // Primitives: the matmuls of linears and attention are visible.
+  const ir::Graph g = passes::decompose(graph, {});
+  QuantizedGraph q;
+  q.params = params;
+  const bool fast = backend.fast_low_precision.contains({ir::OpKind::MatMul, ir::DType::I8});
+
+  // The candidates: f32 matmuls of an activation by a 2-D param (the weights PTQ can fix).
+  std::vector<ir::NodeId> candidates;
+  for (const auto& n : g.nodes()) {
+    if (n.op != ir::OpKind::MatMul) continue;
+    const auto& b = g.node(n.inputs[1]);
+    std::string why;
+    if (n.dtype != ir::DType::F32)
+      why = "left as written: not f32";
+    else if (b.op != ir::OpKind::Param || b.shape.rank() != 2)
+      why = "left in f32: its weights are not a 2-D param";
+    else if (!fast)
+      why = fmt::format("left in f32: backend '{}' has no int8 matmul faster than its f32 one", backend.name);
+    else if (const std::int64_t macs = n.shape.numel() * b.shape[0].size; macs < backend.int8_matmul_min_macs)
+      why = fmt::format("left in f32: {} multiply-adds, below the {} at which backend '{}' gains from int8", macs,
+                        backend.int8_matmul_min_macs, backend.name);
+    else if (b.shape[1].size < backend.int8_matmul_min_n)
+      why = fmt::format("left in f32: {} columns, narrower than backend '{}''s int8 panels ({})", b.shape[1].size,
+                        backend.name, backend.int8_matmul_min_n);
+    if (!why.empty()) {
+      q.report.push_back({n.id, n.op, n.dtype, why});
+      continue;
+    }
+    candidates.push_back(n.id);
+  }
+
+  // Calibration: each candidate's activation, as an extra output, over every batch.
+  std::map<ir::NodeId, Range> ranges;
+  if (!candidates.empty()) {
+    ir::Graph probe = g;
+    for (auto id : candidates) probe.add_output(g.node(id).inputs[0]);
+    const std::size_t first = g.outputs().size();
+    std::map<ir::NodeId, std::vector<double>> samples;
+    std::map<ir::NodeId, std::pair<double, double>> minmax;
+    for (const auto& batch : batches) {
+      const auto outs = reference::run(probe, batch, params);
+      for (std::size_t c = 0; c < candidates.size(); ++c) {
+        const ir::Tensor& t = outs.at(first + c);
+        auto& [lo, hi] = minmax.try_emplace(candidates[c], std::numeric_limits<double>::infinity(),
+                                            -std::numeric_limits<double>::infinity())
+                             .first->second;
+        auto& s = samples[candidates[c]];
+        // Percentile keeps up to 2^20 values per activation, evenly strided.
+        const std::int64_t step = std::max<std::int64_t>(1, t.numel() * std::int64_t(batches.size()) >> 20);
+        for (std::int64_t i = 0; i < t.numel(); ++i) {
+          const double v = t.get(i);
+          if (!std::isfinite(v)) continue;
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
+          if (options.calibration == Calibration::Percentile && i % step == 0) s.push_back(v);
+        }
+      }
+    }
+    for (auto id : candidates) {
+      const auto [lo, hi] = minmax.at(id);
+      ranges[id] = calibrated(samples[id], std::isfinite(lo) ? lo : 0, std::isfinite(hi) ? hi : 0, options);
+    }
+  }
+
+  q.graph = rewrite(g, [&](Rewriter& r, const ir::Node& n) -> std::optional<ir::NodeId> {
+    const auto it = ranges.find(n.id);
+    if (it == ranges.end()) return std::nullopt;
+    auto& out = r.out();
+    const auto& wn = g.node(n.inputs[1]);
+    const std::string wname = wn.attrs.get_str("name");
+    const ir::Tensor& w = params.at(wname);
+    const std::int64_t K = wn.shape[0].size, N = wn.shape[1].size;
+    // Weights: s8 per output channel, symmetric (the scale maps the column's largest |w| to 127).
+    ir::Tensor wq(ir::DType::I8, {K, N});
+    ir::Tensor wscale(ir::DType::F32, {N}), colsum(ir::DType::F32, {N});
+    for (std::int64_t j = 0; j < N; ++j) {
+      double m = 0;
+      for (std::int64_t k = 0; k < K; ++k) m = std::max(m, std::abs(w.get(k * N + j)));
+      const double s = m > 0 ? m / 127 : 1;
+      double sum = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double v = std::clamp(std::nearbyint(w.get(k * N + j) / s), -127.0, 127.0);
+        wq.set(k * N + j, v);
+        sum += v;
+      }
+      wscale.set(j, s);
+      colsum.set(j, sum);
+    }
+    // Activations: u8 per tensor, asymmetric: x ~ s_x (x_q - zp).
+    const auto [lo, hi] = it->second;
+    const double sx = hi > lo ? (hi - lo) / 255 : 1;
+    const double zp = std::clamp(std::nearbyint(-lo / sx), 0.0, 255.0);
+    const std::string qname = wname + ".int8";
+    if (q.params.contains(qname)) throw Error(fmt::format("quantize: the graph already has a param '{}'", qname));
+    q.params[qname] = wq;
+    auto x = r.map(n.inputs[0]);
+    auto xq = out.unary(ir::OpKind::Round, out.add(out.mul(x, out.scalar(1 / sx)), out.scalar(zp)));
+    xq = out.cast(out.clamp(xq, 0, 255), ir::DType::U8);
+    auto acc = out.matmul(out.cast(xq, ir::DType::I32), out.cast(out.param(qname, wn.shape, ir::DType::I8), ir::DType::I32));
+    // y = s_x s_w[j] (sum_k x_q w_q - zp colsum[j]): the zero point's share, then both scales, per column.
+    for (std::int64_t j = 0; j < N; ++j) {
+      colsum.set(j, zp * colsum.get(j));
+      wscale.set(j, sx * wscale.get(j));
+    }
+    auto y = out.mul(out.sub(out.cast(acc, ir::DType::F32), out.constant(colsum)), out.constant(wscale));
+    q.report.push_back({n.id, n.op, ir::DType::I8,
+                        fmt::format("u8 activations in [{:.4g}, {:.4g}] per tensor, s8 weights per channel, i32 "
+                                    "accumulation, dequantized in its epilogue",
+                                    lo, hi)});
+    return y;
+  });
+  std::sort(q.report.begin(), q.report.end(), [](const auto& a, const auto& b) { return a.node < b.node; });
+  // The f32 weights a quantized matmul no longer reads are not params of the new graph (dce keeps every
+  // param, as the calling interface; here the interface changes on purpose).
+  {
+    const ir::Graph& full = q.graph;
+    std::vector<bool> live(full.size(), false);
+    for (auto id : full.output_ids()) live[id] = true;
+    for (auto id = full.size(); id-- > 0;) {
+      const auto& n = full.node(ir::NodeId(id));
+      if (n.op == ir::OpKind::Input) live[id] = true;
+      if (live[id])
+        for (auto i : n.inputs) live[i] = true;
+    }
+    Rewriter pruned(full);
+    for (const auto& n : full.nodes())
+      if (live[n.id]) pruned.copy(n);
+    q.graph = pruned.finish();
+  }
+  reference::TensorMap used;
+  for (auto id : q.graph.param_ids()) {
+    const auto& name = q.graph.node(id).attrs.get_str("name");
+    used[name] = q.params.at(name);
+  }
+  q.params = std::move(used);
+  return q;
+}
+
+}  // namespace rlx::compile
