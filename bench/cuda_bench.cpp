@@ -173,7 +173,8 @@ int main() {
       report("encoder_large_amp_max_rel_err", worst / scale, "");
       auto& m = *mixed.compiled.exe;
       m.set_profiling(true);
-      m.run_read_outputs(std::vector<const void*>(mixed.in.size(), nullptr), std::vector<void*>(mixed.out.size(), nullptr));
+      m.run_read_outputs(std::vector<const void*>(mixed.in.size(), nullptr),
+                         std::vector<void*>(mixed.out.size(), nullptr));
       print_kernels(m);
     }
   } catch (const Error& e) {

@@ -17,7 +17,9 @@
 namespace rlx::compile {
 namespace {
 
-ir::Graph small_encoder() { return models::encoder_block({.batch = 2, .seq = 8, .d_model = 32, .heads = 4, .d_ff = 64}); }
+ir::Graph small_encoder() {
+  return models::encoder_block({.batch = 2, .seq = 8, .d_model = 32, .heads = 4, .d_ff = 64});
+}
 
 CompileResult compile_with(const ir::Graph& g, const BackendTraits& t, Precision p) {
   CompileOptions o;
