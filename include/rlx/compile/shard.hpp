@@ -3,7 +3,8 @@
 // between them, what each piece moves in bytes, and whether running the pieces on workers beats running
 // the op whole. Three questions and nothing else: the module does no graph surgery. An option names the
 // operands, axes and ranges; the caller emits the narrows and the concat or sum, or ships ranges to
-// workers (runtime::shard_placement, the adapter from the backends' cost models, is not there yet).
+// workers (runtime::shard_placement, include/rlx/runtime/shard_placement.hpp, does both from the backends'
+// cost models).
 //
 //   auto options = compile::shard::shardings(graph, node, 4);
 //   auto pick = compile::shard::choose(options, workers, link, {.shared_resident = true}, local_rate);
@@ -95,7 +96,7 @@ struct LinkCost {
 };
 
 // A worker: its FLOP rate, and whether its cost model may be ranked at all (the caller fills `rankable` from
-// its cost model: the seed's CostCalibration::is_rankable, which runtime::shard_placement is to supply; a worker
+// its cost model: the seed's CostCalibration::is_rankable, which runtime::worker_cost supplies; a worker
 // that is not rankable is excluded and reported). A `local` worker shares memory
 // with the caller, so nothing crosses the link to it.
 struct WorkerCost {
