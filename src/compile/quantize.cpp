@@ -91,8 +91,9 @@ QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& para
       const auto outs = reference::run(probe, batch, params);
       for (std::size_t c = 0; c < candidates.size(); ++c) {
         const ir::Tensor& t = outs.at(first + c);
-        auto& [lo, hi] = minmax.try_emplace(candidates[c], std::numeric_limits<double>::infinity(),
-                                            -std::numeric_limits<double>::infinity())
+        auto& [lo, hi] = minmax
+                             .try_emplace(candidates[c], std::numeric_limits<double>::infinity(),
+                                          -std::numeric_limits<double>::infinity())
                              .first->second;
         auto& s = samples[candidates[c]];
         // Percentile keeps up to 2^20 values per activation, evenly strided.
@@ -146,7 +147,8 @@ QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& para
     auto x = r.map(n.inputs[0]);
     auto xq = out.unary(ir::OpKind::Round, out.add(out.mul(x, out.scalar(1 / sx)), out.scalar(zp)));
     xq = out.cast(out.clamp(xq, 0, 255), ir::DType::U8);
-    auto acc = out.matmul(out.cast(xq, ir::DType::I32), out.cast(out.param(qname, wn.shape, ir::DType::I8), ir::DType::I32));
+    auto acc =
+        out.matmul(out.cast(xq, ir::DType::I32), out.cast(out.param(qname, wn.shape, ir::DType::I8), ir::DType::I32));
     // y = s_x s_w[j] (sum_k x_q w_q - zp colsum[j]): the zero point's share, then both scales, per column.
     for (std::int64_t j = 0; j < N; ++j) {
       colsum.set(j, zp * colsum.get(j));

@@ -27,8 +27,8 @@ struct QuantizeOptions {
 };
 
 struct QuantizedGraph {
-  ir::Graph graph;             // primitives; quantized matmuls read int8 params
-  reference::TensorMap params;  // every param of `graph`: the f32 ones given, and the int8 weights made
+  ir::Graph graph;                     // primitives; quantized matmuls read int8 params
+  reference::TensorMap params;         // every param of `graph`: the f32 ones given, and the int8 weights made
   std::vector<PrecisionEntry> report;  // each matmul considered: i8 or f32, and why
   std::string report_text() const;
 };
