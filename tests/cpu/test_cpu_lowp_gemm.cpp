@@ -242,7 +242,8 @@ TEST(LowpGemm, CastsAndEpiloguesFuseIntoOneKernel) {
     c.gens["w"] = g == &q ? range_of(DType::I8) : conformance::uniform();
     c.gens["scale"] = conformance::uniform(1e-4, 1e-3);
     EXPECT_TRUE(conformance::matches_reference(Device::Cpu, *g, c));
-    const auto& lir = Session(Device::Cpu).compile(*g).compile_result().lir;
+    const auto compiled = Session(Device::Cpu).compile(*g);  // kept: the result lives in it
+    const auto& lir = compiled.compile_result().lir;
     EXPECT_EQ(lir.kernels.size(), 1u) << g->name() << ":\n" << lir.to_text();
   }
 }
