@@ -69,7 +69,8 @@ std::vector<CompiledGraph> emit(const ir::Graph& graph, ir::NodeId node, const S
   ir::Graph split("shard_split");
   std::vector<ir::NodeId> in;
   for (std::size_t i = 0; i < n.inputs.size(); ++i)
-    in.push_back(split.input(fmt::format("in{}", i), ir::Shape(operand_shape(i, std::nullopt)), graph.node(n.inputs[i]).dtype));
+    in.push_back(
+        split.input(fmt::format("in{}", i), ir::Shape(operand_shape(i, std::nullopt)), graph.node(n.inputs[i]).dtype));
   for (std::size_t p = 0; p < o.pieces(); ++p)
     for (std::size_t i = 0; i < n.inputs.size(); ++i)
       if (const auto& cut = o.operands[i]; !cut.shared())
@@ -96,7 +97,8 @@ std::vector<CompiledGraph> emit(const ir::Graph& graph, ir::NodeId node, const S
     ir::Graph piece(fmt::format("shard_piece{}", p));
     std::vector<ir::NodeId> args;
     for (std::size_t i = 0; i < n.inputs.size(); ++i)
-      args.push_back(piece.input(fmt::format("in{}", i), ir::Shape(operand_shape(i, p)), graph.node(n.inputs[i]).dtype));
+      args.push_back(
+          piece.input(fmt::format("in{}", i), ir::Shape(operand_shape(i, p)), graph.node(n.inputs[i]).dtype));
     piece.add_output(piece.add(n.op, args, n.attrs), "y");
     out.push_back(Session(plan.devices[p]).compile(piece));
   }

@@ -92,8 +92,9 @@ TEST(ShardPlacement, EveryMatmulCutRunsAcrossDevicesAndMatchesTheReference) {
     for (const auto& n : sharded.combine_graph().nodes()) has_concat |= n.op == ir::OpKind::Concat;
     EXPECT_EQ(has_concat, !sum);
   }
-  EXPECT_THROW(ShardedNode(g, mm, ShardPlan{shard::Choice{.option = options[0]}, devices}).run(std::vector<ir::Tensor>{a}),
-               Error);
+  EXPECT_THROW(
+      ShardedNode(g, mm, ShardPlan{shard::Choice{.option = options[0]}, devices}).run(std::vector<ir::Tensor>{a}),
+      Error);
 }
 
 // The placement's own choice, forced to split, end to end.
@@ -110,8 +111,8 @@ TEST(ShardPlacement, ThePlacedSplitRuns) {
   const std::vector<ir::Tensor> operands{testing::random_tensor(ir::DType::F32, {64, 32}, rng),
                                          testing::random_tensor(ir::DType::F32, {32, 16}, rng)};
   ShardedNode sharded(g, mm, *plan);
-  EXPECT_TRUE(testing::tensors_close(sharded.run(operands),
-                                     reference::run(g, {{"a", operands[0]}, {"b", operands[1]}}).at(0)));
+  EXPECT_TRUE(
+      testing::tensors_close(sharded.run(operands), reference::run(g, {{"a", operands[0]}, {"b", operands[1]}}).at(0)));
 }
 
 }  // namespace
