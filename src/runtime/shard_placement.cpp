@@ -107,7 +107,7 @@ std::vector<CompiledGraph> emit(const ir::Graph& graph, ir::NodeId node, const S
 
 }  // namespace
 
-ShardedNode::ShardedNode(const ir::Graph& graph, ir::NodeId node, ShardPlan plan)
+ShardedNode::ShardedNode(const ir::Graph& graph, ir::NodeId node, const ShardPlan& plan)
     : ShardedNode(plan, graph.node(node < graph.size() ? node : 0).inputs.size(), emit(graph, node, plan)) {}
 
 ir::Tensor ShardedNode::run(std::span<const ir::Tensor> operands) {

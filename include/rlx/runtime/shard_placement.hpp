@@ -49,7 +49,7 @@ std::optional<ShardPlan> shard_placement(const ir::Graph& graph, ir::NodeId node
 // A node run as the plan says. Its operands are given by the node's operand order.
 class ShardedNode {
  public:
-  ShardedNode(const ir::Graph& graph, ir::NodeId node, ShardPlan plan);
+  ShardedNode(const ir::Graph& graph, ir::NodeId node, const ShardPlan& plan);
   // Each operand in the node's input order; the node's value.
   ir::Tensor run(std::span<const ir::Tensor> operands);
   const ShardPlan& plan() const { return plan_; }

@@ -52,7 +52,9 @@ void widen(const std::byte* src, ir::DType from, std::byte* dst, ir::DType to, i
         else if (to == ir::DType::F32)
           each([&](i64 i) { f[i] = ir::f16_to_f32(h[i]); });
         else if (from == ir::DType::I8)
-          each([&](i64 i) { w[i] = reinterpret_cast<const std::int8_t*>(src)[i]; });
+          each([&](i64 i) {
+            w[i] = reinterpret_cast<const std::int8_t*>(src)[i];  // NOLINT(bugprone-signed-char-misuse): i8 data
+          });
         else
           each([&](i64 i) { w[i] = reinterpret_cast<const std::uint8_t*>(src)[i]; });
       },
