@@ -786,7 +786,11 @@ Variants conv2d_variants() {
                                         {{1, 4, 9, 9}, {5, 4, 3, 2}, {1, 2}, {2, 1}, {2, 1}, 1, true},
                                         {{2, 4, 6, 6}, {6, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true},
                                         {{1, 3, 5, 5}, {3, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 3, false},
-                                        {{2, 3, 4, 5}, {8, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true}}) {
+                                        {{2, 3, 4, 5}, {8, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},
+                                        // Whole blocks of 16 channels: the CPU's direct kernel.
+                                        {{2, 16, 7, 9}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+                                        {{1, 32, 9, 8}, {32, 16, 3, 3}, {2, 2}, {2, 1}, {2, 1}, 2, false},
+                                        {{1, 16, 5, 6}, {16, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true}}) {
       V v("conv2d " + dt(t) + " x" + str(c.x) + " w" + str(c.w) + " stride " + str(c.stride) + " pad " +
           str(c.padding) + " dil " + str(c.dilation) + " groups " + std::to_string(c.groups));
       auto x = v.in("x", t, c.x, uniform(-1, 1));

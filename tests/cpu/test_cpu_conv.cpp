@@ -9,7 +9,13 @@
 // 1, 2 or 3 threads.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <string>
+
+#include "backends/cpu/isa.hpp"
 #include "conformance/harness.hpp"
+#include "rlx/env.hpp"
+#include "rlx/runtime/session.hpp"
 
 namespace rlx::backends::cpu {
 namespace {
@@ -60,6 +66,84 @@ TEST(CpuConv, WorkSplitsMatchTheReference) {
           EXPECT_TRUE(conformance::matches_reference(runtime::Device::Cpu, g, check))
               << c.what << ", " << ir::dtype_name(t) << ", bias " << bias << ", threads " << threads;
         }
+}
+
+// The direct kernel (isa/conv_impl.inc), forced so that a fall back to im2col fails the test: whole channel
+// blocks (of 16, so of 8 too), column strides 1 and 2, row strides, dilation, groups, padding, pointwise convs
+// run as one row of positions, rows longer than a register tile (strips), short rows (four channel blocks a
+// tile on AVX-512), an odd count of channel blocks (one a tile), weights packed once (params) and per run
+// (inputs), with and without bias, on 1 to 3 threads and every SIMD ISA.
+TEST(CpuConv, DirectKernelMatchesTheReferenceOnEveryIsa) {
+  const Case cases[] = {
+      {"3x3 same", {2, 32, 9, 11}, {32, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {"rows longer than a tile", {1, 16, 5, 40}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {"short rows, four blocks a tile", {2, 16, 6, 6}, {64, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {"odd block count", {1, 16, 7, 9}, {48, 16, 3, 3}, {1, 1}, {0, 1}, {1, 1}, 1},
+      {"strides 2, groups", {2, 32, 15, 13}, {32, 16, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 2},
+      {"row stride 3, dilation", {1, 16, 17, 12}, {16, 16, 3, 2}, {3, 1}, {2, 0}, {2, 3}, 1},
+      {"wide padding, 5x3", {1, 32, 10, 30}, {64, 32, 5, 3}, {2, 1}, {4, 2}, {1, 2}, 1},
+      {"pointwise", {2, 32, 7, 9}, {48, 32, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+      {"pointwise, stride 2", {1, 16, 20, 19}, {32, 16, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1},
+      {"pointwise, padded", {1, 16, 4, 5}, {16, 16, 1, 1}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {"groups of 16 channels", {1, 64, 6, 6}, {64, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 4},
+  };
+  env::ScopedOverride direct("RLX_CPU_CONV", "direct");
+  int ran = 0;
+  for (const std::string& isa : supported_isas()) {
+    if (isa == "generic") continue;
+    env::ScopedOverride use_isa("RLX_CPU_ISA", isa);
+    for (const Case& c : cases)
+      for (bool bias : {false, true})
+        for (bool param : {false, true})
+          for (int threads : {1, 2, 3}) {
+            Graph g("direct conv");
+            auto x = g.input("x", ir::Shape(c.x));
+            auto w = param ? g.param("w", ir::Shape(c.w)) : g.input("w", ir::Shape(c.w));
+            std::optional<ir::NodeId> b;
+            if (bias) b = g.param("b", {c.w[0]});
+            g.add_output(g.conv2d(x, w, b, c.stride, c.pad, c.dilation, c.groups));
+            conformance::Check check;
+            check.seed = testing::test_seed();
+            check.label = c.what;
+            check.options.num_threads = threads;
+            EXPECT_TRUE(conformance::matches_reference(runtime::Device::Cpu, g, check))
+                << c.what << ", " << isa << ", bias " << bias << ", weights as param " << param << ", threads "
+                << threads;
+            ++ran;
+          }
+    for (auto [stride, pad, dil] : {std::array<std::int64_t, 3>{1, 1, 1}, {2, 3, 2}}) {
+      Graph g("direct conv1d");
+      g.add_output(g.conv1d(g.input("x", {2, 16, 30}), g.param("w", {32, 16, 3}), std::nullopt, stride, pad, dil));
+      conformance::Check check;
+      check.seed = testing::test_seed();
+      EXPECT_TRUE(conformance::matches_reference(runtime::Device::Cpu, g, check)) << isa << " stride " << stride;
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "this CPU has no SIMD ISA with a direct convolution";
+}
+
+// Forcing the direct kernel where it cannot run is an error that says why, not a silent fall back.
+TEST(CpuConv, ForcedDirectKernelSaysWhyItCannotRun) {
+  env::ScopedOverride direct("RLX_CPU_CONV", "direct");
+  auto expect_refusal = [](const Graph& g, const std::string& why) {
+    try {
+      (void)runtime::Session(runtime::Device::Cpu).compile(g);
+      ADD_FAILURE() << "compiled: " << why;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  Graph odd("odd channels");
+  odd.add_output(odd.conv2d(odd.input("x", {1, 3, 8, 8}), odd.param("w", {16, 3, 3, 3}), std::nullopt));
+  expect_refusal(odd, "not multiples of");
+  Graph f64("f64");
+  f64.add_output(
+      f64.conv2d(f64.input("x", {1, 16, 8, 8}, DType::F64), f64.param("w", {16, 16, 3, 3}, DType::F64), std::nullopt));
+  expect_refusal(f64, "f32 only");
+  env::ScopedOverride generic("RLX_CPU_ISA", "generic");
+  Graph scalar("generic");
+  scalar.add_output(scalar.conv2d(scalar.input("x", {1, 16, 8, 8}), scalar.param("w", {16, 16, 3, 3}), std::nullopt));
+  expect_refusal(scalar, "no direct convolution");
 }
 
 }  // namespace

@@ -121,6 +121,18 @@ void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
   const std::byte* src = base + r.offset;
   std::byte* out = store.packed[i].data();
   const i64 ldb = op.transposed ? op.K : op.N;
+  if (op.spec.format == PackFormat::Conv) {
+    const KernelTable& isa = *plan.isa;
+    const i64 G = op.spec.groups, Og = op.N / G, taps = op.spec.taps, Cg = op.K / taps;
+    parallel_for(
+        G * (Og / isa.conv_block), 1,
+        [&](i64 u0, i64 u1) {
+          isa.conv_pack_weights(reinterpret_cast<const float*>(src), G, Og, Cg, taps, reinterpret_cast<float*>(out), u0,
+                                u1);
+        },
+        plan.threads);
+    return;
+  }
   if (op.spec.format != PackFormat::F32) {
     const LowpTable& t = *plan.lowp;
     const bool int8 = op.spec.format == PackFormat::Int8;
@@ -187,8 +199,8 @@ class CpuExecutable final : public runtime::ExecutableGraph {
         threads_(stride_ * std::size_t(ThreadPool::instance().size())),
         ptrs_(plan_->refs.size() + plan_->packs.size(), nullptr),
         handles_(plan_->n_inputs),
-        out_scratch_(plan_->outputs.size()),
-        donated_(plan_->outputs.size(), false) {
+        donated_(plan_->outputs.size(), false),
+        out_scratch_(plan_->outputs.size()) {
     for (const auto& k : plan_->kernels) kernels_.push_back(k.get());
     set_backend_name("cpu");
     resolve_pointers();

@@ -16,13 +16,16 @@
 
 namespace rlx::backends::cpu {
 
-// The panel layout of a packed copy: the f32 GEMM's (KernelTable::gemm_pack_b), or the int8 or bf16 GEMM's
-// (lowp_gemm.hpp), whose copies are `bytes` long.
-enum class PackFormat : std::uint8_t { F32, Int8, Bf16 };
+// The panel layout of a packed copy: the f32 GEMM's (KernelTable::gemm_pack_b), the int8 or bf16 GEMM's
+// (lowp_gemm.hpp), or the direct convolution's blocked weights (KernelTable::conv_pack_weights), whose copies
+// are `bytes` long.
+enum class PackFormat : std::uint8_t { F32, Int8, Bf16, Conv };
 struct PackSpec {
   PackFormat format = PackFormat::F32;
   bool source_unsigned = false;  // Int8: the matrix holds u8 (else i8)
-  std::size_t bytes = 0;         // Int8, Bf16: the packed copy's size
+  std::size_t bytes = 0;         // Int8, Bf16, Conv: the packed copy's size
+  std::int64_t groups = 1;       // Conv: N = O output channels in `groups` groups, K = Cg * taps (KH * KW)
+  std::int64_t taps = 1;
 };
 
 struct PackedOperand {

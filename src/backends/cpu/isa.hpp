@@ -160,6 +160,24 @@ struct ReduceCtx {
   std::byte* out = nullptr;  // results, one out_ct value per output element
 };
 
+// A convolution for the direct kernel (isa/conv_impl.inc), whose layouts block channels by
+// KernelTable::conv_block (B, the vector width):
+// - input, written by conv_block_input: [N][G][Cg/B][Hp][Wp][B], zero in the padding;
+// - weights, written by conv_pack_weights: [G][Og/B][Cg/B][KH][KW][B ci][B co];
+// - output: NCHW, y[n][g * Og + o][oh][ow], written straight from the registers.
+// A 1x1 stride-1 unpadded conv arrives as one row of H * W positions (H = 1).
+struct ConvGeom {
+  std::int64_t N = 1, G = 1, Cg = 1, Og = 1;    // batch, groups, channels in and out per group
+  std::int64_t H = 1, Wd = 1, Hp = 1, Wp = 1;   // input rows and columns, unpadded and padded
+  std::int64_t OH = 1, OW = 1, KH = 1, KW = 1;  // output and kernel extents
+  std::int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  std::int64_t block = 1;   // B
+  std::int64_t nb = 1;      // output-channel blocks per register tile: 1, 2 or 4
+  std::int64_t strips = 1;  // register tiles per output row (positions split evenly)
+  // conv_direct's work units: (image, group, run of nb output-channel blocks, output row, strip).
+  std::int64_t units() const { return N * G * (Og / block / nb) * OH * strips; }
+};
+
 // ---- the per-ISA function table ----------------------------------------------
 struct KernelTable {
   const char* name;
@@ -197,6 +215,17 @@ struct KernelTable {
                       std::int64_t K, std::int64_t N, float* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1,
                       std::int64_t p0, std::int64_t p1);
   std::int32_t simd_width;  // floats per vector: B in place needs N % simd_width == 0
+  // The direct convolution (isa/conv_impl.inc, layouts at ConvGeom); conv_block is 0 where the ISA has none.
+  std::int32_t conv_block;
+  std::int32_t conv_accumulators;  // vector registers a tile may hold: nb * positions <= this
+  // Units [u0, u1) of (group, output-channel block): w is [G * Og, Cg, KH, KW].
+  void (*conv_pack_weights)(const float* w, std::int64_t G, std::int64_t Og, std::int64_t Cg, std::int64_t taps,
+                            float* out, std::int64_t u0, std::int64_t u1);
+  // Units [u0, u1) of (image, group, input-channel block): x is NCHW.
+  void (*conv_block_input)(const ConvGeom& g, const float* x, float* xb, std::int64_t u0, std::int64_t u1);
+  // Units [u0, u1) of ConvGeom::units(); bias may be null.
+  void (*conv_direct)(const ConvGeom& g, const float* xb, const float* wk, const float* bias, float* y, std::int64_t u0,
+                      std::int64_t u1);
 };
 
 namespace generic {

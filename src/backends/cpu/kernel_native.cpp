@@ -11,6 +11,7 @@
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/kernels.hpp"
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::backends::cpu {
@@ -239,6 +240,13 @@ class ConvKernel final : public CpuKernel {
   // weights read in place as A and tile = gemm_nr, so im2col writes one panel
   // in the layout the GEMM reads; otherwise BLAS.
   bool packed = false;
+  // f32 with whole channel blocks on a SIMD ISA: the direct kernel (isa/conv_impl.inc) over a blocked copy of
+  // the input in the shared scratch, with the weights packed once (wpacked: their pointer-table index) or, when
+  // they are not constant, per run after the input.
+  bool direct = false;
+  ConvGeom geom;
+  std::int32_t wpacked = -1;
+  i64 xb_floats = 0;
 
   // A unit is one GEMM, y[rows of a channel block, tile of positions] =
   // w[block, CK] x col[CK, tile], after im2col of its tile.
@@ -247,6 +255,10 @@ class ConvKernel final : public CpuKernel {
     const T* wp = at<T>(c, w);
     T* yp = at_mut<T>(c, y);
     const T* bp = bias ? at<T>(c, *bias) : nullptr;
+    if (direct) {
+      if constexpr (std::is_same_v<T, float>) run_direct(c, xp, wp, yp, bp);
+      return;
+    }
     if (packed) {
       if constexpr (std::is_same_v<T, float>) run_packed(c, xp, wp, yp, bp);
       return;
@@ -278,6 +290,25 @@ class ConvKernel final : public CpuKernel {
   }
 
  private:
+  void run_direct(const RunCtx& c, const float* xp, const float* wp, float* yp, const float* bp) const {
+    const KernelTable& isa = *c.isa;
+    const ConvGeom& g = geom;
+    auto* xb = reinterpret_cast<float*>(c.shared);
+    float* wk_run = xb + xb_floats;
+    parallel_for(
+        g.N * g.G * (g.Cg / g.block), 1, [&](i64 u0, i64 u1) { isa.conv_block_input(g, xp, xb, u0, u1); },
+        c.max_threads);
+
+    if (wpacked < 0)
+      parallel_for(
+          g.G * (g.Og / g.block), 1,
+          [&](i64 u0, i64 u1) { isa.conv_pack_weights(wp, g.G, g.Og, g.Cg, g.KH * g.KW, wk_run, u0, u1); },
+          c.max_threads);
+    const float* wk = wpacked >= 0 ? reinterpret_cast<const float*>(c.ptrs[wpacked]) : wk_run;
+    parallel_for(
+        g.units(), 1, [&](i64 u0, i64 u1) { isa.conv_direct(g, xb, wk, bp, yp, u0, u1); }, c.max_threads);
+  }
+
   // The packed path. Panels of gemm_nr positions run over all images' positions in a row (image n's position
   // p is column n * P + p), so only the batch's last panel is partial: per image, 196 positions in 64-wide
   // panels would leave a quarter of every image's last panel idle. A panel inside one image is stored in
@@ -552,6 +583,57 @@ void require_float(const BuildCtx& b, const ir::Node& n) {
            " must be legalized to f32 first");
 }
 
+// RLX_CPU_CONV=direct|gemm forces the f32 convolution's algorithm where both apply (tests, benches).
+enum class ConvChoice : std::uint8_t { Auto, Direct, Gemm };
+ConvChoice conv_override() {
+  auto value = env::get("RLX_CPU_CONV");
+  if (!value) return ConvChoice::Auto;
+  if (*value == "direct") return ConvChoice::Direct;
+  if (*value == "gemm") return ConvChoice::Gemm;
+  throw Error("RLX_CPU_CONV='" + *value + "' is not one of direct, gemm");
+}
+
+// Why the direct kernel cannot run this f32 conv; empty when it can. It takes whole channel blocks in and out
+// of every group, and column strides of 1 or 2 (its register tiles are instantiated for those).
+std::string direct_conv_misfit(const KernelTable& isa, const ConvShape& s) {
+  const i64 B = isa.conv_block;
+  if (B == 0) return std::string("the ") + isa.name + " ISA has no direct convolution";
+  if (s.Cg() % B != 0 || s.Og() % B != 0)
+    return "channels per group in " + std::to_string(s.Cg()) + " and out " + std::to_string(s.Og()) +
+           " are not multiples of " + std::to_string(B);
+  if (s.sw > 2) return "column stride " + std::to_string(s.sw) + " is above 2";
+  return {};
+}
+
+void plan_direct(const BuildCtx& b, const KernelTable& isa, const compile::Buffer& wb, ConvKernel<float>& k) {
+  const ConvShape& s = k.s;
+  ConvGeom& g = k.geom;
+  g.N = s.N, g.G = s.G, g.Cg = s.Cg(), g.Og = s.Og();
+  g.KH = s.KH, g.KW = s.KW, g.sh = s.sh, g.sw = s.sw, g.ph = s.ph, g.pw = s.pw, g.dh = s.dh, g.dw = s.dw;
+  if (s.pointwise()) {  // one row of every position: tiles of 14 whatever the image's width
+    g.H = 1, g.Wd = s.H * s.W, g.OH = 1, g.OW = s.OH * s.OW;
+  } else {
+    g.H = s.H, g.Wd = s.W, g.OH = s.OH, g.OW = s.OW;
+  }
+  g.Hp = g.H + 2 * g.ph, g.Wp = g.Wd + 2 * g.pw;
+  g.block = isa.conv_block;
+  // Four channel blocks a tile only when a row is too short to fill a tile of two (4 x 7 positions for 2 x 14
+  // measured 15% slower on 14 x 14 rows).
+  const i64 obs = g.Og / g.block, acc = isa.conv_accumulators;
+  g.nb = obs % 4 == 0 && g.OW <= acc / 4 ? 4 : obs % 2 == 0 ? 2 : 1;
+  const i64 max_p = std::min<i64>(acc / g.nb, 14);
+  g.strips = (g.OW + max_p - 1) / max_p;
+  k.direct = true;
+  k.xb_floats = g.N * g.G * g.Cg * g.Hp * g.Wp;
+  const auto& root = b.lir.buffer(wb.root < 0 ? wb.id : wb.root);
+  const bool constant = root.role == compile::BufferRole::Param || root.role == compile::BufferRole::Constant;
+  const i64 taps = g.KH * g.KW, w_floats = g.G * g.Og * g.Cg * taps;
+  if (constant && b.packs)
+    k.wpacked = b.packs->request(wb.id, g.Cg * taps, g.G * g.Og, false,
+                                 {PackFormat::Conv, false, std::size_t(w_floats) * sizeof(float), g.G, taps});
+  k.shared_bytes = std::size_t(k.xb_floats + (k.wpacked < 0 ? w_floats : 0)) * sizeof(float);
+}
+
 template <class T>
 std::unique_ptr<CpuKernel> make_conv(const BuildCtx& b, const ir::Node& n) {
   const auto& xb = b.in_of(n.inputs.at(0));
@@ -575,12 +657,21 @@ std::unique_ptr<CpuKernel> make_conv(const BuildCtx& b, const ir::Node& n) {
     s.sw = stride[0], s.pw = pad[0], s.dw = dil[0];
   }
   if (s.G < 1 || s.C % s.G || s.O % s.G || wb.shape[1] * s.G != s.C) b.fail("conv channels do not match the groups");
+  if (!std::is_same_v<T, float> && conv_override() == ConvChoice::Direct)
+    b.fail("RLX_CPU_CONV=direct: the direct convolution runs in f32 only");
   k->x = xb.id;
   k->w = wb.id;
   k->y = yb.id;
   if (n.inputs.size() > 2) k->bias = b.in_of(n.inputs[2]).id;
   if constexpr (std::is_same_v<T, float>) {
     const KernelTable& isa = b.packs && b.packs->isa ? *b.packs->isa : select_kernels();
+    const ConvChoice choice = conv_override();
+    const std::string misfit = direct_conv_misfit(isa, s);
+    if (choice == ConvChoice::Direct && !misfit.empty()) b.fail("RLX_CPU_CONV=direct: " + misfit);
+    if (misfit.empty() && choice != ConvChoice::Gemm) {
+      plan_direct(b, isa, wb, *k);
+      return k;
+    }
     if (std::string_view(isa.name) != "generic") {
       // One panel of positions a unit, all output channels (the weights are read in place, so a unit
       // costs its im2col panel); with fewer units than threads, channel blocks of at least 48 rows.
