@@ -21,8 +21,9 @@ const std::vector<Var>& catalog() {
        "Force the CPU f32 GEMM for constant weights: packed (RLX's packed-B kernel) or blas (OpenBLAS). "
        "Unset = chosen by shape, from measurements; for tests and benchmarks."},
       {"RLX_CPU_CONV", Type::String, "",
-       "Force the CPU f32 convolution where both apply: direct (RLX's blocked direct kernel) or gemm (im2col and "
-       "GEMM). Unset = direct whenever the channels per group are whole SIMD blocks; for tests and benchmarks."},
+       "Force the CPU f32 convolution's algorithm: direct (RLX's blocked direct kernel), winograd (F(2x2, 3x3)) or "
+       "gemm (im2col and GEMM); one that cannot run the conv is an error saying why. Unset = chosen by shape, from "
+       "measurements; for tests and benchmarks."},
       {"RLX_TEST_SEED", Type::Int, "",
        "Seed for the tests' random inputs and graphs (printed by every test run), to replay a failure."},
       {"RLX_TEST_TIMING", Type::Bool, "0",

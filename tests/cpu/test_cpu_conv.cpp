@@ -122,6 +122,52 @@ TEST(CpuConv, DirectKernelMatchesTheReferenceOnEveryIsa) {
   if (ran == 0) GTEST_SKIP() << "this CPU has no SIMD ISA with a direct convolution";
 }
 
+// Winograd F(2x2, 3x3), forced: odd output sizes (tiles past the edges, and past a group of tiles on the last
+// column), no padding and wide padding, several images, output blocks in and out of the transposed groups,
+// with and without bias, on 1 to 3 threads and every SIMD ISA; and with 128 channels each way, where the
+// default picks it.
+TEST(CpuConv, WinogradMatchesTheReferenceOnEveryIsa) {
+  struct Shape {
+    const char* what;
+    Ints x, w, pad;
+  };
+  const Shape shapes[] = {
+      {"same, odd rows and columns", {2, 32, 9, 11}, {48, 32, 3, 3}, {1, 1}},
+      {"no padding", {1, 16, 10, 7}, {32, 16, 3, 3}, {0, 0}},
+      {"wide padding, three images", {3, 16, 5, 13}, {16, 16, 3, 3}, {2, 1}},
+      {"one output", {1, 16, 3, 3}, {16, 16, 3, 3}, {0, 0}},
+  };
+  int ran = 0;
+  for (const std::string& isa : supported_isas()) {
+    if (isa == "generic") continue;
+    env::ScopedOverride use_isa("RLX_CPU_ISA", isa);
+    {
+      env::ScopedOverride winograd("RLX_CPU_CONV", "winograd");
+      for (const Shape& c : shapes)
+        for (bool bias : {false, true})
+          for (int threads : {1, 2, 3}) {
+            Graph g("winograd");
+            std::optional<ir::NodeId> b;
+            if (bias) b = g.param("b", {c.w[0]});
+            g.add_output(g.conv2d(g.input("x", ir::Shape(c.x)), g.param("w", ir::Shape(c.w)), b, {1, 1}, c.pad));
+            conformance::Check check;
+            check.seed = testing::test_seed();
+            check.options.num_threads = threads;
+            EXPECT_TRUE(conformance::matches_reference(runtime::Device::Cpu, g, check))
+                << c.what << ", " << isa << ", bias " << bias << ", threads " << threads;
+            ++ran;
+          }
+    }
+    Graph wide("winograd by default");
+    wide.add_output(wide.conv2d(wide.input("x", {1, 128, 12, 12}), wide.param("w", {128, 128, 3, 3}),
+                                wide.param("b", {128}), {1, 1}, {1, 1}));
+    conformance::Check check;
+    check.seed = testing::test_seed();
+    EXPECT_TRUE(conformance::matches_reference(runtime::Device::Cpu, wide, check)) << isa;
+  }
+  if (ran == 0) GTEST_SKIP() << "this CPU has no SIMD ISA with a direct convolution";
+}
+
 // Forcing the direct kernel where it cannot run is an error that says why, not a silent fall back.
 TEST(CpuConv, ForcedDirectKernelSaysWhyItCannotRun) {
   env::ScopedOverride direct("RLX_CPU_CONV", "direct");
@@ -140,6 +186,21 @@ TEST(CpuConv, ForcedDirectKernelSaysWhyItCannotRun) {
   f64.add_output(
       f64.conv2d(f64.input("x", {1, 16, 8, 8}, DType::F64), f64.param("w", {16, 16, 3, 3}, DType::F64), std::nullopt));
   expect_refusal(f64, "f32 only");
+  {
+    env::ScopedOverride winograd("RLX_CPU_CONV", "winograd");
+    Graph pointwise("pointwise");
+    pointwise.add_output(
+        pointwise.conv2d(pointwise.input("x", {1, 16, 8, 8}), pointwise.param("w", {16, 16, 1, 1}), std::nullopt));
+    expect_refusal(pointwise, "not 3x3 with stride 1");
+    Graph input_weights("weights as an input");
+    input_weights.add_output(input_weights.conv2d(input_weights.input("x", {1, 16, 8, 8}),
+                                                  input_weights.input("w", {16, 16, 3, 3}), std::nullopt));
+    expect_refusal(input_weights, "not a param or constant");
+    Graph grouped("groups");
+    grouped.add_output(grouped.conv2d(grouped.input("x", {1, 32, 8, 8}), grouped.param("w", {32, 16, 3, 3}),
+                                      std::nullopt, {1, 1}, {1, 1}, {1, 1}, 2));
+    expect_refusal(grouped, "groups 2");
+  }
   env::ScopedOverride generic("RLX_CPU_ISA", "generic");
   Graph scalar("generic");
   scalar.add_output(scalar.conv2d(scalar.input("x", {1, 16, 8, 8}), scalar.param("w", {16, 16, 3, 3}), std::nullopt));

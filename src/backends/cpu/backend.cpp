@@ -121,6 +121,36 @@ void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
   const std::byte* src = base + r.offset;
   std::byte* out = store.packed[i].data();
   const i64 ldb = op.transposed ? op.K : op.N;
+  if (op.spec.format == PackFormat::Winograd) {
+    // U = G g G^T for every (output, input) channel pair, computed in f64: 16 [C, O] matrices, each packed
+    // for the GEMM. G's rows: [1 0 0], [1/2 1/2 1/2], [1/2 -1/2 1/2], [0 0 1].
+    static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    const KernelTable& isa = *plan.isa;
+    const i64 O = op.N, C = op.K / 9, panels = (O + isa.gemm_nr - 1) / isa.gemm_nr;
+    const std::size_t each = packed_floats(isa, C, O);
+    const auto* w = reinterpret_cast<const float*>(src);
+    auto* dst = reinterpret_cast<float*>(out);
+    parallel_for(
+        16, 1,
+        [&](i64 x0, i64 x1) {
+          std::vector<float> u(std::size_t(C * O));
+          for (i64 xi = x0; xi < x1; ++xi) {
+            const double* gi = G[xi / 4];
+            const double* gj = G[xi % 4];
+            for (i64 o = 0; o < O; ++o)
+              for (i64 c = 0; c < C; ++c) {
+                const float* k = w + (o * C + c) * 9;
+                double acc = 0;
+                for (int a = 0; a < 3; ++a)
+                  for (int bb = 0; bb < 3; ++bb) acc += gi[a] * double(k[a * 3 + bb]) * gj[bb];
+                u[std::size_t(c * O + o)] = float(acc);
+              }
+            isa.gemm_pack_b(u.data(), O, C, O, dst + std::size_t(xi) * each, 0, panels);
+          }
+        },
+        plan.threads);
+    return;
+  }
   if (op.spec.format == PackFormat::Conv) {
     const KernelTable& isa = *plan.isa;
     const i64 G = op.spec.groups, Og = op.N / G, taps = op.spec.taps, Cg = op.K / taps;

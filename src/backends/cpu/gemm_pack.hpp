@@ -19,11 +19,13 @@ namespace rlx::backends::cpu {
 // The panel layout of a packed copy: the f32 GEMM's (KernelTable::gemm_pack_b), the int8 or bf16 GEMM's
 // (lowp_gemm.hpp), or the direct convolution's blocked weights (KernelTable::conv_pack_weights), whose copies
 // are `bytes` long.
-enum class PackFormat : std::uint8_t { F32, Int8, Bf16, Conv };
+// Winograd: the 16 transformed weight matrices U = G g G^T of Winograd F(2x2, 3x3), [Cg, O] each, one after the
+// other in the f32 GEMM's panels (packed_floats(isa, K / 9, N) floats each).
+enum class PackFormat : std::uint8_t { F32, Int8, Bf16, Conv, Winograd };
 struct PackSpec {
   PackFormat format = PackFormat::F32;
   bool source_unsigned = false;  // Int8: the matrix holds u8 (else i8)
-  std::size_t bytes = 0;         // Int8, Bf16, Conv: the packed copy's size
+  std::size_t bytes = 0;         // Int8, Bf16, Conv, Winograd: the packed copy's size
   std::int64_t groups = 1;       // Conv: N = O output channels in `groups` groups, K = Cg * taps (KH * KW)
   std::int64_t taps = 1;
 };

@@ -174,6 +174,8 @@ struct ConvGeom {
   std::int64_t block = 1;   // B
   std::int64_t nb = 1;      // output-channel blocks per register tile: 1, 2 or 4
   std::int64_t strips = 1;  // register tiles per output row (positions split evenly)
+  // Winograd: floats between its 16 transformed-input (v) and product (m) matrices.
+  std::int64_t v_stride = 0, m_stride = 0;
   // conv_direct's work units: (image, group, run of nb output-channel blocks, output row, strip).
   std::int64_t units() const { return N * G * (Og / block / nb) * OH * strips; }
 };
@@ -226,6 +228,14 @@ struct KernelTable {
   // Units [u0, u1) of ConvGeom::units(); bias may be null.
   void (*conv_direct)(const ConvGeom& g, const float* xb, const float* wk, const float* bias, float* y, std::int64_t u0,
                       std::int64_t u1);
+  // Winograd F(2x2, 3x3) for a 3x3 stride-1 undilated conv of one group (isa/conv_impl.inc). Its T =
+  // N * ceil(OH / 2) * ceil(OW / 2) tiles of 2 x 2 outputs read 4 x 4 inputs of the blocked input, whose padding
+  // reaches 2 * ceil(OH / 2) + 2 rows and 2 * ceil(OW / 2) + 2 columns. The transformed input v is 16 [T, Cg]
+  // matrices v_stride floats apart, and the products m 16 [T, Og] matrices m_stride apart: 16 GEMMs with the
+  // transformed weights between them.
+  // wino_input: units (image, input-channel block); wino_output: units (image, output-channel block).
+  void (*wino_input)(const ConvGeom& g, const float* xb, float* v, std::int64_t u0, std::int64_t u1);
+  void (*wino_output)(const ConvGeom& g, const float* m, const float* bias, float* y, std::int64_t u0, std::int64_t u1);
 };
 
 namespace generic {
