@@ -62,6 +62,18 @@ std::vector<Model> onnx_peered_models() {
   conv(8, 256, 256, 3, 11);
   conv(1, 256, 256, 3, 12);
   conv(1, 256, 1024, 1, 13);
+  {
+    // The whole bottleneck, as a model runs it: 1x1 1024->256, 3x3 256->256, 1x1 256->1024, each with its
+    // (batch-norm-folded) bias and ReLU, and the residual before the last ReLU.
+    ir::Graph g("resnet50_stage3_bottleneck");
+    const auto x = g.input("x", {1, 1024, 14, 14});
+    auto h = g.relu(g.conv2d(x, g.param("w1", {256, 1024, 1, 1}), g.param("b1", {256})));
+    h = g.relu(g.conv2d(h, g.param("w2", {256, 256, 3, 3}), g.param("b2", {256}), {1, 1}, {1, 1}));
+    h = g.conv2d(h, g.param("w3", {1024, 256, 1, 1}), g.param("b3", {1024}));
+    g.add_output(g.relu(g.add(h, x)), "y");
+    const double flops = 2.0 * 196 * (1024.0 * 256 + 256.0 * 256 * 9 + 256.0 * 1024);
+    ms.push_back(model("resnet_bottleneck_1x1024x14x14", std::move(g), 14, {flops, 0}));
+  }
   const models::MlpConfig m;
   ms.push_back(model("mlp_b64_w1024_l2", models::mlp(m), 21, {2.0 * m.batch * m.width * m.width * m.layers, 0},
                      {{"batch", m.batch}, {"width", m.width}, {"layers", m.layers}}));

@@ -125,6 +125,13 @@ def onnx_conv(m):
     return b, y
 
 
+def onnx_bottleneck(m):
+    b = OnnxBuilder(m["params"])
+    h = b.op("Relu", b.op("Conv", "x", "w1", "b1"))
+    h = b.op("Relu", b.op("Conv", h, "w2", "b2", pads=[1, 1, 1, 1]))
+    return b, b.op("Relu", b.op("Add", b.op("Conv", h, "w3", "b3"), "x"))
+
+
 def onnx_mlp(m):
     b = OnnxBuilder(m["params"])
     h = "x"
@@ -157,7 +164,8 @@ def onnx_encoder(m):
 
 
 BUILDERS = {"conv2d_8x256x14x14_k3": onnx_conv, "conv2d_1x256x14x14_k3": onnx_conv,
-            "conv2d_1x256x14x14_o1024_k1": onnx_conv, "mlp_b64_w1024_l2": onnx_mlp, "encoder_s128_d512_h8": onnx_encoder}
+            "conv2d_1x256x14x14_o1024_k1": onnx_conv, "resnet_bottleneck_1x1024x14x14": onnx_bottleneck,
+            "mlp_b64_w1024_l2": onnx_mlp, "encoder_s128_d512_h8": onnx_encoder}
 
 
 def onnx_model(m, workload):

@@ -18,6 +18,7 @@ TARGETS = {("elementwise_chain8_16M", "memcpy"): 0.7, ("elementwise_chain8_16M",
            ("mlp_b64_w1024_l2", "onnxruntime"): 1.0, ("encoder_s128_d512_h8", "onnxruntime"): 1.0,
            ("pyrlx_mlp_b64_w1024_l2", "onnxruntime"): 1.0, ("conv2d_8x256x14x14_k3", "onnxruntime"): 1.0,
            ("conv2d_1x256x14x14_k3", "onnxruntime"): 1.0, ("conv2d_1x256x14x14_o1024_k1", "onnxruntime"): 1.0,
+           ("resnet_bottleneck_1x1024x14x14", "onnxruntime"): 1.0,
            ("onnx_minilm_b1_s128", "onnxruntime"): 1.0, ("onnx_minilm_b8_s128", "onnxruntime"): 1.0,
            # Adam's step within 1.3x of a memcpy of the same bytes (issue 22).
            ("train_adam_update_4M", "memcpy"): 0.77}
@@ -29,7 +30,7 @@ SPEEDUPS = {("gemm_lowp_1024^3", "rlx_int8"): 2.0, ("gemm_lowp_1024^3", "rlx_bf1
 SUBJECTS = ("rlx", "pyrlx")
 ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemm_lowp_1024^3", "ptq_mlp_b256_w1024", "gemv_1x4096x4096", "elementwise_chain8_16M",
          "softmax_4096x4096", "layer_norm_4096x4096", "rms_norm_4096x4096", "conv2d_8x256x14x14_k3",
-         "conv2d_1x256x14x14_k3", "conv2d_1x256x14x14_o1024_k1",
+         "conv2d_1x256x14x14_k3", "conv2d_1x256x14x14_o1024_k1", "resnet_bottleneck_1x1024x14x14",
          "mlp_b64_w1024_l2", "encoder_s128_d512_h8", "compile_encoder_cold", "compile_encoder_cached",
          "run_overhead_tiny", "pyrlx_mlp_b64_w1024_l2", "onnx_minilm_b1_s128", "onnx_minilm_b8_s128",
          "train_sgd_mlp_b64_w1024_l2",

@@ -29,7 +29,10 @@ def test_cpu_keeps_f32_where_bf16_is_not_faster_and_says_why():
             assert report == []
         else:
             assert [op for _, op, _, _ in report] == ["matmul"]
-            assert all(dtype == "f32" and "backend 'cpu' has no bf16 matmul" in why for _, _, dtype, why in report)
+            # Without AMX the CPU has no faster bf16 matmul; with it, 8 rows are too few to pay for the casts.
+            assert all(dtype == "f32" and ("backend 'cpu' has no bf16 matmul" in why
+                                           or "8 rows, below the 256 at which backend 'cpu' gains" in why)
+                       for _, _, dtype, why in report)
     np.testing.assert_array_equal(outs[0], outs[1])  # the same graph: never slower, and the same values
 
 

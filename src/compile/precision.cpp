@@ -55,6 +55,18 @@ ir::Graph auto_mixed_precision(const ir::Graph& g, Precision policy, const Backe
                        ir::dtype_name(low), ir::op_name(n.op)));
       return std::nullopt;
     }
+    if (n.op == ir::OpKind::MatMul && backend.low_precision_matmul_min_rows > 0) {
+      const auto& dims = n.shape.dims();
+      std::int64_t rows = 1;
+      for (std::size_t d = 0; d + 1 < dims.size(); ++d)
+        rows *= dims[d].is_static() ? dims[d].size : std::int64_t(1) << 20;  // a symbolic dim: assume many rows
+      if (rows < backend.low_precision_matmul_min_rows) {
+        note(n, ir::DType::F32,
+             fmt::format("left in f32: {} rows, below the {} at which backend '{}' gains from {}", rows,
+                         backend.low_precision_matmul_min_rows, backend.name, ir::dtype_name(low)));
+        return std::nullopt;
+      }
+    }
     auto& out = r.out();
     auto ins = r.mapped_inputs(n);
     for (auto& id : ins)

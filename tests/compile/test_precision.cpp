@@ -60,7 +60,8 @@ TEST(Precision, MatmulsRunInBf16WhereTheBackendIsFasterAndNothingElseDoes) {
 }
 
 TEST(Precision, ABackendWithoutFasterKernelsKeepsF32AndSaysWhy) {
-  const auto cpu = runtime::make_backend(runtime::Device::Cpu)->traits();
+  auto cpu = runtime::make_backend(runtime::Device::Cpu)->traits();
+  cpu.fast_low_precision.erase({ir::OpKind::MatMul, ir::DType::BF16});  // the CPU without AMX
   const ir::Graph g = small_encoder();
   const auto mixed = compile_with(g, cpu, Precision::Bf16);
   const auto plain = compile_with(g, cpu, Precision::F32);
@@ -72,6 +73,23 @@ TEST(Precision, ABackendWithoutFasterKernelsKeepsF32AndSaysWhy) {
   EXPECT_EQ(ir::to_text(mixed.mir), ir::to_text(plain.mir));  // never slower: the same graph
   EXPECT_TRUE(plain.precision.entries.empty());
   EXPECT_NE(mixed.precision.to_text().find("left in f32"), std::string::npos);
+}
+
+// A backend whose bf16 matmul pays only past some rows (the CPU on AMX: it casts and packs a weight per run)
+// keeps the smaller matmuls in f32 and says how many rows they have.
+TEST(Precision, MatmulsWithTooFewRowsStayF32AndSayWhy) {
+  auto t = backends::cuda::traits();
+  t.low_precision_matmul_min_rows = 32;
+  ir::Graph g("two matmuls");
+  const auto w = g.param("w", {16, 16});
+  g.add_output(g.matmul(g.input("few", {2, 8, 16}), w));   // 16 rows
+  g.add_output(g.matmul(g.input("many", {4, 8, 16}), w));  // 32 rows
+  const auto r = compile_with(g, t, Precision::Bf16);
+  ASSERT_EQ(r.precision.entries.size(), 2u) << r.precision.to_text();
+  EXPECT_EQ(r.precision.entries[0].dtype, ir::DType::F32);
+  EXPECT_NE(r.precision.entries[0].reason.find("16 rows, below the 32"), std::string::npos)
+      << r.precision.entries[0].reason;
+  EXPECT_EQ(r.precision.entries[1].dtype, ir::DType::BF16) << r.precision.entries[1].reason;
 }
 
 TEST(Precision, TheMixedGraphStaysWithinBf16OfTheF32One) {

@@ -117,7 +117,8 @@ TEST(LowpGemm, Bf16KernelsMatchAFloat64ProductOnEveryIsa) {
         for (auto& v : a) v = to_bf16(value(rng));
         for (auto& v : b) v = to_bf16(value(rng));
         const auto panels = std::int64_t(lowp_panels(t.bf16_nr, N));
-        std::vector<std::byte> packed(std::size_t(panels) * bf16_panel_bytes(t.bf16_nr, K), std::byte{0x7f});
+        std::vector<std::byte> packed(std::size_t(panels) * bf16_panel_bytes(t.bf16_nr, K, t.bf16_k_align),
+                                      std::byte{0x7f});
         t.bf16_pack_b(b.data(), transposed, transposed ? K : N, K, N, packed.data(), 0, panels);
         std::vector<float> c(std::size_t(M * N), std::numeric_limits<float>::quiet_NaN());
         split_calls(M, panels, [&](std::int64_t m0, std::int64_t m1, std::int64_t p0, std::int64_t p1) {

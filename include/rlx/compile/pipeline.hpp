@@ -84,6 +84,9 @@ struct BackendTraits {
   // (op, dtype) pairs that run faster than in f32 here: the precision pass lowers an op only onto these, so an
   // auto-mixed-precision graph is never slower than its f32 form (docs/precision.md).
   std::set<std::pair<ir::OpKind, ir::DType>> fast_low_precision;
+  // The fewest rows (M of an M·K·N matmul) at which the precision pass's bf16 or f16 matmul beats f32 here:
+  // the CPU casts and packs a weight per run (K·N work) that the rows' faster products must pay back.
+  std::int64_t low_precision_matmul_min_rows = 0;
   // The least work (M·K·N multiply-adds) at which PTQ's int8 matmul beats f32 once its input is quantized and
   // its output dequantized, and the least width N (its GEMM's panels are that wide): smaller ones stay f32.
   std::int64_t int8_matmul_min_macs = 0, int8_matmul_min_n = 0;

@@ -610,9 +610,13 @@ class CpuBackend final : public runtime::Backend {
     t.matmul_transposed_b = true;
     t.matmul_multi_output_epilogue = true;
     t.matmul_widened_operands = true;  // int8 and bf16 GEMMs (lowp_gemm.hpp)
-    // PTQ's int8 matmuls where the CPU has an int8 GEMM (VNNI); no bf16 entry: without AMX, bf16's peak is
-    // f32's, so auto-mixed precision would only add casts (docs/precision.md).
+    // PTQ's int8 matmuls where the CPU has an int8 GEMM (VNNI); bf16 matmuls only on AMX: with vdpbf16ps
+    // alone, bf16's peak is f32's, so auto-mixed precision would only add casts (docs/precision.md).
     if (select_lowp_table().i8_nr > 0) t.fast_low_precision.insert({OpKind::MatMul, ir::DType::I8});
+    if (select_lowp_table().bf16_beats_f32) t.fast_low_precision.insert({OpKind::MatMul, ir::DType::BF16});
+    // Measured (docs/precision.md): two 1024-wide layers in bf16 on AMX run 0.77x f32's speed at 64 rows and
+    // 1.2x at 256, the weights' per-run cast and pack against the rows' faster products.
+    t.low_precision_matmul_min_rows = 256;
     // Measured on a 2-core Xeon (docs/precision.md): a 256x1024x1024 layer gains 1.4x, a 256x512x512 one
     // breaks even, a 256x64x128 one is 2x slower (quantizing the input costs more than the GEMM saves).
     t.int8_matmul_min_macs = std::int64_t(1) << 27;

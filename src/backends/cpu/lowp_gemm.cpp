@@ -1,5 +1,8 @@
 #include "backends/cpu/lowp_gemm.hpp"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 
@@ -14,10 +17,23 @@ bool cpu_has_avx512lowp() {
          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
 }
 
+// AMX needs the CPU's AMX-BF16 and the kernel's leave: Linux hands a process the tiles' 8 KiB of state only
+// after arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) (Linux 5.16 and later; a VM may refuse). Asked once.
+bool cpu_has_avx512amx() {
+  static const bool granted = [] {
+    if (!cpu_has_avx512lowp() || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16"))
+      return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+}
+
 }  // namespace
 
 std::vector<std::string> lowp_isas() {
   std::vector<std::string> out;
+  if (cpu_has_avx512amx()) out.emplace_back("avx512amx");
   if (cpu_has_avx512lowp()) out.emplace_back("avx512lowp");
   if (cpu_has_avx2()) out.emplace_back("avx2");
   out.emplace_back("generic");
@@ -28,9 +44,11 @@ const LowpTable& lowp_table(std::string_view isa) {
   if (isa == "generic") return generic::lowp_table();
   if (isa == "avx2" && cpu_has_avx2()) return avx2::lowp_table();
   if (isa == "avx512lowp" && cpu_has_avx512lowp()) return avx512lowp::lowp_table();
-  if (isa == "avx2" || isa == "avx512lowp")
+  if (isa == "avx512amx" && cpu_has_avx512amx()) return avx512amx::lowp_table();
+  if (isa == "avx2" || isa == "avx512lowp" || isa == "avx512amx")
     throw Error("low-precision GEMM: CPU ISA '" + std::string(isa) + "' is not supported by this processor");
-  throw Error("low-precision GEMM: unknown ISA '" + std::string(isa) + "' (expected generic, avx2 or avx512lowp)");
+  throw Error("low-precision GEMM: unknown ISA '" + std::string(isa) +
+              "' (expected generic, avx2, avx512lowp or avx512amx)");
 }
 
 const LowpTable& select_lowp_table() {
