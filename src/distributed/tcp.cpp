@@ -292,7 +292,7 @@ class TcpEngine final : public Engine {
     return ::poll(fds.data(), fds.size(), deadline.poll_ms());
   }
   // 100 us: on this 2-core machine under load, a 1-float all_reduce between 2 ranks took 150 us sleeping in
-  // poll() at once and 21 to 28 us with 50 to 200 us of this; longer only burns the core.
+  // poll() at once and 21 to 29 us with 50 to 200 us of this; longer only burns the core.
   static constexpr auto kSpin = std::chrono::microseconds(100);
 
   [[noreturn]] void closed(const Io& io, std::string_view op, int err) const {
