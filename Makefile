@@ -37,11 +37,12 @@ SANITIZER_CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=Release -DRLX_BUILD_BENCH=OF
 # (the interpreter does not free everything at exit; the C++ suite checks RLX's).
 ASAN_PRELOAD = $$(c++ -print-file-name=libasan.so) $$(c++ -print-file-name=libubsan.so)
 # The TSan suite: the runtime's concurrency tests (clones, the thread pool, DeviceRouter, concurrent runs on one
-# compiled graph, cancelling from another thread, the load test), by test name, and the binaries that hold them.
-TSAN_TESTS = Clone|Concurren|ThreadPool|Router|RunControl|Load\.
+# compiled graph, cancelling from another thread, the load test), the tcp engine's (its store serves from a thread;
+# its tests run every rank as a thread), by test name, and the binaries that hold them.
+TSAN_TESTS = Clone|Concurren|ThreadPool|Router|RunControl|Load\.|TcpEngine|TcpStore
 TSAN_TARGETS = runtime_test_concurrency runtime_test_load runtime_test_session runtime_test_router \
   runtime_test_run_control cpu_test_cpu_thread_pool cpu_test_cpu_kernels cpu_test_cpu_gemm \
-  compile_test_lower_control_flow vulkan_test_vulkan_backend
+  compile_test_lower_control_flow vulkan_test_vulkan_backend distributed_test_tcp
 
 # The whole C++ suite and pytest under ASan and UBSan (it fits CI's budget, so there is no subset).
 test-asan: deps

@@ -1,15 +1,16 @@
 // Data-parallel training throughput of the digits MLP (64 -> 128 -> 10, AdamW),
-// global batch 256 (and 2048 in make bench): run alone (world size 1) or as ranks under mpirun, one
-// core each (the CPU backend's pool is limited to 1 thread per rank).
+// global batch 256 (and 2048 in make bench): run alone (world size 1) or as ranks under mpirun or started
+// with RANK/WORLD_SIZE (the tcp engine), one core each (the CPU backend's pool is limited to 1 thread per rank).
 //
 //   bench_data_parallel [--reps N] [--steps K] [--batch B]
 //   mpirun -np 2 --bind-to core bench_data_parallel ...
+//   RANK=r WORLD_SIZE=2 MASTER_PORT=P taskset -c r bench_data_parallel ...   (r = 0, 1; bench/run.sh does it)
 //
 // Each rank trains on batch / world rows per step with data_parallel on, so
 // the gradients are all-reduced (rank-ordered sums, docs/distributed.md);
 // one step of the world processes the global batch. A sample is K steps
 // between barriers; rank 0 prints one JSON line per world size
-// (workload dp_train_digits_mlp, impl rlx_<W>rank, seconds per step) and the
+// (workload dp_train_digits_mlp, impl rlx_<W>rank, rlx_<W>rank_tcp for the tcp engine, seconds per step) and the
 // samples/s of the global batch to stderr.
 #include <cstdio>
 #include <cstdlib>
@@ -59,7 +60,7 @@ int main(int argc, char** argv) try {
   for (const auto& [n, t] : batch) named.push_back({n, ir::view(t)});
 
   for (int w = 0; w < 5; ++w) trainer.step(named);
-  Samples s{"rlx_" + std::to_string(world) + "rank", {}, steps};
+  Samples s{"rlx_" + std::to_string(world) + "rank" + (comm.engine() == "tcp" ? "_tcp" : ""), {}, steps};
   for (int r = 0; r < reps; ++r) {
     comm.barrier();
     const double t0 = now_s();

@@ -121,6 +121,17 @@ if command -v mpirun >/dev/null; then
 else
   echo "[bench] warning: mpirun is not installed; the 2-rank data-parallel figure is skipped" >&2
 fi
+echo "[bench] data-parallel training, 2 ranks started with RANK/WORLD_SIZE (the tcp engine), one core each"
+pin0=() pin1=()
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin0=(taskset -c 0) pin1=(taskset -c 1); fi
+for batch in 256 2048; do
+  port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  RANK=1 WORLD_SIZE=2 MASTER_PORT=$port "${pin1[@]}" "$BIN/bench_data_parallel" --reps "$REPS" --batch "$batch" \
+    >/dev/null &
+  RANK=0 WORLD_SIZE=2 MASTER_PORT=$port "${pin0[@]}" "$BIN/bench_data_parallel" --reps "$REPS" --batch "$batch" \
+    >"$RAW/dp_2tcp_$batch.jsonl"
+  wait
+done
 
 # Limits again at the end: the report keeps the best, so a busy moment at the start does not skew the percentages.
 "$BIN/bench_machine" --reps 15 >"$RAW/machine_1.jsonl"

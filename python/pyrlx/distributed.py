@@ -1,6 +1,7 @@
 """rlx.distributed: the process's place among ranks, and collectives on numpy arrays (docs/distributed.md).
 
-Start the ranks with mpirun (the mpi engine), or run one process (the local engine, world size 1)::
+Start the ranks with mpirun (the mpi engine), with a launcher that sets RANK/WORLD_SIZE and MASTER_ADDR/MASTER_PORT
+such as torchrun (the tcp engine), or run one process (the local engine, world size 1)::
 
     import pyrlx as rlx
     rlx.distributed.init()                      # engine from RLX_DISTRIBUTED or the launcher's variables
@@ -13,12 +14,13 @@ import numpy as np
 
 from . import _pyrlx as _C
 
-ENGINES = ("auto", "local", "mpi", "nccl")
+ENGINES = ("auto", "local", "mpi", "tcp", "nccl")
 _info: tuple | None = None
 
 
 def init(engine: str = "auto", device: int = -1) -> None:
-    """Joins the world: MPI under mpirun, else world size 1. Later calls return at once; an explicit engine that
+    """Joins the world: MPI under mpirun, else tcp when WORLD_SIZE > 1 (meeting at MASTER_ADDR:MASTER_PORT), else
+    world size 1. Later calls return at once; an explicit engine that
     differs from the one running raises rlx.Error. `device`: the nccl engine's GPU (-1: LOCAL_RANK)."""
     global _info
     _info = _C._distributed_init(str(engine), int(device))
@@ -44,7 +46,7 @@ def world_size() -> int:
 
 
 def engine() -> str:
-    """"local", "mpi" or "nccl"."""
+    """"local", "mpi", "tcp" or "nccl"."""
     return _world()[2]
 
 

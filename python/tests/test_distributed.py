@@ -1,5 +1,7 @@
 """rlx.distributed and Trainer(..., data_parallel=True). Under pytest the world is one process (the local
-engine); the same script under `mpirun -np 2` (test_under_mpirun below) checks the two-rank case."""
+engine); the same script as two ranks, under `mpirun -np 2` (the mpi engine, test_under_mpirun) and started
+torchrun-style with RANK/WORLD_SIZE (the tcp engine, test_under_a_rank_world_size_launcher), checks the
+two-rank case."""
 import os
 import shutil
 import subprocess
@@ -53,7 +55,7 @@ def run_dp_against_micro_batches(steps=5, global_batch=32):
 def test_world_of_one():
     rlx.distributed.init()
     assert rlx.distributed.is_initialized()
-    if "OMPI_COMM_WORLD_SIZE" not in os.environ:
+    if "OMPI_COMM_WORLD_SIZE" not in os.environ and "WORLD_SIZE" not in os.environ:
         assert (rlx.distributed.rank(), rlx.distributed.world_size(), rlx.distributed.engine()) == (0, 1, "local")
     a = np.arange(6, dtype=np.float32)
     np.testing.assert_array_equal(rlx.distributed.all_reduce(a), a * rlx.distributed.world_size())
@@ -63,6 +65,7 @@ def test_world_of_one():
 def test_engine_errors():
     with pytest.raises(rlx.Error, match="not an engine"):
         rlx.distributed.init(engine="gloo")
+    assert "tcp" in rlx.distributed.ENGINES and rlx.distributed.unavailable_reason("tcp") == ""
     with pytest.raises(rlx.Error, match="op 'prod'"):
         rlx.distributed.all_reduce(np.ones(2, np.float32), op="prod")
 
@@ -90,8 +93,28 @@ def test_under_mpirun():
     assert out.stdout.count("dp-ok world 2") == 2, out.stdout + out.stderr
 
 
-if __name__ == "__main__":  # one rank of test_under_mpirun
+def test_under_a_rank_world_size_launcher():
+    if "OMPI_COMM_WORLD_SIZE" in os.environ or "WORLD_SIZE" in os.environ:
+        pytest.skip("already a rank")
+    import socket
+    with socket.socket() as s:  # a port that was free a moment ago
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ranks = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), RLX_DISTRIBUTED_TIMEOUT="120")
+        ranks.append(subprocess.Popen([sys.executable, __file__], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=300)[0] for p in ranks]
+    for rank, (p, out) in enumerate(zip(ranks, outs)):
+        assert p.returncode == 0, f"rank {rank}: {out}"
+        assert f"dp-ok world 2 rank {rank} engine tcp" in out, out
+
+
+if __name__ == "__main__":  # one rank of test_under_mpirun or test_under_a_rank_world_size_launcher
     rlx.distributed.init()
     diff = run_dp_against_micro_batches()
     assert diff == 0.0, diff
-    print(f"dp-ok world {rlx.distributed.world_size()} rank {rlx.distributed.rank()}", flush=True)
+    print(f"dp-ok world {rlx.distributed.world_size()} rank {rlx.distributed.rank()} engine "
+          f"{rlx.distributed.engine()}", flush=True)

@@ -2,12 +2,14 @@
 // world-size-1 engine, and init(), which picks an engine from the launcher's
 // variables.
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "distributed/engines.hpp"
+#include "distributed/tcp_store.hpp"
 #include "rlx/distributed/distributed.hpp"
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
@@ -28,16 +30,17 @@ std::string_view engine_name(EngineKind kind) {
     case EngineKind::Auto: return "auto";
     case EngineKind::Local: return "local";
     case EngineKind::Mpi: return "mpi";
+    case EngineKind::Tcp: return "tcp";
     case EngineKind::Nccl: return "nccl";
   }
   return "?";
 }
 
 EngineKind parse_engine(std::string_view text, std::string_view field) {
-  for (EngineKind k : {EngineKind::Auto, EngineKind::Local, EngineKind::Mpi, EngineKind::Nccl})
+  for (EngineKind k : {EngineKind::Auto, EngineKind::Local, EngineKind::Mpi, EngineKind::Tcp, EngineKind::Nccl})
     if (text == engine_name(k)) return k;
   throw Error("distributed: " + std::string(field) + " '" + std::string(text) +
-              "' is not an engine (auto, local, mpi, nccl)");
+              "' is not an engine (auto, local, mpi, tcp, nccl)");
 }
 
 namespace {
@@ -227,12 +230,62 @@ struct Launch {
   int rank = 0;
   int world = 1;
 };
+// mpirun's variables are trusted (MPI checks them itself); a torchrun-style launcher's are checked here, since
+// the tcp engine builds the world from them alone.
 std::optional<Launch> launch_from_env() {
   if (auto size = env_int("OMPI_COMM_WORLD_SIZE"))
     return Launch{"mpirun", static_cast<int>(env_int("OMPI_COMM_WORLD_RANK").value_or(0)), static_cast<int>(*size)};
-  if (auto size = env_int("WORLD_SIZE"))
-    return Launch{"RANK/WORLD_SIZE", static_cast<int>(env_int("RANK").value_or(0)), static_cast<int>(*size)};
-  return std::nullopt;
+  const auto size = env_int("WORLD_SIZE");
+  auto rank = env_int("RANK");
+  if (!size) {
+    if (rank && *rank != 0)
+      throw Error("distributed.init: RANK is " + std::to_string(*rank) +
+                  " but WORLD_SIZE is unset; a launcher sets both (or neither, for one process)");
+    return std::nullopt;
+  }
+  if (*size < 1 || *size > INT_MAX)
+    throw Error("distributed.init: WORLD_SIZE is " + std::to_string(*size) + "; a world has 1 rank or more");
+  if (!rank) {
+    if (*size > 1)
+      throw Error("distributed.init: WORLD_SIZE is " + std::to_string(*size) +
+                  " but RANK is unset; a launcher sets both (RANK: 0 to " + std::to_string(*size - 1) + ")");
+    rank = 0;
+  }
+  if (*rank < 0 || *rank >= *size)
+    throw Error("distributed.init: RANK is " + std::to_string(*rank) + " but WORLD_SIZE is " + std::to_string(*size) +
+                " (ranks are 0 to " + std::to_string(*size - 1) + ")");
+  return Launch{"RANK/WORLD_SIZE", static_cast<int>(*rank), static_cast<int>(*size)};
+}
+
+// The rendezvous of the tcp engine (and of nccl without mpirun): MASTER_ADDR, the port, RLX_DISTRIBUTED_TIMEOUT.
+// The port is RLX_DISTRIBUTED_PORT when set, else MASTER_PORT, except under torchrun's agent store
+// (TORCHELASTIC_USE_AGENT_STORE=True), whose own TCPStore already listens on MASTER_PORT: then MASTER_PORT + 1.
+TcpOptions tcp_options_from_env(const std::optional<Launch>& launch) {
+  TcpOptions o;
+  if (launch) {
+    o.rank = launch->rank;
+    o.world_size = launch->world;
+  }
+  o.master_addr = env::get("MASTER_ADDR").value_or(o.master_addr);
+  const auto check_port = [](std::string_view name, long long port) {
+    if (port < 1 || port > 65535)
+      throw Error("distributed.init: " + std::string(name) + " is " + std::to_string(port) +
+                  ", not a TCP port (1 to 65535)");
+    return static_cast<int>(port);
+  };
+  if (auto port = env_int("RLX_DISTRIBUTED_PORT")) {
+    o.master_port = check_port("RLX_DISTRIBUTED_PORT", *port);
+  } else {
+    o.master_port = check_port("MASTER_PORT", env_int("MASTER_PORT").value_or(o.master_port));
+    if (env::get("TORCHELASTIC_USE_AGENT_STORE") == "True")
+      o.master_port = check_port("MASTER_PORT + 1", o.master_port + 1LL);
+  }
+  const long long seconds = env_int("RLX_DISTRIBUTED_TIMEOUT").value_or(600);
+  if (seconds < 1 || seconds > 1'000'000'000)
+    throw Error("distributed.init: RLX_DISTRIBUTED_TIMEOUT is " + std::to_string(seconds) +
+                "; it is a number of seconds, 1 or more");
+  o.timeout = std::chrono::seconds(seconds);
+  return o;
 }
 
 int local_rank_from_env() {
@@ -264,18 +317,34 @@ std::shared_ptr<Engine> create(EngineKind kind, const InitOptions& options, cons
       disagree(*e);
       return e;
     }
+    case EngineKind::Tcp: {
+      auto e = make_tcp_engine(tcp_options_from_env(launch));
+      disagree(*e);
+      return e;
+    }
     case EngineKind::Nccl: {
       const int world = launch ? launch->world : 1, rank = launch ? launch->rank : 0;
-      std::shared_ptr<Engine> bootstrap;
-      if (world > 1) {
-        if (!launch || launch->source != "mpirun")
-          throw Error("distributed.init: engine nccl with " + std::to_string(world) +
-                      " ranks needs mpirun to carry NCCL's unique id from rank 0 (no other rendezvous is built)");
-        bootstrap = detail::make_mpi_engine();
-        disagree(*bootstrap);
+      const int device = options.device >= 0 ? options.device : local_rank_from_env();
+      if (world == 1) return detail::make_nccl_engine(rank, world, device, {}, nullptr);
+      if (launch->source == "mpirun") {
+        // Rank 0's unique id travels over MPI; the MPI engine lives as long as the NCCL one.
+        auto mpi = detail::make_mpi_engine();
+        disagree(*mpi);
+        return detail::make_nccl_engine(
+            rank, world, device,
+            [mpi](std::span<std::byte> id) {
+              mpi->broadcast({id.data(), id.size(), ir::DType::U8}, 0);
+            },
+            mpi);
       }
-      return detail::make_nccl_engine(rank, world, options.device >= 0 ? options.device : local_rank_from_env(),
-                                      std::move(bootstrap));
+      // Said before the store is joined, where the other ranks would only see this one never arrive.
+      if (auto why = detail::nccl_unavailable_reason(); !why.empty()) throw Error(why);
+      // RANK/WORLD_SIZE: through the TCP store, which is let go once NCCL's communicator exists (creating it is
+      // collective, so every rank has read the id by then).
+      const TcpOptions o = tcp_options_from_env(launch);
+      auto store = std::make_shared<detail::TcpStore>(
+          detail::StoreOptions{o.master_addr, o.master_port, o.rank, o.world_size, o.timeout});
+      return detail::make_nccl_engine(rank, world, device, detail::nccl_id_through_store(std::move(store)), nullptr);
     }
     case EngineKind::Auto: break;
   }
@@ -295,9 +364,7 @@ Communicator init(const InitOptions& options) {
     if (launch && launch->source == "mpirun") {
       kind = EngineKind::Mpi;
     } else if (launch && launch->world > 1) {
-      throw Error("distributed.init: WORLD_SIZE is " + std::to_string(launch->world) +
-                  " but only mpirun's processes can reach each other (engine mpi); start the ranks with mpirun -np " +
-                  std::to_string(launch->world));
+      kind = EngineKind::Tcp;  // RLX's own rendezvous on MASTER_ADDR:MASTER_PORT
     } else {
       kind = EngineKind::Local;
     }

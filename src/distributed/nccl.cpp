@@ -4,8 +4,11 @@
 // engine unavailable. Collectives take host buffers, as every engine does:
 // each call copies them into device scratch buffers, runs the NCCL collective
 // on the engine's stream and copies the result back. NCCL's sums are its own
-// (ring or tree order, fixed for a given topology), not rank order.
+// (ring or tree order, fixed for a given topology), not rank order. With
+// several ranks, rank 0's ncclUniqueId reaches the others over MPI (mpirun)
+// or through RLX's TCP store (RANK/WORLD_SIZE launchers).
 #include "distributed/engines.hpp"
+#include "distributed/tcp_store.hpp"
 #include "rlx/error.hpp"
 
 #ifdef RLX_HAVE_NCCL
@@ -180,12 +183,12 @@ class Scratch {
 
 class NcclEngine final : public Engine {
  public:
-  NcclEngine(int rank, int world, int device, std::shared_ptr<Engine> bootstrap)
+  NcclEngine(int rank, int world, int device, const ShareFromRank0& share, std::shared_ptr<void> keep_alive)
       : cu_(Cu::get()),
         nccl_(Nccl::get()),
         rank_(rank),
         world_(world),
-        bootstrap_(std::move(bootstrap)),
+        keep_alive_(std::move(keep_alive)),
         send_(cu_),
         recv_(cu_) {
     int count = 0;
@@ -199,8 +202,8 @@ class NcclEngine final : public Engine {
     ncclUniqueId id{};
     if (rank_ == 0) nccl_.check(nccl_.ncclGetUniqueId(&id), "init", rank_);
     if (world_ > 1) {
-      if (!bootstrap_) throw Error("distributed: engine nccl: " + std::to_string(world_) + " ranks need a bootstrap");
-      bootstrap_->broadcast({&id, sizeof id, ir::DType::U8}, 0);
+      if (!share) throw Error("distributed: engine nccl: " + std::to_string(world_) + " ranks need a bootstrap");
+      share(std::as_writable_bytes(std::span<ncclUniqueId, 1>(&id, 1)));
     }
     nccl_.check(nccl_.ncclCommInitRank(&comm_, world_, id, rank_), "init", rank_);
   }
@@ -283,7 +286,7 @@ class NcclEngine final : public Engine {
   const Cu& cu_;
   const Nccl& nccl_;
   int rank_, world_, device_ = 0;
-  std::shared_ptr<Engine> bootstrap_;
+  std::shared_ptr<void> keep_alive_;
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
@@ -294,8 +297,11 @@ class NcclEngine final : public Engine {
 
 }  // namespace
 
-std::shared_ptr<Engine> make_nccl_engine(int rank, int world_size, int device, std::shared_ptr<Engine> bootstrap) {
-  return std::make_shared<NcclEngine>(rank, world_size, device, std::move(bootstrap));
+static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes);
+
+std::shared_ptr<Engine> make_nccl_engine(int rank, int world_size, int device, const ShareFromRank0& share,
+                                         std::shared_ptr<void> keep_alive) {
+  return std::make_shared<NcclEngine>(rank, world_size, device, share, std::move(keep_alive));
 }
 
 std::string nccl_unavailable_reason() {
@@ -308,12 +314,21 @@ std::string nccl_unavailable_reason() {
   }
 }
 #else
-std::shared_ptr<Engine> make_nccl_engine(int, int, int, std::shared_ptr<Engine>) {
+std::shared_ptr<Engine> make_nccl_engine(int, int, int, const ShareFromRank0&, std::shared_ptr<void>) {
   throw Error("distributed: engine nccl: " + nccl_unavailable_reason());
 }
 std::string nccl_unavailable_reason() {
   return "RLX was built without NCCL support (nccl.h and the CUDA toolkit's cuda.h were not found at build time)";
 }
 #endif
+
+ShareFromRank0 nccl_id_through_store(std::shared_ptr<TcpStore> store) {
+  return [store = std::move(store)](std::span<std::byte> id) {
+    if (id.size() != kNcclUniqueIdBytes)
+      throw Error(store->context() + ": NCCL's unique id is " + std::to_string(kNcclUniqueIdBytes) + " bytes, not " +
+                  std::to_string(id.size()));
+    share_from_rank0(*store, "rlx/nccl/unique_id", id);
+  };
+}
 
 }  // namespace rlx::distributed::detail

@@ -54,17 +54,31 @@ const std::vector<Var>& catalog() {
        "Directory of the calibration caches (<backend>-calib-<device>.json). Unset = $XDG_CACHE_HOME/rlx, "
        "else $HOME/.cache/rlx."},
       {"RLX_DISTRIBUTED", Type::String, "",
-       "Engine of rlx::distributed::init() (docs/distributed.md): local, mpi or nccl. Unset = mpi when mpirun "
-       "started the process, else local (world size 1). InitOptions::engine overrides it."},
+       "Engine of rlx::distributed::init() (docs/distributed.md): local, mpi, tcp or nccl. Unset = mpi when mpirun "
+       "started the process, else tcp when WORLD_SIZE > 1, else local (world size 1). InitOptions::engine "
+       "overrides it."},
+      {"RLX_DISTRIBUTED_PORT", Type::Int, "",
+       "The port of the tcp engine's store on MASTER_ADDR, instead of MASTER_PORT (for launchers that hold "
+       "MASTER_PORT themselves)."},
+      {"RLX_DISTRIBUTED_TIMEOUT", Type::Int, "600",
+       "Seconds the tcp engine's ranks (and nccl's without mpirun) may take to meet, and the longest a tcp "
+       "collective waits for a peer; a peer that exits is reported at once."},
       {"OMPI_COMM_WORLD_SIZE", Type::Int, "",
        "Read only: set by OpenMPI's mpirun; distributed::init() then picks the mpi engine."},
       {"OMPI_COMM_WORLD_RANK", Type::Int, "", "Read only: this process's rank under mpirun."},
       {"OMPI_COMM_WORLD_LOCAL_RANK", Type::Int, "",
        "Read only: the rank on this host under mpirun; the nccl engine's GPU when LOCAL_RANK is unset."},
       {"WORLD_SIZE", Type::Int, "",
-       "Read only: a launcher's world size (torchrun style); distributed::init() checks the engine agrees."},
+       "Read only: a launcher's world size (torchrun style); > 1 without mpirun: the tcp engine."},
       {"RANK", Type::Int, "", "Read only: a launcher's rank for this process (with WORLD_SIZE)."},
       {"LOCAL_RANK", Type::Int, "", "Read only: the rank on this host; the nccl engine's GPU (modulo the GPUs)."},
+      {"MASTER_ADDR", Type::String, "127.0.0.1",
+       "Read only: where rank 0 serves the tcp engine's store (torchrun style); an IPv4 address or host name."},
+      {"MASTER_PORT", Type::Int, "29500",
+       "Read only: the port of that store on MASTER_ADDR (MASTER_PORT + 1 when TORCHELASTIC_USE_AGENT_STORE is "
+       "True: torchrun's agent serves its own store on MASTER_PORT)."},
+      {"TORCHELASTIC_USE_AGENT_STORE", Type::String, "",
+       "Read only: set by torchrun; True moves the tcp engine's store to MASTER_PORT + 1."},
       {"XDG_CACHE_HOME", Type::String, "", "Read only to place the cache directory when RLX_CACHE_DIR is unset."},
       {"HOME", Type::String, "",
        "Read only to place the cache directory when RLX_CACHE_DIR and XDG_CACHE_HOME are unset."},

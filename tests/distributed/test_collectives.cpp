@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -40,6 +41,11 @@ TEST(Collectives, WorldMatchesTheLauncher) {
     EXPECT_EQ(c.engine(), "mpi");
     EXPECT_EQ(c.world_size(), std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")));
     EXPECT_EQ(c.rank(), std::atoi(std::getenv("OMPI_COMM_WORLD_RANK")));
+  }
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && std::getenv("WORLD_SIZE") && std::atoi(std::getenv("WORLD_SIZE")) > 1) {
+    EXPECT_EQ(c.engine(), "tcp");  // started by run_tcp.sh (a torchrun-style launcher)
+    EXPECT_EQ(c.world_size(), std::atoi(std::getenv("WORLD_SIZE")));
+    EXPECT_EQ(c.rank(), std::atoi(std::getenv("RANK")));
   }
   EXPECT_TRUE(distributed::is_initialized());
   EXPECT_EQ(distributed::init().rank(), c.rank());  // the same world on every call
@@ -120,7 +126,7 @@ TEST(Collectives, BroadcastFromTheLastRank) {
 TEST(Collectives, SendRecvAroundTheRing) {
   auto c = comm();
   if (c.world_size() < 2)
-    GTEST_SKIP() << "world size 1: send/recv need a peer (ctest runs this binary under mpirun too)";
+    GTEST_SKIP() << "world size 1: send/recv need a peer (ctest runs this binary under mpirun and run_tcp.sh too)";
   const int next = (c.rank() + 1) % c.world_size(), prev = (c.rank() + c.world_size() - 1) % c.world_size();
   std::vector<float> out{static_cast<float>(c.rank()), 7.0F}, in(2, -1);
   if (c.rank() % 2 == 0) {
@@ -158,28 +164,61 @@ TEST(Collectives, UserErrorsNameTheCollectiveTheFieldAndTheRank) {
 }
 
 // init() before any other: ctest runs each case in a process of its own; the whole binary initialises first.
-TEST(Collectives, InitRefusesALauncherItCannotServe) {
-  if (distributed::is_initialized() || std::getenv("OMPI_COMM_WORLD_SIZE"))
+TEST(Collectives, InitChecksTheLaunchersVariables) {
+  if (distributed::is_initialized() || std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("WORLD_SIZE"))
     GTEST_SKIP() << "the world is already initialised in this process (ctest runs this case alone)";
-  {
-    env::ScopedOverride size("WORLD_SIZE", "2"), rank("RANK", "1");
+  const auto expect_error = [](std::initializer_list<std::pair<const char*, const char*>> vars,
+                               const std::string& needle) {
+    std::vector<std::unique_ptr<env::ScopedOverride>> set;
+    for (const auto& [name, value] : vars) set.push_back(std::make_unique<env::ScopedOverride>(name, value));
     try {
       distributed::init();
-      ADD_FAILURE() << "WORLD_SIZE=2 without mpirun was accepted";
+      ADD_FAILURE() << "accepted; expected an error mentioning " << needle;
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("mpirun -np 2"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error({{"WORLD_SIZE", "2"}}, "WORLD_SIZE is 2 but RANK is unset");
+  expect_error({{"RANK", "1"}}, "RANK is 1 but WORLD_SIZE is unset");
+  expect_error({{"WORLD_SIZE", "2"}, {"RANK", "2"}}, "RANK is 2 but WORLD_SIZE is 2 (ranks are 0 to 1)");
+  expect_error({{"WORLD_SIZE", "2"}, {"RANK", "-1"}}, "RANK is -1");
+  expect_error({{"WORLD_SIZE", "0"}, {"RANK", "0"}}, "WORLD_SIZE is 0");
+  expect_error({{"WORLD_SIZE", "two"}, {"RANK", "0"}}, "WORLD_SIZE='two' is not an integer");
+  expect_error({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_PORT", "70000"}}, "MASTER_PORT is 70000");
+  expect_error({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"RLX_DISTRIBUTED_PORT", "0"}}, "RLX_DISTRIBUTED_PORT is 0");
+  expect_error({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"RLX_DISTRIBUTED_TIMEOUT", "0"}}, "RLX_DISTRIBUTED_TIMEOUT is 0");
+  expect_error({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "no-such-host.invalid"}}, "no-such-host.invalid");
+  expect_error({{"RLX_DISTRIBUTED", "gloo"}}, "RLX_DISTRIBUTED 'gloo'");
+  {
+    // A second rank that finds no rank 0 on MASTER_ADDR:MASTER_PORT: the tcp engine, an error within the timeout.
+    env::ScopedOverride size("WORLD_SIZE", "2"), rank("RANK", "1"), port("MASTER_PORT", "9"),
+        timeout("RLX_DISTRIBUTED_TIMEOUT", "1");
+    try {
+      distributed::init();
+      ADD_FAILURE() << "WORLD_SIZE=2 without a rank 0 was accepted";
+    } catch (const Error& e) {
+      for (const char* needle : {"rank 1 of 2", "127.0.0.1:9", "after 1."})
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    // The store's port: RLX_DISTRIBUTED_PORT over MASTER_PORT; MASTER_PORT + 1 when torchrun's agent holds it.
+    {
+      env::ScopedOverride agent("TORCHELASTIC_USE_AGENT_STORE", "True");
+      try {
+        distributed::init();
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("127.0.0.1:10 after"), std::string::npos) << e.what();
+      }
+      env::ScopedOverride own("RLX_DISTRIBUTED_PORT", "7");
+      try {
+        distributed::init();
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("127.0.0.1:7 after"), std::string::npos) << e.what();
+      }
     }
     // Asking for the local engine explicitly does not make a second rank appear either.
     EXPECT_THROW(distributed::init({.engine = distributed::EngineKind::Local}), Error);
-  }
-  {
-    env::ScopedOverride engine("RLX_DISTRIBUTED", "gloo");
-    try {
-      distributed::init();
-      ADD_FAILURE() << "RLX_DISTRIBUTED=gloo was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("RLX_DISTRIBUTED 'gloo'"), std::string::npos) << e.what();
-    }
   }
   EXPECT_FALSE(distributed::is_initialized());
   EXPECT_EQ(distributed::init().engine(), "local");  // and the defaults still work afterwards
@@ -198,6 +237,8 @@ TEST(Collectives, ReduceInOrderIsTheSingleProcessSum) {
 
 TEST(Collectives, EnginesSayWhyTheyAreUnavailable) {
   EXPECT_EQ(distributed::engine_unavailable_reason(distributed::EngineKind::Local), "");
+  EXPECT_EQ(distributed::engine_unavailable_reason(distributed::EngineKind::Tcp), "");  // sockets only
+  EXPECT_EQ(distributed::parse_engine("tcp"), distributed::EngineKind::Tcp);
   // MPI is built in wherever libopenmpi-dev is (scripts/bootstrap.sh installs it).
   const std::string nccl = distributed::engine_unavailable_reason(distributed::EngineKind::Nccl);
   if (!nccl.empty()) {

@@ -3,12 +3,16 @@
 // interface, Communicator, with engines behind it:
 //   local  world size 1, always available;
 //   mpi    OpenMPI, for CPU processes started by mpirun;
+//   tcp    RLX's own, for CPU processes started by a launcher that sets
+//          RANK/WORLD_SIZE (torchrun style): ranks meet through a TCP store
+//          on MASTER_ADDR:MASTER_PORT and connect a mesh of TCP connections;
 //   nccl   NVIDIA's NCCL, loaded with dlopen (libnccl.so.2), on host buffers
 //          staged through one GPU per rank.
-// Every sum over ranks that the MPI and local engines compute is taken in rank
+// Every sum over ranks that the MPI, tcp and local engines compute is taken in rank
 // order (each rank gathers every contribution and adds rank 0's, then rank
 // 1's, ...), so a run is bit-reproducible and equals a single process adding
 // the same parts in the same order. docs/distributed.md describes it.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -24,9 +28,9 @@ namespace rlx::distributed {
 enum class ReduceOp { Sum, Max, Min };
 std::string_view reduce_op_name(ReduceOp op);
 
-enum class EngineKind { Auto, Local, Mpi, Nccl };
+enum class EngineKind { Auto, Local, Mpi, Tcp, Nccl };
 std::string_view engine_name(EngineKind kind);
-// "auto", "local", "mpi" or "nccl"; throws rlx::Error naming `field` otherwise.
+// "auto", "local", "mpi", "tcp" or "nccl"; throws rlx::Error naming `field` otherwise.
 EngineKind parse_engine(std::string_view text, std::string_view field = "engine");
 
 // A typed run of elements in host memory: what every collective moves.
@@ -116,8 +120,8 @@ class Communicator {
 };
 
 struct InitOptions {
-  // Auto: RLX_DISTRIBUTED if set, else mpi when mpirun started the process (OMPI_COMM_WORLD_SIZE), else local
-  // when RANK/WORLD_SIZE are unset or say one rank.
+  // Auto: RLX_DISTRIBUTED if set, else mpi when mpirun started the process (OMPI_COMM_WORLD_SIZE), else tcp when
+  // RANK/WORLD_SIZE say more than one rank, else local.
   EngineKind engine = EngineKind::Auto;
   // nccl: the GPU of this rank; -1: LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK) modulo the GPUs visible.
   int device = -1;
@@ -138,5 +142,20 @@ std::string engine_unavailable_reason(EngineKind kind);
 
 // The engines themselves, for tests and for hosts that manage their own processes.
 std::shared_ptr<Engine> make_local_engine();
+
+// The tcp engine's rendezvous: init() fills it from MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and
+// RLX_DISTRIBUTED_TIMEOUT.
+struct TcpOptions {
+  std::string master_addr = "127.0.0.1";  // rank 0 serves the store here; an IPv4 address or a host name
+  int master_port = 29500;
+  int rank = 0;
+  int world_size = 1;
+  // How long the ranks may take to meet, and the longest a collective waits for a peer (one that exits is
+  // reported at once: its connections close).
+  std::chrono::milliseconds timeout{600'000};
+};
+// Joins the other ranks (blocks until all world_size have met, or throws rlx::Error naming the address, the
+// rank and the time waited). World size 1 opens no socket.
+std::shared_ptr<Engine> make_tcp_engine(const TcpOptions& options);
 
 }  // namespace rlx::distributed
