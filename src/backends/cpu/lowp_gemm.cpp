@@ -1,5 +1,6 @@
 #include "backends/cpu/lowp_gemm.hpp"
 
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,7 +22,11 @@ bool cpu_has_avx512lowp() {
 // after arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) (Linux 5.16 and later; a VM may refuse). Asked once.
 bool cpu_has_avx512amx() {
   static const bool granted = [] {
-    if (!cpu_has_avx512lowp() || !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16"))
+    // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16 (read directly: clang 14's __builtin_cpu_supports
+    // does not know them).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!cpu_has_avx512lowp() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 24)) ||
+        !(edx & (1u << 22)))
       return false;
     constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
