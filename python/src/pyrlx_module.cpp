@@ -282,8 +282,10 @@ NB_MODULE(_pyrlx, m) {
           rlx::compile::QuantizeOptions o;
           if (calibration == "percentile")
             o.calibration = rlx::compile::Calibration::Percentile;
+          else if (calibration == "mse")
+            o.calibration = rlx::compile::Calibration::Mse;
           else if (calibration != "minmax")
-            throw rlx::Error("quantize_graph: calibration '" + calibration + "': expected minmax or percentile");
+            throw rlx::Error("quantize_graph: calibration '" + calibration + "': expected minmax, percentile or mse");
           o.percentile = percentile;
           const auto traits = rlx::runtime::make_backend(rlx::runtime::parse_device(device))->traits();
           auto q = rlx::compile::quantize(g, pa, bs, traits, o);

@@ -27,8 +27,40 @@ struct Range {
   double lo = 0, hi = 0;
 };
 
+// The mean squared error of quantizing `seen` to u8 over [lo, hi] (asymmetric, zero exact), as the int8
+// matmul's input quantization does.
+double u8_mse(const std::vector<double>& seen, double lo, double hi) {
+  const double scale = (hi - lo) / 255;
+  if (!(scale > 0)) return 0;
+  const double zero = std::nearbyint(-lo / scale);
+  double err = 0;
+  for (double v : seen) {
+    const double q = std::clamp(std::nearbyint(v / scale) + zero, 0.0, 255.0);
+    const double d = v - (q - zero) * scale;
+    err += d * d;
+  }
+  return err / double(seen.size());
+}
+
 Range calibrated(std::vector<double>& seen, double lo, double hi, const QuantizeOptions& o) {
   if (o.calibration == Calibration::MinMax || seen.empty()) return {std::min(lo, 0.0), std::max(hi, 0.0)};
+  if (o.calibration == Calibration::Mse) {
+    // Each end in turn (twice) moved toward 0 by a factor in [1/64, 1] (128 steps), keeping the least error:
+    // the ends clip different tails, so they move apart.
+    Range best{std::min(lo, 0.0), std::max(hi, 0.0)};
+    const Range whole = best;
+    double least = u8_mse(seen, best.lo, best.hi);
+    for (int round = 0; round < 4; ++round) {
+      const bool upper = round % 2 == 0;
+      const Range start = best;
+      for (int i = 1; i < 128; ++i) {
+        const double f = std::pow(64.0, -double(i) / 127);
+        const Range r = upper ? Range{start.lo, whole.hi * f} : Range{whole.lo * f, start.hi};
+        if (const double e = u8_mse(seen, r.lo, r.hi); e < least) least = e, best = r;
+      }
+    }
+    return best;
+  }
   // Percentile of |x|: a few outliers must not stretch the scale for everything else.
   for (auto& v : seen) v = std::abs(v);
   const auto k = std::size_t(std::clamp(o.percentile / 100.0, 0.0, 1.0) * double(seen.size() - 1));
@@ -96,14 +128,16 @@ QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& para
                                           -std::numeric_limits<double>::infinity())
                              .first->second;
         auto& s = samples[candidates[c]];
-        // Percentile keeps up to 2^20 values per activation, evenly strided.
-        const std::int64_t step = std::max<std::int64_t>(1, t.numel() * std::int64_t(batches.size()) >> 20);
+        // Percentile keeps up to 2^20 values per activation, evenly strided; MSE, which tries 128 ranges on
+        // them, 2^16.
+        const int keep = options.calibration == Calibration::Mse ? 16 : 20;
+        const std::int64_t step = std::max<std::int64_t>(1, t.numel() * std::int64_t(batches.size()) >> keep);
         for (std::int64_t i = 0; i < t.numel(); ++i) {
           const double v = t.get(i);
           if (!std::isfinite(v)) continue;
           lo = std::min(lo, v);
           hi = std::max(hi, v);
-          if (options.calibration == Calibration::Percentile && i % step == 0) s.push_back(v);
+          if (options.calibration != Calibration::MinMax && i % step == 0) s.push_back(v);
         }
       }
     }

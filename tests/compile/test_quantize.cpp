@@ -140,6 +140,30 @@ TEST(Quantize, PercentileCalibrationClipsAnOutlier) {
   EXPECT_EQ(pct.report.at(0).reason.find("1000]"), std::string::npos) << pct.report.at(0).reason;
 }
 
+// MSE calibration clips a sparse tail where rounding everything else finer pays for it: one value of 2.3 among
+// 65536 in [-2, 2] is clipped (min-max keeps it), the lower end stays whole, and a huge outlier is kept (at 8
+// bits, clipping it costs more than the coarser rounding of the rest).
+TEST(Quantize, MseCalibrationClipsASparseTailOnly) {
+  auto cpu = runtime::make_backend(runtime::Device::Cpu)->traits();
+  cpu.fast_low_precision.insert({ir::OpKind::MatMul, ir::DType::I8});
+  cpu.int8_matmul_min_macs = cpu.int8_matmul_min_n = 0;
+  std::mt19937_64 rng(testing::test_seed() + 5);
+  const ir::Graph g = classifier(64);
+  const auto params = classifier_params(rng);
+  auto calib = batches(64, 16, rng);
+  calib[0]["x"].set(5, 2.3);
+  const auto minmax = quantize(g, params, calib, cpu);
+  const auto mse = quantize(g, params, calib, cpu, {.calibration = Calibration::Mse});
+  const std::string& kept = minmax.report.at(0).reason;
+  const std::string& clipped = mse.report.at(0).reason;
+  EXPECT_NE(kept.find("2.3]"), std::string::npos) << kept;
+  EXPECT_EQ(clipped.find("2.3]"), std::string::npos) << clipped;
+  EXPECT_TRUE(clipped.find("[-2,") != std::string::npos || clipped.find("[-1.99") != std::string::npos) << clipped;
+  calib[0]["x"].set(5, 1000.0);
+  const auto huge = quantize(g, params, calib, cpu, {.calibration = Calibration::Mse});
+  EXPECT_NE(huge.report.at(0).reason.find("1000]"), std::string::npos) << huge.report.at(0).reason;
+}
+
 TEST(Quantize, BadArgumentsAreErrors) {
   std::mt19937_64 rng(testing::test_seed() + 3);
   const ir::Graph g = classifier(4);

@@ -19,6 +19,8 @@ namespace rlx::compile {
 enum class Calibration : std::uint8_t {
   MinMax,      // the smallest and largest value seen
   Percentile,  // the `percentile` of |x| (outliers clipped), and the minimum when no value is negative
+  Mse,         // the range within min-max whose u8 quantization of the values seen has the least mean squared
+               // error: a sparse tail is clipped where rounding the rest finer pays for it
 };
 
 struct QuantizeOptions {
