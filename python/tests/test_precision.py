@@ -49,14 +49,15 @@ def wide_mlp(batch=256, width=1024):
     return g
 
 
-def test_quantize_graph_runs_the_wide_layer_in_int8_and_stays_close():
+@pytest.mark.parametrize("calibration", ["minmax", "percentile", "mse"])
+def test_quantize_graph_runs_the_wide_layer_in_int8_and_stays_close(calibration):
     rng = np.random.default_rng()
     g = wide_mlp()
     g.param_values = {"w1": (rng.standard_normal((1024, 1024)) / 32).astype(np.float32),
                       "b1": np.zeros(1024, np.float32),
                       "w2": (rng.standard_normal((1024, 10)) / 32).astype(np.float32), "b2": np.zeros(10, np.float32)}
     batches = [{"x": rng.standard_normal((256, 1024)).astype(np.float32)} for _ in range(2)]
-    q = rlx.quantize_graph(g, batches)
+    q = rlx.quantize_graph(g, batches, calibration=calibration)
     assert [r[1] for r in q.quantize_report] == ["matmul", "matmul"]
     dtypes = [dtype for _, _, dtype, _ in q.quantize_report]
     if dtypes[0] == "f32":  # a CPU without VNNI: nothing to gain, and the report says so
@@ -78,5 +79,5 @@ def test_quantize_graph_errors():
     g.param_values = {"w": np.zeros((16, 16), np.float32), "b": np.zeros(16, np.float32)}
     with pytest.raises(rlx.Error, match="no calibration batch"):
         rlx.quantize_graph(g, [])
-    with pytest.raises(rlx.Error, match="expected minmax or percentile"):
+    with pytest.raises(rlx.Error, match="expected minmax, percentile or mse"):
         rlx.quantize_graph(g, [{"x": np.zeros((8, 16), np.float32)}], calibration="entropy")
