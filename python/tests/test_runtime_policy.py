@@ -99,14 +99,14 @@ def test_device_report_and_manifest():
     assert "recommended: cpu" in report.to_text()
     assert rlx.fastest_device_for(g, CPU) == "cpu"
     assert rlx.resolve_device(g, "cpu") == "cpu"
-    with pytest.raises(rlx.Error, match="mlx.*unavailable"):
-        rlx.resolve_device(g, "mlx")
+    with pytest.raises(rlx.Error, match="metal.*unavailable"):
+        rlx.resolve_device(g, "metal")
     assert "cpu" in rlx.devices_for(g)
     assert "typed_io" in rlx.advisory_capabilities("cpu")
     manifest = json.loads(rlx.backends_manifest())
     rows = {row["device"]: row for row in manifest["backends"]}
     assert rows["cpu"]["available"] and rows["cpu"]["backend"] == "cpu"
-    assert not rows["mlx"]["available"] and rows["mlx"]["reason"]
+    assert not rows["metal"]["available"] and rows["metal"]["reason"]
     assert set(rlx.available_devices()) == {d for d, row in rows.items() if row["available"]}
 
 
@@ -126,9 +126,9 @@ def test_graph_devices_run_on_cpu(data):
         np.testing.assert_allclose(runner.run(d, {"x": x})[0], expected(x, w2, b), rtol=1e-4, atol=1e-4)
     (y,) = runner.run_resolved({"x": x}, device="cpu")
     np.testing.assert_allclose(y, expected(x, w2, b), rtol=1e-4, atol=1e-4)
-    device, (y,) = runner.run_chain({"x": x}, chain=["mlx", "cpu"])
+    device, (y,) = runner.run_chain({"x": x}, chain=["metal", "cpu"])
     assert device == "cpu"
-    assert [d for d, _ in runner.failures()] == ["mlx"]
+    assert [d for d, _ in runner.failures()] == ["metal"]
     assert runner.run_try(["cpu"], {"x": x})[0] == "cpu"
     results = runner.benchmark({"x": x}, runs=2)
     assert all(isinstance(r, rlx.DeviceBenchResult) for r in results)
@@ -182,4 +182,4 @@ def test_device_router(data):
     router.run({"x": x})
     assert router.rebenchmarks == 1
     with pytest.raises(rlx.Error, match="no device compiled"):
-        rlx.DeviceRouter(model(), policy=rlx.DevicePolicy.only(["mlx"]))
+        rlx.DeviceRouter(model(), policy=rlx.DevicePolicy.only(["metal"]))

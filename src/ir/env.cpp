@@ -33,6 +33,9 @@ const std::vector<Var>& catalog() {
        "Vulkan device to use: its index in the loader's order (`vulkaninfo --summary`) or a case-insensitive "
        "substring of its name. "
        "Unset = the first discrete GPU, else integrated, virtual, then CPU devices (lavapipe)."},
+      {"RLX_MLX_MODE", Type::String, "compiled",
+       "How the MLX backend runs a graph: eager (evaluates after every kernel), lazy (builds each segment's graph "
+       "and evaluates it once) or compiled (each segment through mx::compile, traced at compile time)."},
       {"RLX_DEVICES", Type::List, "",
        "DevicePolicy::from_env allow-list, e.g. cpu,vulkan. Unset = every backend built in. "
        "from_env_key(\"MYAPP\") reads MYAPP_DEVICES instead (likewise for the other device variables)."},

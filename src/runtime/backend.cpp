@@ -90,6 +90,16 @@ std::unique_ptr<Backend> make_backend(Device device) {
   return backend;
 }
 
+std::unique_ptr<Backend> registered_backend(Device device) {
+  BackendFactory factory;
+  {
+    auto& r = registry();
+    std::lock_guard lock(r.mu);
+    factory = r.factories[static_cast<std::size_t>(device)];
+  }
+  return factory ? factory() : nullptr;
+}
+
 std::vector<Device> registered_devices() {
   auto& r = registry();
   std::lock_guard lock(r.mu);

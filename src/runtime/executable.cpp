@@ -120,9 +120,12 @@ ExecutableCapabilities advisory_capabilities(Device device) {
     case Device::Cuda:  // what the CUDA backend's executables claim today (the same test keeps the two equal)
       c.persistent_handles = c.gpu_handles = c.kv_resident = c.read_outputs = c.kernel_times = true;
       break;
+    case Device::Mlx:  // what the MLX backend's executables claim today (the same test keeps the two equal)
+      c.persistent_handles = c.gpu_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =
+          c.copy_params = true;
+      break;
     case Device::Rocm:
     case Device::Metal:
-    case Device::Mlx:
       c.persistent_handles = c.gpu_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.active_extent =
           c.read_outputs = true;
       break;

@@ -38,7 +38,7 @@ using runtime::Device;
 using Ints = std::vector<std::int64_t>;
 
 inline const std::vector<Device>& backends() {
-  static const std::vector<Device> devices{Device::Cpu, Device::Vulkan, Device::Cuda};
+  static const std::vector<Device> devices{Device::Cpu, Device::Vulkan, Device::Cuda, Device::Mlx};
   return devices;
 }
 

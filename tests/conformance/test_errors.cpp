@@ -269,9 +269,9 @@ TEST(Devices, UnknownDeviceName) {
 }
 
 TEST(Devices, UnavailableDeviceSaysWhy) {
-  // No backend is ever built for Mlx on this platform's test binary.
-  if (runtime::is_available(Device::Mlx)) GTEST_SKIP() << "mlx is available here";
-  expect_error([] { Session s(Device::Mlx); }, {"mlx", "unavailable"});
+  // No backend is ever built for Metal on this platform's test binary.
+  if (runtime::is_available(Device::Metal)) GTEST_SKIP() << "metal is available here";
+  expect_error([] { Session s(Device::Metal); }, {"metal", "unavailable"});
 }
 
 }  // namespace

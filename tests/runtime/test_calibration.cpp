@@ -114,7 +114,7 @@ TEST_F(Calibration, AValidFileIsUsedAsIs) {
   EXPECT_EQ(c.roundtrip_overhead_ns, 777);
   EXPECT_EQ(c.memory_bw_gbps, 42);
   EXPECT_NE(c.source.find(runtime::calibration_path_for(Device::Cpu).string()), std::string::npos) << c.source;
-  EXPECT_THROW(runtime::calibration_for(Device::Mlx), Error);  // unavailable: nothing to measure
+  EXPECT_THROW(runtime::calibration_for(Device::Metal), Error);  // unavailable: nothing to measure
 }
 
 TEST_F(Calibration, MeasuredFiguresArePositive) {

@@ -2,7 +2,7 @@
 // every bit a backend claims works (checked against the reference), every bit
 // it does not claim throws rlx::Error naming the method, the backend and the
 // bit. Runs on the CPU, on a forwarding twin, on a twin that offers nothing,
-// and on Vulkan when it is available.
+// and on Vulkan, CUDA and MLX when they are available.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -215,7 +215,8 @@ TEST_P(Capabilities, ClaimedBitsWorkAndOthersRefuse) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Capabilities,
-                         ::testing::Values(Device::Cpu, Device::Gpu, Device::Tpu, Device::Vulkan, Device::Cuda),
+                         ::testing::Values(Device::Cpu, Device::Gpu, Device::Tpu, Device::Vulkan, Device::Cuda,
+                                           Device::Mlx),
                          [](const auto& info) { return std::string(runtime::device_label(info.param)); });
 
 TEST(CpuCapabilities, ClaimsWhatItImplementsAndMatchesTheAdvisoryBits) {

@@ -54,7 +54,7 @@ TEST_F(Selection, IntrospectionListsWhatRunsHere) {
   auto avail = runtime::available_devices();
   for (auto d : {Device::Cpu, Device::Gpu, Device::Cuda})
     EXPECT_NE(std::find(avail.begin(), avail.end(), d), avail.end()) << runtime::device_label(d);
-  EXPECT_EQ(std::find(avail.begin(), avail.end(), Device::Mlx), avail.end());
+  EXPECT_EQ(std::find(avail.begin(), avail.end(), Device::Metal), avail.end());
   auto for_graph = runtime::devices_for(model());
   EXPECT_NE(std::find(for_graph.begin(), for_graph.end(), Device::Gpu), for_graph.end());
   EXPECT_EQ(std::find(for_graph.begin(), for_graph.end(), Device::Cuda), for_graph.end());  // no sin
@@ -63,9 +63,9 @@ TEST_F(Selection, IntrospectionListsWhatRunsHere) {
   ASSERT_EQ(m.backends.size(), std::size(runtime::kAllDevices));
   EXPECT_TRUE(m.backends[0].available);
   EXPECT_EQ(m.backends[0].backend, "cpu");
-  const auto& mlx = m.backends[std::size_t(Device::Mlx)];
-  EXPECT_FALSE(mlx.available);
-  EXPECT_NE(mlx.reason.find("no backend"), std::string::npos) << mlx.reason;
+  const auto& metal = m.backends[std::size_t(Device::Metal)];
+  EXPECT_FALSE(metal.available);
+  EXPECT_NE(metal.reason.find("no backend"), std::string::npos) << metal.reason;
   auto j = nlohmann::json::parse(m.to_json());
   EXPECT_EQ(j["backends"][0]["device"], "cpu");
   EXPECT_EQ(j["backends"][std::size_t(Device::Gpu)]["backend"], "twin-gpu");
@@ -79,7 +79,7 @@ TEST_F(Selection, ReportNamesBlockersEstimatesAndThePick) {
   twin(Device::Rocm);
   calibrate(Device::Cpu, 10);
   calibrate(Device::Gpu, 1000, 100, 100);
-  auto policy = DevicePolicy::only({Device::Cpu, Device::Gpu, Device::Cuda, Device::Mlx}).with_deny({Device::Cuda});
+  auto policy = DevicePolicy::only({Device::Cpu, Device::Gpu, Device::Cuda, Device::Metal}).with_deny({Device::Cuda});
   auto r = runtime::device_report(model(), policy);
   ASSERT_EQ(r.recommended, Device::Gpu) << r.to_text();
   ASSERT_EQ(r.candidates.size(), std::size(runtime::kAllDevices));
@@ -101,7 +101,7 @@ TEST_F(Selection, ReportNamesBlockersEstimatesAndThePick) {
   EXPECT_NE(cuda.why.find("blocked"), std::string::npos) << cuda.why;
   ASSERT_FALSE(cuda.blockers.empty());
   EXPECT_NE(cuda.blockers[0].find("sin"), std::string::npos) << cuda.blockers[0];
-  EXPECT_NE(find(Device::Mlx).why.find("unavailable"), std::string::npos);
+  EXPECT_NE(find(Device::Metal).why.find("unavailable"), std::string::npos);
   EXPECT_NE(find(Device::Rocm).why.find("not in the policy's allow-list"), std::string::npos) << find(Device::Rocm).why;
   auto text = r.to_text();
   for (auto part : {"recommended: gpu", "blocked", "unavailable", "estimate:", "capabilities (advisory)"})
@@ -142,7 +142,7 @@ TEST_F(Selection, ResolveOrderAndClearErrors) {
   }
   expect_error([&] { runtime::resolve_device(g, Device::Metal, policy); }, {"hint", "metal", "allow-list"});
   expect_error([&] { runtime::resolve_device(g, Device::Cuda, policy); }, {"cuda", "sin"});
-  expect_error([&] { runtime::resolve_device(g, Device::Mlx, DevicePolicy::all()); }, {"mlx", "unavailable"});
+  expect_error([&] { runtime::resolve_device(g, Device::Metal, DevicePolicy::all()); }, {"metal", "unavailable"});
   expect_error([&] { runtime::fastest_device_for(g, DevicePolicy::only({Device::Cuda})); },
                {"no device can run graph 'tiny'", "sin"});
 }
@@ -216,7 +216,7 @@ TEST_F(Selection, RunChainFallsBackPastFailingBackends) {
   GraphDevices r(g);
   Data d;
   set_params(r, d);
-  auto [device, out] = r.run_chain(std::vector{Device::Cuda, Device::Rocm, Device::Mlx, Device::Cpu}, d.named);
+  auto [device, out] = r.run_chain(std::vector{Device::Cuda, Device::Rocm, Device::Metal, Device::Cpu}, d.named);
   EXPECT_EQ(device, Device::Cpu);
   EXPECT_TRUE(rlx::testing::tensors_close(out[0], d.want(g)));
   ASSERT_EQ(r.failures().size(), 3u);

@@ -102,7 +102,7 @@ TEST_F(Router, FromEnvAndNothingToRoute) {
   router.set_param("w", w_);
   EXPECT_EQ(router.run(named_).first, Device::Cpu);
   try {
-    DeviceRouter none(g_, DevicePolicy::only({Device::Mlx}));
+    DeviceRouter none(g_, DevicePolicy::only({Device::Metal}));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no device compiled graph 'routed'"), std::string::npos) << e.what();

@@ -168,6 +168,9 @@ void register_backend(Device device, BackendFactory factory);
 // The backend for `device`; throws rlx::Error saying why it is unavailable.
 std::unique_ptr<Backend> make_backend(Device device);
 bool is_available(Device device);
+// The backend registered for `device`, available or not (an unavailable one still declares the traits it would
+// claim); nullptr when none is. For what describes the build rather than the machine: docs/op-coverage.md.
+std::unique_ptr<Backend> registered_backend(Device device);
 // Devices with a registered backend (available or not).
 std::vector<Device> registered_devices();
 inline constexpr Device kAllDevices[] = {Device::Cpu, Device::Cuda,   Device::Rocm,   Device::Metal, Device::Mlx,
@@ -184,8 +187,9 @@ KernelDispatchReport kernel_dispatch_report(const compile::CompileResult& result
 // Capability bits typical of a device's backend, before anything is compiled.
 ExecutableCapabilities advisory_capabilities(Device device);
 
-// docs/op-coverage.md, generated from the registered backends' traits: each
-// op's dispatch tier per backend. A test fails when the checked-in file drifts.
+// docs/op-coverage.md, generated from the registered backends' traits (available
+// here or not, so the file depends on the build only): each op's dispatch tier
+// per backend. A test fails when the checked-in file drifts.
 std::string op_coverage_markdown();
 
 }  // namespace rlx::runtime
