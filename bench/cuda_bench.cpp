@@ -14,6 +14,7 @@
 
 #include "gpu_common.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/models/demo_models.hpp"
 
@@ -109,6 +110,27 @@ int main() {
       for (std::int64_t i = 0; i < m; i += 4097) check(i);
       for (std::int64_t i = m - 4096; i < m; ++i) check(i);
       report("chain8_max_abs_err", worst, "");
+    }
+    // The same chain as the scalar grid-stride loop (RLX_CUDA_VECTOR_BYTES=0) and with 16-byte accesses at each
+    // unrolling of the loop (RLX_CUDA_VECTOR_UNROLL; 0 is NVRTC's choice): device time with the param resident and
+    // the output left on the device.
+    for (auto [vb, unroll] : {std::pair{0, 0}, {16, 1}, {16, 2}, {16, 4}, {16, 0}}) {
+      env::ScopedOverride width("RLX_CUDA_VECTOR_BYTES", std::to_string(vb));
+      env::ScopedOverride steps("RLX_CUDA_VECTOR_UNROLL", std::to_string(unroll));
+      auto v = prepare(*backend, ch);
+      auto& exe = *v.compiled.exe;
+      std::vector<const void*> no_in(v.in.size(), nullptr);
+      std::vector<void*> no_out(v.out.size(), nullptr);
+      exe.set_profiling(true);
+      double best = 1e30;
+      for (int r = 0; r < 6; ++r) {
+        exe.run_read_outputs(no_in, no_out);
+        double s = 0;
+        for (const auto& k : exe.kernel_times()) s += k.micros * 1e-6;
+        if (r > 0) best = std::min(best, s);
+      }
+      report(vb ? fmt::format("chain8_vector{}_unroll{}_gbps", vb, unroll) : "chain8_scalar_gbps", bytes / best * 1e-9,
+             "GB/s");
     }
 
     {

@@ -73,15 +73,18 @@ run() {
 }
 
 cuda() {
-  local out=${OUT:-/tmp/rlx-out} r=/tmp/rlx part=${1:-all}
+  # Logs go to one folder, packed into $OUT/cuda-logs.tar.xz at the end (only 8 files come back from $OUT).
+  local r=/tmp/rlx part=${1:-all}
+  local out=$r/logs
   mkdir -p "$out" "$r"
   tar xJf .gpu/rlx-gpu.tar.xz -C "$r"
-  # The cubin cache in the checkout's ignored .gpu/: a warm machine keeps it for the next call.
-  export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$PWD/.gpu/cache
+  # The cubin cache in the checkout's ignored .gpu/cache. It comes back as $OUT/cuda-cubin-cache.tar.xz: unpacked
+  # here with `tar xJf <files_at>/cuda-cubin-cache.tar.xz -C .gpu`, a later call carrying .gpu starts with it.
+  export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$PWD/.gpu/cache RLX_TEST_TIMING=1
   nvidia-smi -L
   if [ "$part" != suites ]; then
   echo "## cuda_bench"
-  timeout 100 "$r/bin/cuda_bench" | tee "$out/cuda_bench.txt"
+  timeout 150 "$r/bin/cuda_bench" | tee "$out/cuda_bench.txt"
   echo "## RLX CUDA vs PyTorch"
   PYTHONUNBUFFERED=1 timeout 100 python3 bench/gpu_peers.py --rlx "$out/cuda_bench.txt" --label "RLX CUDA" |
     tee "$out/table.txt"
@@ -113,13 +116,23 @@ cuda() {
     cat "$out/$b".*.log >"$out/$b.log" && rm -f "$out/$b".*.log
     echo "$b: $((SECONDS - t0)) s | passed $(grep -hoE '^\[  PASSED  \] [0-9]+' "$out/$b.log" | awk '{s+=$4} END {print s+0}')" \
       "| failed $(grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | wc -l) | skipped $(grep -cE '^\[  SKIPPED \] [A-Z]' "$out/$b.log")"
+    # RLX_TEST_TIMING's lines: where the cases' time went (compile, reference, runs), summed over the shards.
+    grep -hE '^\[timing\]' "$out/$b.log" | sed -E 's/.*compile ([0-9.]+) ms, reference ([0-9.]+) ms, runs ([0-9.]+) ms/\1 \2 \3/' |
+      sort -n | awk '{c+=$1; f+=$2; r+=$3; n++; v[n]=$1} END {if (n) printf "  %d cases: compile %.1f s (median %.0f ms, max %.0f ms), reference %.1f s, runs %.1f s\n", n, c/1e3, v[int((n+1)/2)], v[n], f/1e3, r/1e3}'
     grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | head -40
   done
+}
+
+cuda_pack_out() {
+  [ -n "${OUT:-}" ] || return 0
+  tar cJf "$OUT/cuda-logs.tar.xz" -C /tmp/rlx logs
+  [ -d .gpu/cache ] && tar cf - -C .gpu cache | xz -T0 -3 >"$OUT/cuda-cubin-cache.tar.xz"
+  ls -la "$OUT"
 }
 
 case "${1:-}" in
   pack) shift; pack "$@" ;;
   run) run ;;
-  cuda) shift; cuda "$@" ;;
+  cuda) shift; cuda "$@"; cuda_pack_out ;;
   *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda [bench|suites]" >&2; exit 2 ;;
 esac

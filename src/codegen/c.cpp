@@ -222,6 +222,11 @@ struct Nest {
   std::vector<std::string> off;  // per walk: the offset expression inside the loops
   int depth = 0;
 };
+struct Merged {
+  Ints e;               // the loop extents left
+  std::vector<Ints> s;  // per walk: its stride in each of them
+};
+Merged merge_dims(const Ints& ext, const std::vector<Walk>& walks);
 
 Ints extents(const Node& n) { return n.shape.extents(); }
 
@@ -259,7 +264,7 @@ class Emitter {
   Emitter(const LirModule& m, const Options& o, std::string fn) : m_(m), o_(o) { src_.function_name = std::move(fn); }
   Source run();
   // The CUDA dialect (emit_cuda): every kernel's phases in one source.
-  CudaModule cuda();
+  CudaModule cuda(const CudaOptions& options);
 
  private:
   // The module: arguments, where each buffer lives, one function per kernel.
@@ -289,6 +294,18 @@ class Emitter {
   std::string expr(const Node& n, const std::vector<std::string>& a);
   std::string ptr(NodeId id) const;  // movement and leaf kernels: a body node's pointer parameter
   Nest open_nest(const Ints& ext, const std::vector<Walk>& walks, char var);
+  // The CUDA dialect's vector phases (see vector_phase).
+  struct VecOperand {
+    std::string ptr;  // the pointer it is read from or written to
+    DType t;
+    i64 align;  // bytes its address is known to be a multiple of
+    std::size_t walk;
+    NodeId node;  // the body node it holds (an input) or stores (an output)
+    bool out;
+  };
+  bool vector_phase(const Ints& ext, const std::vector<Walk>& walks, const std::vector<VecOperand>& ops,
+                    const std::vector<NodeId>& nodes);
+  i64 alignment_of(BufferId id) const;
   std::string use(std::string_view helper, DType t = DType::F64);
   const Node& in(const Node& n, std::size_t i) const { return g_->node(n.inputs[i]); }
   [[noreturn]] void fail(const Node& n, const std::string& why) const {
@@ -320,6 +337,9 @@ class Emitter {
   // iteration (rlx_lane their index), lane_loop_ the next inner nest one loop strided over the lanes.
   bool lanes_ = false;
   bool lane_loop_ = false;
+  // The CUDA dialect's alignment facts and vector width (CudaOptions).
+  const CudaOptions* cuda_options_ = nullptr;
+  std::string phase_pragma_;  // put before the next phase's grid-stride loop
 };
 
 void Emitter::arguments() {
@@ -556,11 +576,13 @@ std::string Emitter::ptr(NodeId id) const {
   fail(n, "is neither a kernel input nor a kernel output");
 }
 
-Nest Emitter::open_nest(const Ints& ext, const std::vector<Walk>& walks, char var) {
-  // Unit dims vanish; a dim merges into the previous loop when every walk
-  // steps through the pair contiguously.
-  Ints e;
-  std::vector<Ints> s(walks.size());
+// Unit dims vanish; a dim merges into the previous loop when every walk
+// steps through the pair contiguously.
+Merged merge_dims(const Ints& ext, const std::vector<Walk>& walks) {
+  Merged m;
+  Ints& e = m.e;
+  std::vector<Ints>& s = m.s;
+  s.resize(walks.size());
   for (std::size_t d = 0; d < ext.size(); ++d) {
     if (ext[d] == 1) continue;
     bool merge = !e.empty();
@@ -576,6 +598,11 @@ Nest Emitter::open_nest(const Ints& ext, const std::vector<Walk>& walks, char va
     else
       e.push_back(ext[d]);
   }
+  return m;
+}
+
+Nest Emitter::open_nest(const Ints& ext, const std::vector<Walk>& walks, char var) {
+  const auto [e, s] = merge_dims(ext, walks);
   Nest nest;
   const bool phase = cuda_ && body_.depth() == 0, lane_loop = cuda_ && lane_loop_ && !phase;
   if (lane_loop) {
@@ -599,6 +626,7 @@ Nest Emitter::open_nest(const Ints& ext, const std::vector<Walk>& walks, char va
     body_.line(std::string(kPhaseMarker) + std::to_string(threads) + (serial_next_ ? " serial" : ""));
     serial_next_ = false;
     // Every lane of a warp runs the same iterations: the step is a multiple of the block, and so of 32.
+    if (!phase_pragma_.empty()) body_.line(phase_pragma_);
     body_.open("for (int64_t rlx_t = rlx_first(); rlx_t < " + int_literal(threads) + "; rlx_t += rlx_step())");
     if (lanes > 1) body_.line("const int rlx_lane = (int)(rlx_t & 31);");
     const bool narrow = threads <= std::numeric_limits<std::int32_t>::max();
@@ -760,6 +788,19 @@ void Emitter::elementwise() {
     } else if (n.op != OpKind::Constant) {
       nodes.push_back(n.id);
     }
+  }
+  if (cuda_) {
+    std::vector<VecOperand> ops;
+    for (std::size_t j = 0; j < g_->outputs().size(); ++j) {
+      const BufferId b = k_->outputs.at(j);
+      ops.push_back({"out" + std::to_string(j), m_.buffer(b).dtype, alignment_of(b), 0, g_->outputs()[j].node, true});
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const Node& in_node = g_->node(inputs[i]);
+      const BufferId b = k_->input_buffer(in_node);
+      ops.push_back({ptr(inputs[i]), in_node.dtype, alignment_of(b), i + 1, inputs[i], false});
+    }
+    if (vector_phase(e, walks, ops, nodes)) return;
   }
   Nest nest = open_nest(e, walks, 'i');
   for (std::size_t i = 0; i < inputs.size(); ++i) read_[inputs[i]] = ptr(inputs[i]) + "[" + nest.off[i + 1] + "]";
@@ -945,6 +986,20 @@ void Emitter::matmul(const Node& n) {
   if (product_input_) {  // the epilogue alone, over the product laid out as the matmul's row-major result
     std::vector<Walk> walks{{ir::contiguous_strides(oe), 0}};
     for (auto id : s.inputs_after) walks.push_back({broadcast_strides(extents(g_->node(id)), oe), 0});
+    if (cuda_) {
+      const i64 elem = i64(ir::dtype_size(n.dtype));
+      std::vector<VecOperand> ops{{"rlx_prod", n.dtype,
+                                   cuda_options_ ? std::max(cuda_options_->product_alignment, elem) : elem, 0, n.id,
+                                   false}};
+      for (std::size_t j = 0; j < g_->outputs().size(); ++j) {
+        const BufferId b = k_->outputs.at(j);
+        ops.push_back({"out" + std::to_string(j), m_.buffer(b).dtype, alignment_of(b), 0, g_->outputs()[j].node, true});
+      }
+      std::size_t w = 1;
+      for (auto id : s.inputs_after)
+        ops.push_back({ptr(id), g_->node(id).dtype, alignment_of(k_->input_buffer(g_->node(id))), w++, id, false});
+      if (vector_phase(oe, walks, ops, s.after)) return;
+    }
     Nest nest = open_nest(oe, walks, 'i');
     read_[n.id] = "v" + std::to_string(n.id);
     body_.line(std::string(ctype(n.dtype)) + " " + read_[n.id] + " = rlx_prod[" + nest.off[0] + "];");
@@ -1258,79 +1313,8 @@ Source Emitter::run() {
   return std::move(src_);
 }
 
-CudaModule Emitter::cuda() {
-  cuda_ = true;
-  CudaModule out;
-  std::string functions;
-  for (std::size_t index = 0; index < m_.kernels.size(); ++index) {
-    const Kernel& k = m_.kernels[index];
-    CudaKernelCode& code = out.kernels.emplace_back();
-    std::string body;
-    std::vector<std::string> params;
-    try {
-      body = kernel_body(k);
-      for (std::size_t i = 0; i < k.inputs.size(); ++i)
-        params.push_back("const " + std::string(ctype(m_.buffer(k.inputs[i]).dtype)) + "* __restrict__ in" +
-                         std::to_string(i));
-      for (std::size_t j = 0; j < k.outputs.size(); ++j)
-        params.push_back(std::string(ctype(m_.buffer(k.outputs[j]).dtype)) + "* __restrict__ out" + std::to_string(j));
-    } catch (const Error& e) {
-      code.why = e.what();
-      continue;
-    }
-    // Splits `text` at the phase markers into __global__ functions named <prefix><phase>.
-    auto functions_of = [&](const std::string& text_in, const std::string& prefix, const std::vector<std::string>& ps,
-                            std::vector<CudaPhase>& phases) {
-      std::string text;
-      auto finish = [&] {
-        if (phases.empty()) return;
-        functions += "/* " + comment_text(k.name) + ", " + phases.back().entry + " */\n";
-        functions += param_list("extern \"C\" __global__ void " + phases.back().entry, ps) + " {\n" + text + "}\n";
-        text.clear();
-      };
-      for (std::size_t at = 0; at < text_in.size();) {
-        std::size_t end = text_in.find('\n', at);
-        std::string_view line(text_in.data() + at, end - at);
-        at = end + 1;
-        if (line.starts_with(kPhaseMarker)) {
-          finish();
-          line.remove_prefix(kPhaseMarker.size());
-          CudaPhase ph;
-          ph.entry = prefix + std::to_string(phases.size());
-          ph.iterations = std::stoll(std::string(line));
-          ph.serial = line.ends_with(" serial");
-          phases.push_back(std::move(ph));
-          continue;
-        }
-        if (phases.empty()) continue;  // comments before the first nest
-        text.append("  ").append(line).push_back('\n');
-      }
-      finish();
-    };
-    functions_of(body, "rlx_k" + std::to_string(index) + "_", params, code.phases);
-    if (k.kind == KernelKind::MatMul) {
-      code.product_is_output = product_is_output_;
-      product_input_ = true;
-      std::string epilogue;
-      try {
-        epilogue = kernel_body(k);
-      } catch (const Error&) {
-        epilogue.clear();  // the full nest above still runs it
-      }
-      product_input_ = false;
-      if (!epilogue.empty() && !code.product_is_output) {
-        const Node* mm = nullptr;
-        for (const Node& n : k.body.nodes())
-          if (n.op == OpKind::MatMul) mm = &n;
-        std::vector<std::string> ps = params;
-        ps.push_back("const " + std::string(ctype(mm->dtype)) + "* __restrict__ rlx_prod");
-        functions_of(epilogue, "rlx_k" + std::to_string(index) + "_e", ps, code.epilogue);
-      }
-    }
-  }
-  out.source = std::string(kCudaPrelude) + replace_all(helpers(), "static ", "static __device__ ") + functions;
-  return out;
-}
+// The CUDA dialect: alignment_of, vector_phase and cuda().
+#include "codegen/c_cuda.inc"
 
 // The C function name for `name`; throws for an explicit one C cannot use.
 std::string function_name(const std::string& requested, const std::string& graph_name) {
@@ -1411,9 +1395,18 @@ Source emit(const ir::Graph& g, const Options& options) {
   return emit(lir, options);
 }
 
-CudaModule emit_cuda(const compile::LirModule& lir) {
+CudaModule emit_cuda(const compile::LirModule& lir, const CudaOptions& options) {
   static const Options kNone;
-  return Emitter(lir, kNone, "rlx").cuda();
+  return Emitter(lir, kNone, "rlx").cuda(options);
+}
+
+std::string CudaModule::program(const std::vector<std::string>& entries) const {
+  std::string out = prelude;
+  for (const auto& k : kernels)
+    for (const auto* phases : {&k.phases, &k.epilogue})
+      for (const auto& ph : *phases)
+        if (std::find(entries.begin(), entries.end(), ph.entry) != entries.end()) out += ph.text;
+  return out;
 }
 
 void write(const Source& source, const std::filesystem::path& dir) {

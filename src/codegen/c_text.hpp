@@ -57,6 +57,8 @@ static __device__ __forceinline__ int rlx_shfl(int8_t v, int o) { return __shfl_
 static __device__ __forceinline__ int rlx_shfl(uint8_t v, int o) { return __shfl_xor_sync(0xffffffffu, (int)v, o); }
 static __device__ __forceinline__ int64_t rlx_first() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
 static __device__ __forceinline__ int64_t rlx_step() { return (int64_t)gridDim.x * blockDim.x; }
+// N elements moved as one access (16 bytes: ld.global.v4.f32 for 4 floats); only at addresses aligned to it.
+template <class T, int N> struct alignas(sizeof(T) * N) rlx_vec { T v[N]; };
 )";
 
 // ---- helpers the emitted code may call -------------------------------------

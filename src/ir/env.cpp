@@ -49,6 +49,12 @@ const std::vector<Var>& catalog() {
        "Fallback order for run_chain, e.g. cuda,vulkan,cpu. Unset = the viable devices, best estimate first."},
       {"RLX_BENCHMARK_PICK", Type::Int, "",
        "N > 0: DevicePolicy::from_env picks a device by timing N runs on each candidate instead of the cost model."},
+      {"RLX_CUDA_VECTOR_BYTES", Type::Int, "16",
+       "Bytes each thread of a CUDA elementwise phase (or matmul epilogue) moves per operand and step where the "
+       "operands' alignment allows: 16 (one 16-byte access, as float4) or 0 (element by element)."},
+      {"RLX_CUDA_VECTOR_UNROLL", Type::Int, "1",
+       "How many grid steps the loop of a CUDA vector phase is unrolled by (1 to 8; 0: NVRTC's choice). 1: "
+       "unrolling measured no faster on the H200, and compiles slower."},
       {"RLX_DISPATCH_REPORT", Type::Bool, "0",
        "1: print each compile's dispatch report (every op's tier on the backend, and why) to stderr."},
       {"RLX_SMOLLM2_GGUF", Type::String, "",

@@ -99,6 +99,7 @@ Source emit(const compile::LirModule& lir, const Options& options = {});
 // const) then out0.. (Kernel::outputs).
 struct CudaPhase {
   std::string entry;            // the __global__ function
+  std::string text;             // its definition (CudaModule::program)
   std::int64_t iterations = 0;  // the nest's flattened extent (0: nothing to launch)
   bool serial = false;          // runs on one thread: an accumulation whose targets may repeat (scatter_add)
 };
@@ -114,10 +115,28 @@ struct CudaKernelCode {
   std::string why;
 };
 struct CudaModule {
-  std::string source;                   // self-contained CUDA C (no #include)
+  std::string source;                   // self-contained CUDA C (no #include): the prelude and every phase
+  std::string prelude;                  // the types and helpers every phase may use
   std::vector<CudaKernelCode> kernels;  // per LIR kernel
+  // The prelude and only the phases named: a backend compiles what it launches (not the whole nest of a
+  // matmul a library GEMM runs).
+  std::string program(const std::vector<std::string>& entries) const;
 };
-CudaModule emit_cuda(const compile::LirModule& lir);
+// What the emitter may assume of the device memory the backend lays out.
+struct CudaOptions {
+  // Per LIR buffer (by id): a power of two its device address is known to be a multiple of, in bytes (a
+  // view's own address: its root's alignment and its view offset). Missing or smaller than the element size:
+  // the element size, and that buffer is read and written element by element.
+  std::vector<std::int64_t> buffer_alignment;
+  // The same for `rlx_prod`, the product a matmul epilogue reads.
+  std::int64_t product_alignment = 0;
+  // The bytes a thread of a phase moves per operand and step where the alignment allows (16: one 16-byte
+  // access per operand, as float4); under 2 (or no alignment facts): element by element everywhere.
+  std::int64_t vector_bytes = 16;
+  // How many grid steps a vector phase's loop is unrolled by (1: not unrolled; 0: the compiler's choice).
+  std::int64_t vector_unroll = 1;
+};
+CudaModule emit_cuda(const compile::LirModule& lir, const CudaOptions& options = {});
 
 // Writes source.header_file and source.source_file into `dir` (created if missing).
 void write(const Source& source, const std::filesystem::path& dir);

@@ -228,7 +228,7 @@ std::string read_code(const std::filesystem::path& p) {
 
 std::string compile_cubin(const std::string& source, const std::string& arch, std::string_view what) {
   const Nvrtc& nv = Nvrtc::get();
-  const std::string keyed = fmt::format("rlx-cubin-1|nvrtc {}.{}|{}|", nv.major, nv.minor, arch) + source;
+  const std::string keyed = fmt::format("rlx-cubin-2|nvrtc {}.{}|{}|", nv.major, nv.minor, arch) + source;
   const std::string key = runtime::code_key(keyed);
   auto& mc = memory_cache();
   {
@@ -244,7 +244,9 @@ std::string compile_cubin(const std::string& source, const std::string& arch, st
         r != NVRTC_SUCCESS)
       throw Error(fmt::format("cuda: NVRTC could not create a program for {}: {}", what, nv.nvrtcGetErrorString(r)));
     const std::string arch_opt = "--gpu-architecture=" + arch;
-    const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--extra-device-vectorization"};
+    // -minimal: none of NVRTC's implicit CUDA headers (the generated code needs only built-ins), a few
+    // milliseconds less per program.
+    const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--extra-device-vectorization", "-minimal"};
     nvrtcResult r = nv.nvrtcCompileProgram(prog, int(std::size(opts)), opts);
     std::size_t log_size = 0;
     nv.nvrtcGetProgramLogSize(prog, &log_size);

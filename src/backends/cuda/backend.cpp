@@ -48,13 +48,16 @@ constexpr unsigned kBlock = 256;
 // The process's device: the primary context of device 0, made current on each thread that uses it.
 class Context {
  public:
+  // Made once and kept for the process, as the CUDA runtime keeps its primary context: creating the context
+  // (and loading its modules again) for every backend instance cost each short-lived Session hundreds of
+  // milliseconds. The driver tears it down at exit.
   static std::shared_ptr<Context> get() {
     static std::mutex mu;
-    static std::weak_ptr<Context> cached;
+    static std::shared_ptr<Context>* kept = nullptr;
     std::lock_guard lock(mu);
-    if (auto c = cached.lock()) return c;
+    if (kept) return *kept;
     auto c = std::shared_ptr<Context>(new Context(Driver::get()));
-    cached = c;
+    kept = new std::shared_ptr<Context>(c);  // NOLINT(cppcoreguidelines-owning-memory): never freed, see above
     return c;
   }
   ~Context() {
@@ -157,11 +160,6 @@ class PinnedMemory {
   std::byte* ptr_ = nullptr;
 };
 
-enum class Where : std::uint8_t { Arena, Weights, Staging, Product };
-struct Loc {
-  Where where = Where::Arena;
-  std::uint64_t offset = 0;
-};
 struct Copy {
   Loc src, dst;
   std::uint64_t bytes = 0;
@@ -196,6 +194,7 @@ void* pointer(CUdeviceptr p) {
 
 struct Launch {
   std::size_t kernel = 0;  // the LIR kernel it is a phase of
+  std::string entry;       // the generated function, found in the graph's program as `fn`
   CUfunction fn = nullptr;
   unsigned grid = 1, block = 1;
   std::vector<Loc> operands;  // the kernel's inputs, then its outputs (then the product, for an epilogue)
@@ -661,41 +660,15 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
                                  const compile::CompileOptions& options, std::shared_ptr<Weights>& weights) {
   auto plan = std::make_shared<Plan>();
   plan->ctx = ctx;
-  // The arena: the LIR's memory plan, then the inputs.
-  std::uint64_t arena = align(std::uint64_t(std::max<std::int64_t>(lir.memory.arena_bytes, 0)));
-  std::vector<std::uint64_t> input_at;
-  for (BufferId id : lir.inputs) {
-    input_at.push_back(arena);
-    arena = align(arena + std::uint64_t(lir.buffer(id).nbytes()));
-  }
-  plan->arena_bytes = arena;
-  std::uint64_t weights_bytes = 0;
-  for (BufferId id : lir.params) {
-    plan->param_off.push_back(weights_bytes);
-    plan->param_bytes.push_back(std::uint64_t(lir.buffer(id).nbytes()));
-    weights_bytes = align(weights_bytes + plan->param_bytes.back());
-  }
-  std::vector<std::uint64_t> const_off;
-  for (const auto& v : lir.constant_values) {
-    const_off.push_back(weights_bytes);
-    weights_bytes = align(weights_bytes + v.nbytes());
-  }
-  plan->weights_bytes = weights_bytes;
-
-  std::vector<Loc> locs(lir.buffers.size());
-  for (const auto& b : lir.buffers) {
-    const auto& root = lir.buffer(b.root < 0 ? b.id : b.root);
-    if (root.root >= 0 && root.root != root.id)
-      throw Error(fmt::format("cuda: buffer {} is a view of a view ({})", b.id, root.id));
-    const auto view = std::uint64_t(b.root < 0 || b.root == b.id ? 0 : b.view_offset);
-    const auto ext = std::size_t(root.external_index);
-    switch (root.role) {
-      case BufferRole::Arena: locs[std::size_t(b.id)] = {Where::Arena, std::uint64_t(root.arena_offset) + view}; break;
-      case BufferRole::Input: locs[std::size_t(b.id)] = {Where::Arena, input_at.at(ext) + view}; break;
-      case BufferRole::Param: locs[std::size_t(b.id)] = {Where::Weights, plan->param_off.at(ext) + view}; break;
-      case BufferRole::Constant: locs[std::size_t(b.id)] = {Where::Weights, const_off.at(ext) + view}; break;
-    }
-  }
+  // The arena (the LIR's memory plan, then the inputs) and the weights (params, then constants).
+  const Layout layout = lay_out(lir);
+  const std::vector<std::uint64_t>& input_at = layout.input_at;
+  const std::vector<std::uint64_t>& const_off = layout.const_off;
+  const std::vector<Loc>& locs = layout.locs;
+  plan->arena_bytes = layout.arena_bytes;
+  plan->param_off = layout.param_off;
+  for (BufferId id : lir.params) plan->param_bytes.push_back(std::uint64_t(lir.buffer(id).nbytes()));
+  plan->weights_bytes = layout.weights_bytes;
 
   // Staging: inputs, outputs, then host kernels' operands.
   std::uint64_t staging = 0;
@@ -715,8 +688,9 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
   for (std::size_t i = 0; i < lir.inputs.size(); ++i)
     seg.head.push_back(
         {{Where::Staging, plan->in_staging[i]}, {Where::Arena, input_at[i]}, plan->in_bytes[i], int(i), -1});
-  // One program for the whole graph: NVRTC's cost is mostly per program.
-  const codegen::c::CudaModule module = codegen::c::emit_cuda(lir);
+  // One program for the whole graph (NVRTC's cost is partly per program), holding only the functions launched
+  // (not a matmul's nest where cuBLASLt runs it); every access it vectorizes rests on the layout's alignment.
+  const codegen::c::CudaModule module = codegen::c::emit_cuda(lir, cuda_options(layout, vector_bytes()));
   const std::string what = fmt::format("graph '{}'", lir.name);
   for (std::size_t ki = 0; ki < lir.kernels.size(); ++ki) {
     const auto& k = lir.kernels[ki];
@@ -767,7 +741,7 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
         if (ph.iterations <= 0) continue;
         Launch l;
         l.kernel = ki;
-        l.fn = ctx->function(module.source, ph.entry, what);
+        l.entry = ph.entry;
         l.block = ph.serial ? 1 : kBlock;
         l.grid = ph.serial ? 1 : unsigned(std::min<std::int64_t>((ph.iterations + kBlock - 1) / kBlock, max_grid));
         l.operands = operands;
@@ -813,6 +787,14 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
       staging = align(staging + h.prototype.output_bytes[j]);
     }
     plan->host.push_back(std::move(h));
+  }
+  std::vector<std::string> entries;
+  for (const Launch& l : plan->launches)
+    if (!l.entry.empty()) entries.push_back(l.entry);
+  if (!entries.empty()) {
+    const std::string program = module.program(entries);
+    for (Launch& l : plan->launches)
+      if (!l.entry.empty()) l.fn = ctx->function(program, l.entry, what);
   }
   for (std::size_t j = 0; j < lir.outputs.size(); ++j)
     seg.tail.push_back(

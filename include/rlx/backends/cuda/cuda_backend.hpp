@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "rlx/codegen/c.hpp"
 #include "rlx/runtime/backend.hpp"
 
 namespace rlx::backends::cuda {
@@ -43,5 +44,15 @@ double copy_bandwidth_gbps(std::uint64_t bytes, int reps = 10);
 std::size_t compile_for_arch(const std::string& source, const std::string& arch);
 // Empty when NVRTC can be loaded; otherwise why not.
 std::string nvrtc_unavailable_reason();
+
+// The bytes per thread and step of the generated kernels' vector accesses: RLX_CUDA_VECTOR_BYTES (0 or 16; 16
+// when unset). Throws rlx::Error for another value.
+std::int64_t vector_bytes();
+// The grid steps a vector phase's loop is unrolled by: RLX_CUDA_VECTOR_UNROLL (0 to 8, 0 the compiler's choice;
+// 1 when unset). Throws rlx::Error for another value.
+std::int64_t vector_unroll();
+// The CUDA C the backend generates for `lir` (compiled for traits()): codegen::c::emit_cuda with each buffer's
+// alignment as compile_lir lays the buffers out in device memory, and `bytes` per vector access. Needs no GPU.
+codegen::c::CudaModule emit(const compile::LirModule& lir, std::int64_t bytes = vector_bytes());
 
 }  // namespace rlx::backends::cuda

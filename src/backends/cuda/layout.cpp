@@ -1,0 +1,83 @@
+// The CUDA backend's device-memory layout (layout.hpp); no CUDA dependency, so tests check it without a GPU.
+#include "backends/cuda/layout.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "rlx/backends/cuda/cuda_backend.hpp"
+#include "rlx/env.hpp"
+#include "rlx/error.hpp"
+
+namespace rlx::backends::cuda {
+
+using compile::BufferRole;
+
+Layout lay_out(const compile::LirModule& lir) {
+  Layout l;
+  // The arena: the LIR's memory plan, then the inputs.
+  std::uint64_t arena = align_up(std::uint64_t(std::max<std::int64_t>(lir.memory.arena_bytes, 0)));
+  for (compile::BufferId id : lir.inputs) {
+    l.input_at.push_back(arena);
+    arena = align_up(arena + std::uint64_t(lir.buffer(id).nbytes()));
+  }
+  l.arena_bytes = arena;
+  std::uint64_t weights = 0;
+  for (compile::BufferId id : lir.params) {
+    l.param_off.push_back(weights);
+    weights = align_up(weights + std::uint64_t(lir.buffer(id).nbytes()));
+  }
+  for (const auto& v : lir.constant_values) {
+    l.const_off.push_back(weights);
+    weights = align_up(weights + std::uint64_t(v.nbytes()));
+  }
+  l.weights_bytes = weights;
+  l.locs.resize(lir.buffers.size());
+  for (const auto& b : lir.buffers) {
+    const auto& root = lir.buffer(b.root < 0 ? b.id : b.root);
+    if (root.root >= 0 && root.root != root.id)
+      throw Error("cuda: buffer " + std::to_string(b.id) + " is a view of a view (" + std::to_string(root.id) + ")");
+    const auto view = std::uint64_t(b.root < 0 || b.root == b.id ? 0 : b.view_offset);
+    const auto ext = std::size_t(root.external_index);
+    Loc& loc = l.locs[std::size_t(b.id)];
+    switch (root.role) {
+      case BufferRole::Arena: loc = {Where::Arena, std::uint64_t(root.arena_offset) + view}; break;
+      case BufferRole::Input: loc = {Where::Arena, l.input_at.at(ext) + view}; break;
+      case BufferRole::Param: loc = {Where::Weights, l.param_off.at(ext) + view}; break;
+      case BufferRole::Constant: loc = {Where::Weights, l.const_off.at(ext) + view}; break;
+    }
+  }
+  return l;
+}
+
+std::int64_t offset_alignment(std::uint64_t offset) {
+  std::uint64_t a = kArenaAlignment;
+  while (a > 1 && offset % a) a /= 2;
+  return std::int64_t(a);
+}
+
+codegen::c::CudaOptions cuda_options(const Layout& layout, std::int64_t vector_bytes) {
+  codegen::c::CudaOptions o;
+  o.vector_bytes = vector_bytes;
+  o.vector_unroll = vector_unroll();
+  o.product_alignment = std::int64_t(kArenaAlignment);  // its own allocation, read from the start
+  for (const Loc& loc : layout.locs) o.buffer_alignment.push_back(offset_alignment(loc.offset));
+  return o;
+}
+
+std::int64_t vector_bytes() {
+  const long long v = env::get_int("RLX_CUDA_VECTOR_BYTES").value_or(16);
+  if (v != 0 && v != 16) throw Error("RLX_CUDA_VECTOR_BYTES is " + std::to_string(v) + "; it must be 0 or 16");
+  return v;
+}
+
+std::int64_t vector_unroll() {
+  const long long v = env::get_int("RLX_CUDA_VECTOR_UNROLL").value_or(1);
+  if (v < 0 || v > 8) throw Error("RLX_CUDA_VECTOR_UNROLL is " + std::to_string(v) + "; it must be 0 to 8");
+  return v;
+}
+
+codegen::c::CudaModule emit(const compile::LirModule& lir, std::int64_t bytes) {
+  return codegen::c::emit_cuda(lir, cuda_options(lay_out(lir), bytes));
+}
+
+}  // namespace rlx::backends::cuda
