@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -239,15 +240,18 @@ class RlxServer:
             raise SystemExit(f"peers.py: bench_e2e --serve failed ({self.proc.returncode})")
 
 
-def interleave(exe, directory, reps):
-    """For each workload: warm up both, then `reps` rounds of one RLX sample and one peer sample, the order
-    flipping each round; RLX is blocked on its pipe while the peer runs, and the other way round."""
+def interleave(exe, directory, reps, only=None):
+    """For each workload (those matching the regex `only`, when given): warm up both, then `reps` rounds of one
+    RLX sample and one peer sample, the order flipping each round; RLX is blocked on its pipe while the peer
+    runs, and the other way round."""
     peers = {w: ("numpy", fn) for w, fn in numpy_peers().items()}
     for w, m in load_dump(directory).items():
         peers[w] = ("onnxruntime", BoundRun(ort_session(onnx_model(m, w)), m))
     rlx = RlxServer(exe)
     for work in rlx.workloads():
         w = work.pop("workload")
+        if only and not re.search(only, w):
+            continue
         impl, peer = peers[w]
         rlx_iters = calibrate(rlx.run(w, 1))
         rlx.run(w, rlx_iters)  # warm-up as in common.hpp: one call, then one untimed sample
@@ -309,6 +313,7 @@ def main():
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--dump", help="directory written by bench_e2e --dump-params")
     p.add_argument("--exe", help="the bench_e2e executable (interleave)")
+    p.add_argument("--only", help="a regex: interleave only the workloads it matches")
     p.add_argument("--model", help="a GGUF file (llama)")
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--gen", type=int, default=128)
@@ -321,7 +326,7 @@ def main():
         p.error(f"{a.mode} needs --dump DIR")
     if a.mode == "interleave" and not a.exe:
         p.error("interleave needs --exe BENCH_E2E")
-    {"versions": versions, "interleave": lambda: interleave(a.exe, a.dump, a.reps),
+    {"versions": versions, "interleave": lambda: interleave(a.exe, a.dump, a.reps, a.only),
      "compile": lambda: compile_time(a.dump, a.reps), "verify": lambda: verify(a.dump)}[a.mode]()
 
 
