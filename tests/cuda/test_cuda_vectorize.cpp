@@ -67,6 +67,19 @@ TEST(CudaVectorize, AlignedContiguousOperandsMoveSixteenBytes) {
   }
 }
 
+// The grid's cap: 16 blocks per multiprocessor unless RLX_CUDA_BLOCKS_PER_SM says otherwise (0: no cap).
+TEST(CudaVectorize, BlocksPerMultiprocessorComeFromTheEnvironment) {
+  EXPECT_EQ(blocks_per_sm(), 16);
+  for (const char* ok : {"0", "1", "64", "1024"}) {
+    env::ScopedOverride per_sm("RLX_CUDA_BLOCKS_PER_SM", ok);
+    EXPECT_EQ(blocks_per_sm(), std::stoll(ok));
+  }
+  for (const char* bad : {"-1", "1025"}) {
+    env::ScopedOverride per_sm("RLX_CUDA_BLOCKS_PER_SM", bad);
+    EXPECT_THROW(blocks_per_sm(), Error) << bad;
+  }
+}
+
 TEST(CudaVectorize, NoAlignmentFactsOrVectorBytesZeroMeansScalar) {
   const auto lir = lir_of(chain(4096));
   for (const auto& m : {codegen::c::emit_cuda(lir), emit(lir, 0)}) {

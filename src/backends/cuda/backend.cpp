@@ -683,7 +683,9 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
     staging = align(staging + plan->out_bytes.back());
   }
 
-  const unsigned max_grid = unsigned(std::max(ctx->info.multiprocessors, 1)) * 16;
+  const std::int64_t per_sm = blocks_per_sm();
+  const std::int64_t max_grid =
+      per_sm == 0 ? std::int64_t(INT32_MAX) : std::int64_t(std::max(ctx->info.multiprocessors, 1)) * per_sm;
   Segment seg;
   for (std::size_t i = 0; i < lir.inputs.size(); ++i)
     seg.head.push_back(
