@@ -79,10 +79,35 @@ build_quant_ref() {
   mv "$exe.tmp" "$exe"
 }
 
+# The peer is built for the host's ISA (GGML_NATIVE), except AMX: ggml's AMX matmul segfaults in a worker thread
+# on this project's AMX-INT8 machines (seen 2026-12-05 with llama-cpp-python 0.3.36, ggml_backend_amx_mul_mat, on
+# every quant type: llama-bench and llama_logits both died), so there it gets the host's AVX-512 extensions by
+# name and no AMX.
+isa_flags() {
+  if ! grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
+    echo "-DGGML_NATIVE=ON"
+    return
+  fi
+  local flags="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+  local cpu_flag ggml_option
+  for pair in avx512f:AVX512 avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 \
+    avx_vnni:AVX_VNNI; do
+    cpu_flag=${pair%%:*} ggml_option=${pair#*:}
+    grep -qw "$cpu_flag" /proc/cpuinfo && flags+=" -DGGML_$ggml_option=ON"
+  done
+  echo "$flags"
+}
+
 configure_tools() {
-  [[ -f "$OUT/build/build.ninja" ]] && return 0
+  local flags
+  flags="$(isa_flags)"
+  # A build configured with other ISA flags (an older script, another machine) is configured again.
+  [[ -f "$OUT/build/build.ninja" && "$(cat "$OUT/build/rlx-isa-flags" 2>/dev/null)" == "$flags" ]] && return 0
+  rm -rf "$OUT/build"
+  # shellcheck disable=SC2086 # the flags are separate words
   nice -n 10 cmake -S "$LLAMA" -B "$OUT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON >&2
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF $flags >&2
+  echo "$flags" >"$OUT/build/rlx-isa-flags"
 }
 
 build_tools() {

@@ -9,7 +9,6 @@
 #include <cassert>
 #include <chrono>
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -23,6 +22,7 @@
 #include "rlx/ir/limits.hpp"
 #include "rlx/ir/op_def.hpp"
 #include "rlx/runtime/custom_kernels.hpp"
+#include "rlx/runtime/pending_run.hpp"
 
 namespace rlx::backends::cpu {
 
@@ -366,24 +366,16 @@ class CpuExecutable final : public runtime::ExecutableGraph {
 
   // The run happens on a thread of its own; the pool's workers serve it as they serve any caller.
   void commit_no_wait(std::span<const void* const> inputs, std::span<void* const> outputs) override {
-    require_idle("commit_no_wait");
-    pending_in_.assign(inputs.begin(), inputs.end());
-    pending_out_.assign(outputs.begin(), outputs.end());
-    pending_ = std::async(std::launch::async, [this] { execute(pending_in_, pending_out_, false); });
+    pending_.start(inputs, outputs, [this](auto in, auto out) { execute(in, out, false); });
   }
 
-  void sync_pending() override {
-    if (pending_.valid()) std::exchange(pending_, {}).get();
-  }
+  void sync_pending() override { pending_.wait(); }
 
   // No overlap to gain on the CPU: the sets run back to back.
   void run_pipelined(std::span<const std::vector<const void*>> inputs,
                      std::span<const std::vector<void*>> outputs) override {
     require_idle("run_pipelined");
-    if (inputs.size() != outputs.size())
-      throw Error("cpu: run_pipelined got " + std::to_string(inputs.size()) + " input sets and " +
-                  std::to_string(outputs.size()) + " output sets");
-    for (std::size_t k = 0; k < inputs.size(); ++k) execute(inputs[k], outputs[k], false);
+    runtime::run_sets_in_order("cpu", inputs, outputs, [this](auto in, auto out) { execute(in, out, false); });
   }
 
   void bind_handle(std::size_t index, const void* data, std::size_t nbytes) override {
@@ -454,10 +446,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
  private:
   static std::size_t io_bytes(const Plan::Io& io) { return ir::storage_bytes(io.dtype, io.shape); }
 
-  void require_idle(const char* method) const {
-    if (pending_.valid())
-      throw Error(std::string("cpu: ") + method + ": a commit_no_wait is pending; call sync_pending first");
-  }
+  void require_idle(const char* method) const { pending_.require_idle(method); }
 
   // `value` converted to `io`'s dtype, or nullopt when it has that dtype already.
   static std::optional<ir::Tensor> converted(const Plan::Io& io, const ir::TensorView& value, const std::string& what) {
@@ -557,9 +546,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output) copied after each run
   std::vector<bool> donated_;  // per output: fed to its Plan::donor's handle, so computed in that handle
   std::vector<std::optional<AlignedBytes>> out_scratch_;  // per output, for outputs not read back
-  std::vector<const void*> pending_in_;
-  std::vector<void*> pending_out_;
-  std::future<void> pending_;  // last: destroyed first, so a pending run finishes before the rest goes
+  runtime::PendingRun pending_{"cpu"};  // last: destroyed first, so a pending run finishes before the rest goes
 };
 
 // OpenBLAS runs single-threaded inside the pool's tasks (matmul panels, conv

@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <future>
 #include <mutex>
 #include <unordered_map>
 
@@ -19,6 +18,7 @@
 #include "rlx/backends/mlx/mlx_backend.hpp"
 #include "rlx/error.hpp"
 #include "rlx/runtime/host_kernel.hpp"
+#include "rlx/runtime/pending_run.hpp"
 
 namespace rlx::backends::mlx {
 
@@ -210,7 +210,7 @@ class MlxExecutable final : public runtime::ExecutableGraph {
     }
   }
   ~MlxExecutable() override {
-    if (pending_.valid()) pending_.wait();
+    pending_.finish();  // before the lock: the run takes it
     std::lock_guard lock(mlx_mutex());  // arrays and compiled functions are released under the lock too
     handles_.clear();
     params_.reset();
@@ -283,23 +283,15 @@ class MlxExecutable final : public runtime::ExecutableGraph {
 
   // The run happens on a thread of its own (MLX's own evaluation is asynchronous only within one graph).
   void commit_no_wait(std::span<const void* const> inputs, std::span<void* const> outputs) override {
-    require_idle("commit_no_wait");
-    pending_in_.assign(inputs.begin(), inputs.end());
-    pending_out_.assign(outputs.begin(), outputs.end());
-    pending_ = std::async(std::launch::async, [this] { execute(pending_in_, pending_out_, false); });
+    pending_.start(inputs, outputs, [this](auto in, auto out) { execute(in, out, false); });
   }
 
-  void sync_pending() override {
-    if (pending_.valid()) std::exchange(pending_, {}).get();
-  }
+  void sync_pending() override { pending_.wait(); }
 
   void run_pipelined(std::span<const std::vector<const void*>> inputs,
                      std::span<const std::vector<void*>> outputs) override {
     require_idle("run_pipelined");
-    if (inputs.size() != outputs.size())
-      throw Error(
-          fmt::format("mlx: run_pipelined got {} input sets and {} output sets", inputs.size(), outputs.size()));
-    for (std::size_t k = 0; k < inputs.size(); ++k) execute(inputs[k], outputs[k], false);
+    runtime::run_sets_in_order("mlx", inputs, outputs, [this](auto in, auto out) { execute(in, out, false); });
   }
 
   void bind_handle(std::size_t index, const void* data, std::size_t nbytes) override {
@@ -371,10 +363,7 @@ class MlxExecutable final : public runtime::ExecutableGraph {
     rng_ = rng;
   }
 
-  void require_idle(const char* method) const {
-    if (pending_.valid())
-      throw Error(std::string("mlx: ") + method + ": a commit_no_wait is pending; call sync_pending first");
-  }
+  void require_idle(const char* method) const { pending_.require_idle(method); }
 
   const Buffer& param_buffer(std::size_t index, std::string_view method) const {
     const LirModule& lir = plan_->lir;
@@ -477,9 +466,7 @@ class MlxExecutable final : public runtime::ExecutableGraph {
   std::vector<std::optional<mx::array>> handles_;
   std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output): the output becomes the handle
   runtime::RngOptions rng_;
-  std::future<void> pending_;
-  std::vector<const void*> pending_in_;
-  std::vector<void*> pending_out_;
+  runtime::PendingRun pending_{"mlx"};  // last: destroyed first, so a pending run finishes before the rest goes
 };
 
 class MlxBackend final : public runtime::Backend {
