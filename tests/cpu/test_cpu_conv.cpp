@@ -31,6 +31,22 @@ struct Case {
   std::int64_t groups;
 };
 
+// The conv of case c (bias and weights as params when asked, else inputs) against the reference interpreter on
+// fresh random inputs, on `threads` threads.
+bool conv_matches(const Case& c, DType t, bool bias, bool weights_param, int threads) {
+  Graph g(c.what);
+  auto x = g.input("x", ir::Shape(c.x), t);
+  auto w = weights_param ? g.param("w", ir::Shape(c.w), t) : g.input("w", ir::Shape(c.w), t);
+  std::optional<ir::NodeId> b;
+  if (bias) b = weights_param ? g.param("b", {c.w[0]}, t) : g.input("b", {c.w[0]}, t);
+  g.add_output(g.conv2d(x, w, b, c.stride, c.pad, c.dilation, c.groups));
+  conformance::Check check;
+  check.seed = testing::test_seed();
+  check.label = c.what;
+  check.options.num_threads = threads;
+  return conformance::matches_reference(runtime::Device::Cpu, g, check);
+}
+
 TEST(CpuConv, WorkSplitsMatchTheReference) {
   const Case cases[] = {
       {"batch of images", {3, 8, 9, 7}, {12, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
@@ -52,20 +68,9 @@ TEST(CpuConv, WorkSplitsMatchTheReference) {
   for (DType t : {DType::F32, DType::F64})
     for (const Case& c : cases)
       for (bool bias : {false, true})
-        for (int threads : {1, 2, 3}) {
-          Graph g("conv split");
-          auto x = g.input("x", ir::Shape(c.x), t);
-          auto w = g.input("w", ir::Shape(c.w), t);
-          std::optional<ir::NodeId> b;
-          if (bias) b = g.input("b", {c.w[0]}, t);
-          g.add_output(g.conv2d(x, w, b, c.stride, c.pad, c.dilation, c.groups));
-          conformance::Check check;
-          check.seed = testing::test_seed();
-          check.label = c.what;
-          check.options.num_threads = threads;
-          EXPECT_TRUE(conformance::matches_reference(runtime::Device::Cpu, g, check))
+        for (int threads : {1, 2, 3})
+          EXPECT_TRUE(conv_matches(c, t, bias, false, threads))
               << c.what << ", " << ir::dtype_name(t) << ", bias " << bias << ", threads " << threads;
-        }
 }
 
 // The direct kernel (isa/conv_impl.inc), forced so that a fall back to im2col fails the test: whole channel
@@ -96,18 +101,8 @@ TEST(CpuConv, DirectKernelMatchesTheReferenceOnEveryIsa) {
       for (bool bias : {false, true})
         for (bool param : {false, true})
           for (int threads : {1, 2, 3}) {
-            Graph g("direct conv");
-            auto x = g.input("x", ir::Shape(c.x));
-            auto w = param ? g.param("w", ir::Shape(c.w)) : g.input("w", ir::Shape(c.w));
-            std::optional<ir::NodeId> b;
-            if (bias) b = g.param("b", {c.w[0]});
-            g.add_output(g.conv2d(x, w, b, c.stride, c.pad, c.dilation, c.groups));
-            conformance::Check check;
-            check.seed = testing::test_seed();
-            check.label = c.what;
-            check.options.num_threads = threads;
-            EXPECT_TRUE(conformance::matches_reference(runtime::Device::Cpu, g, check))
-                << c.what << ", " << isa << ", bias " << bias << ", weights as param " << param << ", threads "
+            EXPECT_TRUE(conv_matches(c, DType::F32, bias, param, threads))
+                << c.what << ", " << isa << ", bias " << bias << ", weights as params " << param << ", threads "
                 << threads;
             ++ran;
           }
@@ -127,15 +122,11 @@ TEST(CpuConv, DirectKernelMatchesTheReferenceOnEveryIsa) {
 // with and without bias, on 1 to 3 threads and every SIMD ISA; and with 128 channels each way, where the
 // default picks it.
 TEST(CpuConv, WinogradMatchesTheReferenceOnEveryIsa) {
-  struct Shape {
-    const char* what;
-    Ints x, w, pad;
-  };
-  const Shape shapes[] = {
-      {"same, odd rows and columns", {2, 32, 9, 11}, {48, 32, 3, 3}, {1, 1}},
-      {"no padding", {1, 16, 10, 7}, {32, 16, 3, 3}, {0, 0}},
-      {"wide padding, three images", {3, 16, 5, 13}, {16, 16, 3, 3}, {2, 1}},
-      {"one output", {1, 16, 3, 3}, {16, 16, 3, 3}, {0, 0}},
+  const Case cases[] = {
+      {"same, odd rows and columns", {2, 32, 9, 11}, {48, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {"no padding", {1, 16, 10, 7}, {32, 16, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+      {"wide padding, three images", {3, 16, 5, 13}, {16, 16, 3, 3}, {1, 1}, {2, 1}, {1, 1}, 1},
+      {"one output", {1, 16, 3, 3}, {16, 16, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
   };
   int ran = 0;
   for (const std::string& isa : supported_isas()) {
@@ -143,27 +134,16 @@ TEST(CpuConv, WinogradMatchesTheReferenceOnEveryIsa) {
     env::ScopedOverride use_isa("RLX_CPU_ISA", isa);
     {
       env::ScopedOverride winograd("RLX_CPU_CONV", "winograd");
-      for (const Shape& c : shapes)
+      for (const Case& c : cases)
         for (bool bias : {false, true})
           for (int threads : {1, 2, 3}) {
-            Graph g("winograd");
-            std::optional<ir::NodeId> b;
-            if (bias) b = g.param("b", {c.w[0]});
-            g.add_output(g.conv2d(g.input("x", ir::Shape(c.x)), g.param("w", ir::Shape(c.w)), b, {1, 1}, c.pad));
-            conformance::Check check;
-            check.seed = testing::test_seed();
-            check.options.num_threads = threads;
-            EXPECT_TRUE(conformance::matches_reference(runtime::Device::Cpu, g, check))
+            EXPECT_TRUE(conv_matches(c, DType::F32, bias, true, threads))
                 << c.what << ", " << isa << ", bias " << bias << ", threads " << threads;
             ++ran;
           }
     }
-    Graph wide("winograd by default");
-    wide.add_output(wide.conv2d(wide.input("x", {1, 128, 12, 12}), wide.param("w", {128, 128, 3, 3}),
-                                wide.param("b", {128}), {1, 1}, {1, 1}));
-    conformance::Check check;
-    check.seed = testing::test_seed();
-    EXPECT_TRUE(conformance::matches_reference(runtime::Device::Cpu, wide, check)) << isa;
+    const Case wide{"winograd by default", {1, 128, 12, 12}, {128, 128, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1};
+    EXPECT_TRUE(conv_matches(wide, DType::F32, true, true, 2)) << isa;
   }
   if (ran == 0) GTEST_SKIP() << "this CPU has no SIMD ISA with a direct convolution";
 }
