@@ -137,7 +137,7 @@ int main() {
              bytes / resident_chain_s() * 1e-9, "GB/s");
     }
     // The grid's size: at most RLX_CUDA_BLOCKS_PER_SM blocks per multiprocessor, each thread looping over the
-    // rest, or (0) one step per thread, as torch.compile's kernels run.
+    // rest, or (0, the default) one step per thread, as torch.compile's kernels run.
     for (int per_sm : {8, 16, 32, 64, 0}) {
       env::ScopedOverride blocks("RLX_CUDA_BLOCKS_PER_SM", std::to_string(per_sm));
       report(fmt::format("chain8_blocks_per_sm{}_gbps", per_sm), bytes / resident_chain_s() * 1e-9, "GB/s");

@@ -67,9 +67,9 @@ TEST(CudaVectorize, AlignedContiguousOperandsMoveSixteenBytes) {
   }
 }
 
-// The grid's cap: 16 blocks per multiprocessor unless RLX_CUDA_BLOCKS_PER_SM says otherwise (0: no cap).
+// The grid's cap: none (0) unless RLX_CUDA_BLOCKS_PER_SM sets one.
 TEST(CudaVectorize, BlocksPerMultiprocessorComeFromTheEnvironment) {
-  EXPECT_EQ(blocks_per_sm(), 16);
+  EXPECT_EQ(blocks_per_sm(), 0);
   for (const char* ok : {"0", "1", "64", "1024"}) {
     env::ScopedOverride per_sm("RLX_CUDA_BLOCKS_PER_SM", ok);
     EXPECT_EQ(blocks_per_sm(), std::stoll(ok));

@@ -77,7 +77,7 @@ std::int64_t vector_unroll() {
 }
 
 std::int64_t blocks_per_sm() {
-  const long long v = env::get_int("RLX_CUDA_BLOCKS_PER_SM").value_or(16);
+  const long long v = env::get_int("RLX_CUDA_BLOCKS_PER_SM").value_or(0);
   if (v < 0 || v > 1024) throw Error("RLX_CUDA_BLOCKS_PER_SM is " + std::to_string(v) + "; it must be 0 to 1024");
   return v;
 }

@@ -52,7 +52,7 @@ std::int64_t vector_bytes();
 // 1 when unset). Throws rlx::Error for another value.
 std::int64_t vector_unroll();
 // The most thread blocks per multiprocessor a grid-stride phase is launched with: RLX_CUDA_BLOCKS_PER_SM (1 to
-// 1024; 0 is no limit, a grid covering every iteration once; 16 when unset). Throws rlx::Error for another value.
+// 1024; 0, the default, is no limit: a grid covering every iteration once). Throws rlx::Error for another value.
 std::int64_t blocks_per_sm();
 // The CUDA C the backend generates for `lir` (compiled for traits()): codegen::c::emit_cuda with each buffer's
 // alignment as compile_lir lays the buffers out in device memory, and `bytes` per vector access. Needs no GPU.
