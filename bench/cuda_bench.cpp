@@ -17,6 +17,8 @@
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/models/demo_models.hpp"
+#include "rlx/runtime/calibration.hpp"
+#include "rlx/runtime/graph_devices.hpp"
 
 using namespace rlx;
 namespace cu = backends::cuda;
@@ -208,6 +210,23 @@ int main() {
       m.run_read_outputs(std::vector<const void*>(mixed.in.size(), nullptr),
                          std::vector<void*>(mixed.out.size(), nullptr));
       print_kernels(m);
+    }
+
+    // The cost model's view of this GPU: its calibration (measured now, or read from the cache) and the large
+    // encoder's device report, which ranks CUDA against Vulkan on the same GPU and the CPU, each with its reason.
+    {
+      const runtime::Calibration c = runtime::calibration_for(runtime::Device::Cuda);
+      report("calib_sgemm_gflops", c.sgemm_gflops, "GFLOP/s");
+      report("calib_memory_bw_gbps", c.memory_bw_gbps, "GB/s");
+      report("calib_roundtrip_us", c.roundtrip_overhead_ns * 1e-3, "us");
+      fmt::print("# calibration: {} ({})\n", runtime::calibration_path_for(runtime::Device::Cuda).string(), c.source);
+      const auto devices = runtime::device_report(models::encoder_block({8, 512, 1024, 16, 4096, 1e-5}));
+      std::string text = devices.to_text();
+      for (std::size_t at = 0; at < text.size();) {  // as comments: gpu_peers.py reads the other lines
+        const std::size_t end = std::min(text.find('\n', at), text.size());
+        fmt::print("# {}\n", text.substr(at, end - at));
+        at = end + 1;
+      }
     }
   } catch (const Error& e) {
     fmt::print(stderr, "cuda_bench: {}\n", e.what());

@@ -44,14 +44,19 @@ pack() {
   ls -la .gpu/rlx-gpu.tar.xz .gl
 }
 
-run() {
-  local out=${OUT:-/tmp/rlx-out} r=/tmp/rlx
-  mkdir -p "$out" "$r"
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
+# The Vulkan loader from the packed .deb files, and NVIDIA's ICD.
+vulkan_loader() {
+  for f in .gl/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
   ldconfig
   local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
   [ -f "$icd" ] && export VK_DRIVER_FILES=$icd
   echo "Vulkan ICD: ${VK_DRIVER_FILES:-none at $icd}; loader: $(ldconfig -p | grep -c libvulkan.so.1) found"
+}
+
+run() {
+  local out=${OUT:-/tmp/rlx-out} r=/tmp/rlx
+  mkdir -p "$out" "$r"
+  vulkan_loader
   tar xJf .gpu/rlx-gpu.tar.xz -C "$r"
   export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$r/cache
   nvidia-smi -L
@@ -81,6 +86,7 @@ cuda() {
   # The cubin cache in the checkout's ignored .gpu/cache. It comes back as $OUT/cuda-cubin-cache.tar.xz: unpacked
   # here with `tar xJf <files_at>/cuda-cubin-cache.tar.xz -C .gpu`, a later call carrying .gpu starts with it.
   export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$PWD/.gpu/cache RLX_TEST_TIMING=1
+  vulkan_loader  # so that the device report can rank Vulkan on the same GPU against CUDA
   nvidia-smi -L
   if [ "$part" != suites ]; then
   echo "## cuda_bench"

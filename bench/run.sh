@@ -37,7 +37,8 @@ case "$openblas_core" in
 esac
 
 RAW=$(mktemp -d)
-trap 'rm -rf "$RAW"' EXIT
+# The raw records are removed once the report is written; a run that fails keeps them for report.py to read.
+trap '[ -n "${REPORTED:-}" ] && rm -rf "$RAW" || echo "[bench] raw records kept in $RAW" >&2' EXIT
 start=$SECONDS
 
 # Other processes distort every figure; the load average goes into the results so readers can tell.
@@ -143,4 +144,5 @@ mkdir -p bench/results
 echo
 "$PY" bench/report.py "$RAW"/*.jsonl --out bench/results/latest.json --doc docs/performance.md
 "$PY" bench/plot.py bench/results/latest.json bench/results/ratios.png
+REPORTED=1
 echo "[bench] done in $((SECONDS - start)) s; wrote bench/results/latest.json"

@@ -176,6 +176,8 @@ Calibration measure_calibration(Backend& backend) {
   return c;
 }
 
+Calibration Backend::calibrate() { return measure_calibration(*this); }
+
 Calibration calibration_for(Device device, const fs::path& dir) {
   auto backend = make_backend(device);
   const auto path = calibration_path(device_label(device), device_id(device, *backend), dir);
@@ -190,7 +192,7 @@ Calibration calibration_for(Device device, const fs::path& dir) {
   std::string why;
   auto c = load_calibration(path, &why);
   if (!c) {
-    c = measure_calibration(*backend);
+    c = backend->calibrate();
     c->backend = std::string(device_label(device));
     c->device = device_id(device, *backend);
     c->source = "measured now (" + why + ")";

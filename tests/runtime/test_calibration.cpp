@@ -117,6 +117,22 @@ TEST_F(Calibration, AValidFileIsUsedAsIs) {
   EXPECT_THROW(runtime::calibration_for(Device::Metal), Error);  // unavailable: nothing to measure
 }
 
+// A backend with instruments of its own (device timers: CUDA, Vulkan) measures itself; calibration_for caches what
+// it returns like any measurement.
+TEST_F(Calibration, ABackendMayMeasureItself) {
+  rlx::testing::TwinOptions o;
+  o.own_sgemm_gflops = 777;
+  twin(Device::Gpu, o);
+  auto c = runtime::calibration_for(Device::Gpu, dir_);
+  EXPECT_EQ(c.sgemm_gflops, 777);
+  EXPECT_EQ(c.roundtrip_overhead_ns, 5);
+  EXPECT_EQ(c.memory_bw_gbps, 6);
+  EXPECT_NE(c.source.find("measured now"), std::string::npos) << c.source;
+  auto saved = runtime::load_calibration(runtime::calibration_path_for(Device::Gpu, dir_));
+  ASSERT_TRUE(saved);
+  EXPECT_EQ(saved->sgemm_gflops, 777);
+}
+
 TEST_F(Calibration, MeasuredFiguresArePositive) {
   auto cpu = runtime::make_backend(Device::Cpu);
   auto c = runtime::measure_calibration(*cpu);

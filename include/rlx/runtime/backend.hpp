@@ -18,6 +18,8 @@
 
 namespace rlx::runtime {
 
+struct Calibration;  // rlx/runtime/calibration.hpp
+
 enum class Device : std::uint8_t { Cpu, Cuda, Rocm, Metal, Mlx, Gpu, Vulkan, CoreMl, Tpu };
 std::string_view device_label(Device d);     // "cpu", "cuda", ...
 Device parse_device(std::string_view name);  // aliases nvidia->cuda, wgpu->gpu; throws rlx::Error
@@ -146,6 +148,10 @@ class Backend {
   // Which device of its kind this backend drives ("llvmpipe (LLVM 15, 256 bits)"):
   // names its calibration cache. Defaults to the backend's name.
   virtual std::string device_name() const { return std::string(name()); }
+  // Figures for the cost model (calibration.hpp), measured now; calibration_for caches them. By default three
+  // small graphs timed through run() (measure_calibration); a backend with device timers overrides it to time
+  // large kernels on the device itself, where a small graph's host I/O would hide its speed.
+  virtual Calibration calibrate();
 
   // The shared pipeline against traits(), then compile_lir.
   struct Compiled {

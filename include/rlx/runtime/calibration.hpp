@@ -42,11 +42,11 @@ std::optional<Calibration> load_calibration(const std::filesystem::path& path, s
 // Writes atomically (temp file + rename); throws rlx::Error when it cannot.
 void save_calibration(const Calibration& c, const std::filesystem::path& path);
 // Times three small graphs compiled on `backend` (well under a second on a CPU):
-// a 256x256x256 f32 matmul, a one-element add, and a 2M-element add.
+// a 256x256x256 f32 matmul, a one-element add, and a 2M-element add. Backend::calibrate's default.
 Calibration measure_calibration(Backend& backend);
 
 // The cached figures for `device` when the file under `dir` is valid; otherwise
-// measured now and saved. Throws rlx::Error when the device is unavailable.
+// measured now (Backend::calibrate) and saved. Throws rlx::Error when the device is unavailable.
 // Remembered per file for the process (a changed file is read again).
 Calibration calibration_for(Device device, const std::filesystem::path& dir = cache_dir());
 // Which device of its kind `backend` drives: Backend::device_name(), or the

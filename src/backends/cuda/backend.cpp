@@ -834,6 +834,7 @@ class CudaBackend final : public runtime::Backend {
   std::string_view name() const override { return "cuda"; }
   std::string unavailable_reason() const override { return why_; }
   std::string device_name() const override { return ctx_ ? ctx_->info.name : std::string("cuda"); }
+  runtime::Calibration calibrate() override { return measure_device(*this); }
 
   compile::BackendTraits traits() const override { return cuda::traits(); }
 

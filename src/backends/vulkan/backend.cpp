@@ -599,6 +599,7 @@ class VulkanBackend final : public runtime::Backend {
   std::string_view name() const override { return "vulkan"; }
   std::string unavailable_reason() const override { return why_; }
   std::string device_name() const override { return ctx_ ? ctx_->info.name : std::string("vulkan"); }
+  runtime::Calibration calibrate() override { return measure_device(); }
 
   compile::BackendTraits traits() const override {
     using ir::OpKind;

@@ -66,8 +66,7 @@ double copy_bandwidth_gbps(std::uint64_t bytes, int reps) {
 std::string calibration_path() { return runtime::calibration_path("vulkan", Context::get()->info.name).string(); }
 
 runtime::Calibration calibrate(bool force) {
-  auto ctx = Context::get();
-  const std::string device = ctx->info.name;
+  const std::string device = Context::get()->info.name;
   const auto path = runtime::calibration_path("vulkan", device);
   std::string why = "forced";
   if (!force) {
@@ -75,6 +74,19 @@ runtime::Calibration calibrate(bool force) {
     if (c && c->backend == "vulkan" && c->device == device) return *c;
     if (c) why = "the file describes another device";
   }
+  runtime::Calibration c = measure_device();
+  c.source = "measured (" + why + ")";
+  try {
+    runtime::save_calibration(c, path);
+  } catch (const Error& e) {
+    c.source += "; not saved: " + std::string(e.what());
+  }
+  return c;
+}
+
+runtime::Calibration measure_device() {
+  auto ctx = Context::get();
+  const std::string device = ctx->info.name;
   const bool cpu_device = ctx->info.type == "cpu";
   runtime::Calibration c;
   c.backend = "vulkan";
@@ -109,12 +121,7 @@ runtime::Calibration calibrate(bool force) {
   c.roundtrip_overhead_ns = ns[ns.size() / 2];
   c.measured_at =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  c.source = "measured (" + why + ")";
-  try {
-    runtime::save_calibration(c, path);
-  } catch (const Error& e) {
-    c.source += "; not saved: " + std::string(e.what());
-  }
+  c.source = "measured";
   return c;
 }
 

@@ -69,6 +69,7 @@ void forget_compiled_shaders() {}
 std::string spirv_cache_dir() { return {}; }
 runtime::Calibration calibrate(bool) { throw Error(std::string("vulkan: ") + kNotBuilt); }
 std::string calibration_path() { return {}; }
+runtime::Calibration measure_device() { throw Error(std::string("vulkan: ") + kNotBuilt); }
 std::vector<KernelTime> last_run_times(const runtime::ExecutableGraph&) {
   throw Error(std::string("vulkan: ") + kNotBuilt);
 }

@@ -12,6 +12,7 @@
 
 #include "rlx/codegen/c.hpp"
 #include "rlx/runtime/backend.hpp"
+#include "rlx/runtime/calibration.hpp"
 
 namespace rlx::backends::cuda {
 
@@ -37,6 +38,11 @@ DeviceInfo selected_device();  // throws rlx::Error when unavailable
 // allocations, timed with events, best of `reps`), counting bytes read plus
 // written, in GB/s: the device's practical memory ceiling.
 double copy_bandwidth_gbps(std::uint64_t bytes, int reps = 10);
+
+// The cost model's figures for this GPU (the backend's Backend::calibrate, cached by runtime::calibration_for in
+// <cache>/cuda-calib-<device>.json): RLX's f32 GEMM at 4096^3 and a 1 GiB device copy, both timed on the device,
+// and the median wall time of a one-element graph's run, host I/O included. About a second.
+runtime::Calibration measure_device(runtime::Backend& backend);
 
 // Compiles CUDA C with NVRTC for `arch` (as the backend does, through its
 // cubin cache) and returns the cubin's size. Needs NVRTC, not a GPU: the tests

@@ -58,6 +58,8 @@ std::string spirv_cache_dir();
 // always measures.
 runtime::Calibration calibrate(bool force = false);
 std::string calibration_path();
+// The measurements alone, uncached: what the backend's Backend::calibrate() returns.
+runtime::Calibration measure_device();
 
 // Device-to-device copy bandwidth (vkCmdCopyBuffer of `bytes` between two
 // device-local buffers, GPU-timed, best of `reps`), counting bytes read plus
