@@ -284,6 +284,7 @@ class Emitter {
   void matmul(const Node& anchor);
   void movement(const Node& n);
   void leaf_fill(const Node& n);
+  void row_op(const Node& n);  // the CUDA dialect's native softmax and norms (c_cuda.inc)
   void copy(const Node& n, NodeId src, const Ints& ext, const Walk& from, const Walk& to);
   void concat(const Node& n);
   void pad(const Node& n);
@@ -498,6 +499,12 @@ std::string Emitter::kernel_body(const Kernel& k) {
     case KernelKind::MatMul: matmul(need_anchor()); break;
     case KernelKind::Movement: movement(need_anchor()); break;
     case KernelKind::Leaf: leaf_fill(need_anchor()); break;
+    case KernelKind::Native:
+      if (cuda_) {
+        row_op(need_anchor());
+        break;
+      }
+      [[fallthrough]];
     default:
       throw Error("codegen::c: kernel '" + k.name + "' is a " + std::string(kernel_kind_name(k.kind)) +
                   " kernel, which the C target cannot emit (composites must be decomposed and control flow unrolled: "

@@ -19,6 +19,10 @@ compile::BackendTraits traits() {
   // Convolutions stay whole where cuDNN runs them (conv.hpp); otherwise they decompose into matmuls.
   if (cudnn_convolutions())
     for (ir::OpKind op : {ir::OpKind::Conv1d, ir::OpKind::Conv2d}) t.native_ops.insert(op);
+  // Softmax and the norms stay whole: one phase a row op, a warp per row (codegen::c's CUDA dialect), where
+  // their decompositions take three kernels and three trips through memory.
+  for (ir::OpKind op : {ir::OpKind::Softmax, ir::OpKind::LogSoftmax, ir::OpKind::LayerNorm, ir::OpKind::RmsNorm})
+    t.native_ops.insert(op);
   for (ir::OpKind op : t.native_ops)
     if ((ir::op_info(op).cls != ir::OpClass::Movement || op == ir::OpKind::ScatterAdd) && op != ir::OpKind::Cast)
       t.f32_compute_ops.insert(op);
