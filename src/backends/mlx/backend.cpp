@@ -210,7 +210,7 @@ class MlxExecutable final : public runtime::ExecutableGraph {
     }
   }
   ~MlxExecutable() override {
-    pending_.finish();  // before the lock: the run takes it
+    pending_.finish();                  // before the lock: the run takes it
     std::lock_guard lock(mlx_mutex());  // arrays and compiled functions are released under the lock too
     handles_.clear();
     params_.reset();
