@@ -4,11 +4,23 @@
 // 3x3 conv and the encoder block. Kernel figures are GPU time from the events
 // the executable records around each kernel (kernel_times); the encoder also
 // reports wall time per run (staging copies, graph launch and sync included).
+//
+//   cuda_bench                 the figures above
+//   cuda_bench decode [DIR]    GGUF decode (issue 15, "SmolLM2 decode on the GPU"): SmolLM2-135M's shapes with
+//                              seeded random weights, quantized to Q4_1 (the shipped file's type), Q4_0, Q8_0 and
+//                              Q4_K, each decoded greedily on the GPU; tokens/s and GB/s against the copy
+//                              bandwidth. DIR (default /tmp/rlx/llm) receives what gpu_peers.py --llm reads: the
+//                              Q4_1 model's weights dequantized to f32, its config and RLX's first logits.
+//   cuda_bench decode DIR --smoke   the same files for a two-layer model of small widths, on the CPU, no figures
+//                              (checks the files without a GPU)
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +28,10 @@
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
+#include "rlx/gguf/gguf.hpp"
+#include "rlx/gguf/quants.hpp"
+#include "rlx/gguf/requantize.hpp"
+#include "rlx/llm/model.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/runtime/calibration.hpp"
 #include "rlx/runtime/graph_devices.hpp"
@@ -24,7 +40,194 @@ using namespace rlx;
 namespace cu = backends::cuda;
 using namespace rlx::bench;
 
-int main() {
+namespace {
+
+// SmolLM2-135M's hyperparameters (the shipped SmolLM2-135M-Instruct.Q4_1.gguf's metadata).
+struct Smol {
+  std::int64_t layers = 30, embd = 576, ff = 1536, heads = 9, kv_heads = 3, vocab = 49152, context = 2048;
+  double rope_base = 100000, eps = 1e-5;
+};
+
+// The f32 GGUF: the metadata LlamaConfig::from_gguf reads and seeded random weights (N(0, 0.02) matrices, norms
+// near 1), a tied output as SmolLM2's.
+void write_f32_model(const std::filesystem::path& path, const Smol& s, unsigned seed) {
+  gguf::Writer w;
+  auto& m = w.metadata();
+  m.set("general.architecture", "llama");
+  m.set("llama.block_count", std::uint32_t(s.layers));
+  m.set("llama.embedding_length", std::uint32_t(s.embd));
+  m.set("llama.feed_forward_length", std::uint32_t(s.ff));
+  m.set("llama.attention.head_count", std::uint32_t(s.heads));
+  m.set("llama.attention.head_count_kv", std::uint32_t(s.kv_heads));
+  m.set("llama.context_length", std::uint32_t(s.context));
+  m.set("llama.rope.freq_base", float(s.rope_base));
+  m.set("llama.attention.layer_norm_rms_epsilon", float(s.eps));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  auto add = [&](const std::string& name, std::int64_t rows, std::int64_t cols, bool norm) {
+    std::vector<float> v(std::size_t(rows * cols));
+    for (auto& x : v) x = norm ? 1.0f + nd(rng) : nd(rng);
+    std::vector<std::byte> bytes(v.size() * sizeof(float));
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    // ggml's dims run innermost first: a [rows, cols] matrix is {cols, rows}.
+    w.add_tensor(name, gguf::GgmlType::F32, rows == 1 ? std::vector<std::int64_t>{cols} : std::vector{cols, rows},
+                 std::move(bytes));
+  };
+  const std::int64_t D = s.embd / s.heads;
+  add("token_embd.weight", s.vocab, s.embd, false);
+  add("output_norm.weight", 1, s.embd, true);
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    const std::string b = fmt::format("blk.{}.", i);
+    add(b + "attn_norm.weight", 1, s.embd, true);
+    add(b + "attn_q.weight", s.heads * D, s.embd, false);
+    add(b + "attn_k.weight", s.kv_heads * D, s.embd, false);
+    add(b + "attn_v.weight", s.kv_heads * D, s.embd, false);
+    add(b + "attn_output.weight", s.embd, s.heads * D, false);
+    add(b + "ffn_norm.weight", 1, s.embd, true);
+    add(b + "ffn_gate.weight", s.ff, s.embd, false);
+    add(b + "ffn_up.weight", s.ff, s.embd, false);
+    add(b + "ffn_down.weight", s.embd, s.ff, false);
+  }
+  w.write(path);
+}
+
+// The peer's inputs: every tensor dequantized to f32 back to back (weights.f32) and where each lies (model.json).
+void write_dequantized(const gguf::File& f, const Smol& s, const std::filesystem::path& dir,
+                       const std::vector<std::int32_t>& prompt, int tokens) {
+  std::ofstream out(dir / "weights.f32", std::ios::binary);
+  std::string index;
+  std::int64_t at = 0;
+  for (const auto& t : f.tensors()) {
+    std::int64_t n = 1;
+    for (auto d : t.dims) n *= d;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    gguf::dequantize(t.type, f.tensor(t.name).bytes, v);
+    out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+    std::vector<std::int64_t> shape(t.dims.rbegin(), t.dims.rend());
+    index += fmt::format("{}\n    \"{}\": {{\"offset\": {}, \"shape\": [{}]}}", index.empty() ? "" : ",", t.name, at,
+                         fmt::join(shape, ", "));
+    at += n;
+  }
+  if (!out) throw Error(fmt::format("cuda_bench: writing {} failed", (dir / "weights.f32").string()));
+  std::ofstream json(dir / "model.json");
+  json << fmt::format(
+      "{{\n  \"layers\": {}, \"embd\": {}, \"ff\": {}, \"heads\": {}, \"kv_heads\": {}, \"vocab\": {},\n"
+      "  \"rope_base\": {}, \"eps\": {}, \"prompt\": [{}], \"decode_tokens\": {},\n  \"tensors\": {{{}\n  }}\n}}\n",
+      s.layers, s.embd, s.ff, s.heads, s.kv_heads, s.vocab, s.rope_base, s.eps, fmt::join(prompt, ", "), tokens, index);
+}
+
+std::int32_t argmax(const std::vector<float>& v) {
+  return std::int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Loads `path` on the GPU, runs the prompt and `tokens` greedy decode steps, and reports tokens/s against the
+// bandwidth roof: the bytes one decode step reads (every weight once, the tied output reading the whole token
+// table, plus the KV cache rows the attention reads, which are all of the graph's rows as the mask hides the
+// unwritten ones) over the copy bandwidth. Returns the prompt's last logits.
+std::vector<float> decode(const std::filesystem::path& path, const std::string& key, bool exact,
+                          const std::vector<std::int32_t>& prompt, int tokens, double copy_gbps, Device device) {
+  const auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
+  const auto t0 = std::chrono::steady_clock::now();
+  // prefill_chunk 16: two graphs to compile (16-token prefill and decode) instead of three.
+  auto model = llm::LlamaModel::load(file, {.context = 512, .prefill_chunk = 16, .device = device, .exact = exact});
+  report(key + "_load_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), "s");
+  const auto& c = model.config();
+  std::vector<float> first = model.forward(prompt, false);
+  std::int32_t next = argmax(first);
+  for (int i = 0; i < 3; ++i) next = argmax(model.forward(std::span(&next, 1), false));  // warm-up
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < tokens; ++i) next = argmax(model.forward(std::span(&next, 1), false));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double weights = 0;
+  for (const auto& t : file->tensors()) weights += double(file->tensor(t.name).bytes.size());
+  weights -= double(file->tensor("token_embd.weight").bytes.size()) * (1.0 - 1.0 / double(c.vocab));  // one row
+  weights += c.tied_output ? double(file->tensor("token_embd.weight").bytes.size()) : 0.0;            // the output
+  const double rows = 512 + 16 - 1;  // the context plus prefill_chunk - 1 (src/llm/model.cpp)
+  const double kv = 2.0 * double(c.n_layer * c.n_head_kv * c.head_dim) * rows * 4.0;
+  const double tok_s = tokens / secs, bytes = weights + kv;
+  report(key + "_decode_tok_s", tok_s, "tok/s");
+  report(key + "_decode_ms", 1e3 / tok_s, "ms");
+  report(key + "_bytes_per_token_mb", bytes * 1e-6, "MB");
+  report(key + "_decode_gbps", bytes * tok_s * 1e-9, "GB/s");
+  report(key + "_roof_tok_s", copy_gbps * 1e9 / bytes, "tok/s");
+  report(key + "_vs_roof", bytes * tok_s * 1e-9 / copy_gbps, "x");
+  // Where a step's device time goes, and whether any kernel fell back to the host.
+  model.set_profiling(true);
+  (void)model.forward(std::span(&next, 1), false);
+  double gpu = 0, host = 0;
+  auto times = model.kernel_times(true);
+  for (const auto& k : times) (k.host ? host : gpu) += k.micros;
+  report(key + "_kernels", double(times.size()), "kernels");
+  report(key + "_host_kernels", double(std::count_if(times.begin(), times.end(), [](auto& k) { return k.host; })),
+         "kernels");
+  report(key + "_decode_gpu_us", gpu, "us");
+  std::sort(times.begin(), times.end(), [](auto& a, auto& b) { return a.micros > b.micros; });
+  for (std::size_t i = 0; i < std::min<std::size_t>(6, times.size()); ++i)
+    fmt::print("#   {:9.1f} us {}{}\n", times[i].micros, times[i].host ? "(host) " : "", times[i].kernel);
+  return first;
+}
+
+// `smoke`: a two-layer model of small widths on the CPU, four tokens, to check the files and the peer's inputs
+// on a machine without a GPU (no figures).
+int decode_bench(const std::filesystem::path& dir, bool smoke) {
+  Smol s;
+  if (smoke) s = {.layers = 2, .embd = 64, .ff = 128, .heads = 4, .kv_heads = 2, .vocab = 256, .context = 512};
+  const Device device = smoke ? Device::Cpu : Device::Cuda;
+  std::filesystem::create_directories(dir);
+  const double copy = smoke ? 1.0 : cu::copy_bandwidth_gbps(std::uint64_t(1) << 30);
+  report("copy_d2d_gbps", copy, "GB/s");
+  const auto f32 = dir / "smol-f32.gguf";
+  write_f32_model(f32, s, 15);
+  const std::vector<std::int32_t> prompt{1, 50, 214, 31, 253, 227, 30, 198};
+  const int tokens = smoke ? 4 : 128;
+  int failed = 0;
+  for (auto [type, name] : {std::pair{gguf::GgmlType::Q4_1, "q4_1"},
+                            {gguf::GgmlType::Q4_0, "q4_0"},
+                            {gguf::GgmlType::Q8_0, "q8_0"},
+                            {gguf::GgmlType::Q4_K, "q4_k"}}) {
+    // Each type on its own: one that fails says why and the others still run.
+    try {
+      const auto path = dir / fmt::format("smol-{}.gguf", name);
+      const auto rep = gguf::requantize(f32, path, type);
+      std::string types;
+      for (const auto& [t, n] : rep.tensors_per_type) types += fmt::format(" {} {}", t, n);
+      fmt::print("# {}: {:.1f} MB of tensors:{}\n", name, double(rep.bytes_out) * 1e-6, types);
+      const auto key = fmt::format("llm_{}", name);
+      const std::vector<float> logits = decode(path, key, false, prompt, tokens, copy, device);
+      if (type != gguf::GgmlType::Q4_1) continue;
+      // The peer's inputs, and RLX's first logits in both modes for its comparison.
+      const std::vector<float> exact = decode(path, key + "_f32act", true, prompt, tokens, copy, device);
+      write_dequantized(gguf::File::open(path), s, dir, prompt, tokens);
+      for (auto [what, v] : {std::pair{"logits_q8.f32", &logits}, {"logits_f32.f32", &exact}}) {
+        std::ofstream o(dir / what, std::ios::binary);
+        o.write(reinterpret_cast<const char*>(v->data()), std::streamsize(v->size() * sizeof(float)));
+      }
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "cuda_bench decode: {}: {}\n", name, e.what());
+      fmt::print("# llm_{}: failed: {}\n", name, e.what());
+      ++failed;
+    }
+    if (smoke) break;
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "decode") {
+    try {
+      const bool smoke = argc > 3 && std::string_view(argv[3]) == "--smoke";
+      if (auto why = cu::unavailable_reason(); !why.empty() && !smoke) {
+        fmt::print(stderr, "cuda is unavailable: {}\n", why);
+        return 2;
+      }
+      return decode_bench(argc > 2 ? argv[2] : "/tmp/rlx/llm", smoke);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "cuda_bench decode: {}\n", e.what());
+      return 1;
+    }
+  }
   try {
     if (auto why = cu::unavailable_reason(); !why.empty()) {
       fmt::print(stderr, "cuda is unavailable: {}\n", why);

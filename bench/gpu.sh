@@ -8,7 +8,8 @@
 #                                        suites and vulkan_bench, then bench/gpu_peers.py (PyTorch); results
 #                                        also go to $OUT when it is set
 #   bash bench/gpu.sh cuda [bench|suites] there: unpacks the build and runs cuda_bench with PyTorch's figures
-#                                        beside it, then the conformance suites on the CUDA backend (each part
+#                                        beside it (then `cuda_bench decode`, GGUF decode beside PyTorch eager
+#                                        bf16: gpu_peers.py --llm), then the conformance suites on the CUDA backend (each part
 #                                        alone when named: together they can outlast one 10-minute call;
 #                                        docs/backends/cuda.md)
 set -uo pipefail
@@ -94,6 +95,20 @@ cuda() {
   echo "## RLX CUDA vs PyTorch"
   PYTHONUNBUFFERED=1 timeout 100 python3 bench/gpu_peers.py --rlx "$out/cuda_bench.txt" --label "RLX CUDA" |
     tee "$out/table.txt"
+  # GGUF decode (SmolLM2-135M's shapes, random weights made there) beside PyTorch eager bf16 on the same weights.
+  # Its own process and timeouts: a failure here costs these figures only.
+  echo "## GGUF decode on CUDA (cuda_bench decode) vs PyTorch eager bf16"
+  rm -rf "$r/llm"
+  timeout "${RLX_GPU_DECODE_TIMEOUT:-300}" "$r/bin/cuda_bench" decode "$r/llm" | tee "$out/cuda_llm.txt" ||
+    echo "cuda_bench decode failed or timed out (exit $?): the decode figures above are partial; the run continues"
+  if [ -f "$r/llm/model.json" ] && [ -f "$r/llm/weights.f32" ]; then
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/gpu_peers.py --llm "$r/llm" --rlx "$out/cuda_llm.txt" \
+      --label "RLX CUDA" | tee "$out/llm_table.txt" ||
+      echo "the PyTorch decode peer failed or timed out (exit $?): no PyTorch decode figure; the run continues"
+  else
+    echo "no dequantized weights in $r/llm (the Q4_1 decode failed): no PyTorch decode figure"
+  fi
+  rm -f "$r"/llm/*.gguf "$r"/llm/weights.f32  # hundreds of MB: not for the logs
   fi
   [ "$part" = bench ] && return
   echo "## the CUDA backend's own tests and the capability tests on CUDA"

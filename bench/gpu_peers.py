@@ -6,9 +6,18 @@
 Measures with CUDA events (best of several runs after warm-up): f32 GEMM 4096^3 with TF32 off and on, a
 device-to-device copy, the same 8-op elementwise chain on 256M floats eager and under torch.compile, and the
 rlx::models encoder block eager and under torch.compile (wall time per call, synchronized), and a bf16 GEMM 8192^3. Sizes follow vulkan_bench's full sizes.
+
+    python3 bench/gpu_peers.py --llm DIR --rlx cuda_llm.txt
+
+GGUF decode instead (cuda_bench decode DIR wrote DIR): a PyTorch eager bf16 Llama (RMSNorm, llama.cpp's rotary
+pairs, grouped-query attention over a KV cache, SwiGLU, tied output) on the weights RLX decodes (the Q4_1 model
+dequantized, weights.f32 and model.json), greedy decode of as many tokens, tokens/s; and its first logits against
+RLX's (the same network in f32 too, which checks the peer's architecture against RLX's).
 """
 import argparse
+import json
 import math
+import os
 import time
 
 import torch
@@ -74,16 +83,130 @@ def encoder_params(D, FF, dev):
     return p
 
 
+class Llama:
+    """SmolLM2's architecture as GGUF's Llama holds it, eager, in `dtype`, with a KV cache of `rows` positions."""
+
+    def __init__(self, cfg, weights, dtype, rows, dev):
+        self.c, self.w, self.dtype, self.dev = cfg, weights, dtype, dev
+        L, H, Hkv = cfg["layers"], cfg["heads"], cfg["kv_heads"]
+        self.D = cfg["embd"] // H
+        self.k = torch.zeros(L, Hkv, rows, self.D, device=dev, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        # llama.cpp's "normal" rope: pair (2i, 2i+1) rotates by pos * base^(-2i/D).
+        self.inv = cfg["rope_base"] ** (-torch.arange(0, self.D, 2, dtype=torch.float64, device=dev) / self.D)
+
+    def norm(self, x, w):  # RMSNorm in f32, as HF's LlamaRMSNorm
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.c["eps"])).to(self.dtype) * w
+
+    def rope(self, x, cos, sin):  # x [T, heads, D]; cos, sin [T, D/2]
+        T, h, D = x.shape
+        p = x.float().view(T, h, D // 2, 2)
+        a, b = p[..., 0], p[..., 1]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return torch.stack((a * c - b * s, a * s + b * c), -1).view(T, h, D).to(self.dtype)
+
+    def forward(self, tokens, pos):
+        """The last position's logits after `tokens` at `pos` (the cache holds positions < pos)."""
+        c, w, D = self.c, self.w, self.D
+        H, Hkv, E = c["heads"], c["kv_heads"], c["embd"]
+        T = len(tokens)
+        x = w["token_embd.weight"][torch.tensor(tokens, device=self.dev)]
+        ang = (pos + torch.arange(T, device=self.dev, dtype=torch.float64))[:, None] * self.inv[None]
+        cos, sin = ang.cos().float(), ang.sin().float()
+        mask = None
+        if T > 1:  # token t sees positions <= pos + t
+            mask = torch.arange(pos + T, device=self.dev)[None, :] <= (pos + torch.arange(T, device=self.dev))[:, None]
+        for i in range(c["layers"]):
+            p = f"blk.{i}."
+            h = self.norm(x, w[p + "attn_norm.weight"])
+            q = self.rope((h @ w[p + "attn_q.weight"].T).view(T, H, D), cos, sin)
+            k = self.rope((h @ w[p + "attn_k.weight"].T).view(T, Hkv, D), cos, sin)
+            v = (h @ w[p + "attn_v.weight"].T).view(T, Hkv, D)
+            self.k[i, :, pos:pos + T] = k.transpose(0, 1)
+            self.v[i, :, pos:pos + T] = v.transpose(0, 1)
+            a = F.scaled_dot_product_attention(q.transpose(0, 1)[None], self.k[i, :, :pos + T][None],
+                                               self.v[i, :, :pos + T][None], attn_mask=mask, enable_gqa=True)
+            x = x + a[0].transpose(0, 1).reshape(T, E) @ w[p + "attn_output.weight"].T
+            f = self.norm(x, w[p + "ffn_norm.weight"])
+            x = x + (F.silu(f @ w[p + "ffn_gate.weight"].T) * (f @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+        h = self.norm(x[-1:], w["output_norm.weight"])
+        return (h @ w.get("output.weight", w["token_embd.weight"]).T)[0]
+
+
+def llm_peer(args, rlx):
+    import numpy as np
+    cfg = json.load(open(os.path.join(args.llm, "model.json")))
+    dev = torch.device("cuda")
+    flat = np.fromfile(os.path.join(args.llm, "weights.f32"), dtype=np.float32)
+    host = {n: torch.from_numpy(flat[t["offset"]:t["offset"] + int(np.prod(t["shape"]))].reshape(t["shape"]))
+            for n, t in cfg["tensors"].items()}
+    prompt, n = cfg["prompt"], cfg["decode_tokens"]
+    rows = len(prompt) + n + 8
+    print(f"# PyTorch {torch.__version__} on {torch.cuda.get_device_name()}: {cfg['layers']} layers, width "
+          f"{cfg['embd']}, vocab {cfg['vocab']}, prompt {len(prompt)} tokens, {n} decode tokens")
+    with torch.no_grad():
+        # The same network in f32 first: its logits against RLX's exact mode check the peer's architecture.
+        f32 = Llama(cfg, {k: v.to(dev) for k, v in host.items()}, torch.float32, rows, dev)
+        logits32 = f32.forward(prompt, 0).float().cpu()
+        del f32
+        m = Llama(cfg, {k: v.to(dev, torch.bfloat16) for k, v in host.items()}, torch.bfloat16, rows, dev)
+        logits16 = m.forward(prompt, 0).float().cpu()
+        pos, nxt = len(prompt), int(logits16.argmax())
+        for _ in range(3):  # warm-up, as cuda_bench's
+            nxt = int(m.forward([nxt], pos).argmax())
+            pos += 1
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            nxt = int(m.forward([nxt], pos).argmax())
+            pos += 1
+        torch.cuda.synchronize()
+        tok_s = n / (time.perf_counter() - t0)
+
+    def rel(ours, name):
+        path = os.path.join(args.llm, name)
+        if not os.path.exists(path):
+            return float("nan")
+        theirs = torch.from_numpy(np.fromfile(path, dtype=np.float32))
+        return float((ours - theirs).abs().max() / theirs.abs().max())
+
+    nan = float("nan")
+    rows_out = [("decode, Q4_1 weights (tok/s)", f"{rlx.get('llm_q4_1_decode_tok_s', nan):.0f} (q8 activations) / "
+                 f"{rlx.get('llm_q4_1_f32act_decode_tok_s', nan):.0f} (f32)", f"eager bf16 {tok_s:.0f}",
+                 f"{rlx.get('llm_q4_1_decode_tok_s', nan) / tok_s:.2f}x eager's speed (target >= 1.0)")]
+    for t in ("q4_1", "q4_0", "q8_0", "q4_k"):
+        key = f"llm_{t}"
+        rows_out.append((f"decode {t.upper()} vs the bandwidth roof", f"{rlx.get(key + '_decode_tok_s', nan):.0f} tok/s, "
+                         f"{rlx.get(key + '_decode_gbps', nan):.0f} GB/s of {rlx.get(key + '_bytes_per_token_mb', nan):.1f} MB"
+                         f"/token; {rlx.get(key + '_decode_gpu_us', nan):.0f} us in kernels, "
+                         f"{rlx.get(key + '_host_kernels', nan):.0f} on the host", "",
+                         f"{rlx.get(key + '_vs_roof', nan):.3f}x of the copy ({rlx.get('copy_d2d_gbps', nan):.0f} GB/s; "
+                         f"roof {rlx.get(key + '_roof_tok_s', nan):.0f} tok/s)"))
+    rows_out.append(("first logits, max|d| / max|RLX|", f"exact (f32 activations) vs PyTorch f32: {rel(logits32, 'logits_f32.f32'):.2e}",
+                     f"bf16 vs RLX exact {rel(logits16, 'logits_f32.f32'):.2e}, vs RLX q8 {rel(logits16, 'logits_q8.f32'):.2e}", ""))
+    head = ("figure", args.label, "PyTorch", "ratio")
+    widths = [max(len(r[i]) for r in rows_out + [head]) for i in range(4)]
+    for r in [head] + rows_out:
+        print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rlx", required=True, help="vulkan_bench or cuda_bench output")
     ap.add_argument("--label", default="RLX Vulkan", help="the RLX column's title")
+    ap.add_argument("--llm", help="GGUF decode only: the folder `cuda_bench decode` wrote")
     args = ap.parse_args()
     rlx = {}
     for line in open(args.rlx):
         parts = line.split()
         if len(parts) >= 2 and not line.startswith("#"):
-            rlx[parts[0]] = float(parts[1])
+            try:
+                rlx[parts[0]] = float(parts[1])
+            except ValueError:
+                pass
+    if args.llm:
+        return llm_peer(args, rlx)
     dev = torch.device("cuda")
     print(f"# PyTorch {torch.__version__} on {torch.cuda.get_device_name()}")
 

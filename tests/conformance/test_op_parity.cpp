@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 
+#include "backends/cuda/quant.hpp"
 #include "conformance/harness.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
@@ -883,6 +884,17 @@ Variants quantized_matmul_variants() {
         auto w = v.g().param("w", Shape{5, K}, t);
         r.push_back(v.tol({1e-4, 1e-4}).out({v.g().quantized_matmul(v.in("x", DType::F32, xs), w, act)}));
       }
+  // More rows than the CUDA GEMV takes in one pass over a weight row (8), more columns than a block of its
+  // warps (4), and 3 blocks a row: Q4_1 and Q8_0 (SmolLM2's file), Q4_0, Q4_K and Q6_K.
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (const char* act : {"f32", "q8"}) {
+      const std::int64_t K = 3 * std::int64_t(ir::block_elems(t));
+      V v(std::string("quantized_matmul ") + act + " activations, x[2, 9, " + std::to_string(K) + "], w " + dt(t) +
+          "[13, " + std::to_string(K) + "]");
+      v.v.gens["w"] = quantized(-1, 1);
+      auto w = v.g().param("w", Shape{13, K}, t);
+      r.push_back(v.tol({1e-4, 1e-4}).out({v.g().quantized_matmul(v.in("x", DType::F32, {2, 9, K}), w, act)}));
+    }
   return r;
 }
 
@@ -1391,7 +1403,7 @@ class CudaCodegen : public ::testing::TestWithParam<std::size_t> {
 
 TEST_P(CudaCodegen, EveryKernelCompiles) {
   const OpCase& c = parity_table()[GetParam()];
-  std::size_t kernels = 0, host = 0;
+  std::size_t kernels = 0, host = 0, quantized = 0;
   for (const Variant& v : c.variants()) {
     compile::CompileResult r;
     try {
@@ -1408,7 +1420,18 @@ TEST_P(CudaCodegen, EveryKernelCompiles) {
       if (!code.why.empty()) {
         EXPECT_TRUE(kernel.kind == compile::KernelKind::ControlFlow || kernel.kind == compile::KernelKind::Native)
             << v.label << ": kernel '" << kernel.name << "' has no CUDA C: " << code.why;
-        ++host;
+        // The block types' ops run as the backend's quantized kernels (src/backends/cuda/quant.hpp), never on
+        // the host: their programs are compiled by CudaQuant.ProgramCompilesWithNvrtc.
+        const bool quant = std::any_of(kernel.body.nodes().begin(), kernel.body.nodes().end(), [](const ir::Node& n) {
+          return n.op == OpKind::QuantizedMatmul || n.op == OpKind::Dequantize || n.op == OpKind::Embedding;
+        });
+        backends::cuda::QuantLaunch launch;
+        std::string no_quant;
+        if (quant) {
+          EXPECT_TRUE(backends::cuda::plan_quant(r.lir, kernel, &launch, &no_quant))
+              << v.label << ": kernel '" << kernel.name << "' would run on the host: " << no_quant;
+        }
+        ++(quant ? quantized : host);
         continue;
       }
       ++kernels;
@@ -1422,8 +1445,8 @@ TEST_P(CudaCodegen, EveryKernelCompiles) {
       ADD_FAILURE() << v.label << ": " << e.what();
     }
   }
-  std::fprintf(stderr, "[rlx] %s: %zu kernels compiled by NVRTC, %zu left to the host\n",
-               std::string(ir::op_name(c.op)).c_str(), kernels, host);
+  std::fprintf(stderr, "[rlx] %s: %zu kernels compiled by NVRTC, %zu quantized kernels, %zu left to the host\n",
+               std::string(ir::op_name(c.op)).c_str(), kernels, quantized, host);
 }
 
 INSTANTIATE_TEST_SUITE_P(OpParity, CudaCodegen, ::testing::Range(std::size_t{0}, parity_table().size()),

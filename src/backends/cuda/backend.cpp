@@ -27,6 +27,7 @@
 #include "backends/cuda/conv.hpp"
 #include "backends/cuda/gemm_shape.hpp"
 #include "backends/cuda/layout.hpp"
+#include "backends/cuda/quant.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
 #include "rlx/error.hpp"
@@ -198,6 +199,11 @@ struct Launch {
   CUfunction fn = nullptr;
   unsigned grid = 1, block = 1;
   std::vector<Loc> operands;  // the kernel's inputs, then its outputs (then the product, for an epilogue)
+  // A function of quant_program(quant_type) instead of the graph's program: its 64-bit scalars follow the
+  // operands.
+  bool quant = false;
+  ir::DType quant_type = ir::DType::F32;
+  std::vector<std::int64_t> scalars;
   // A cuBLASLt matmul instead of a function: operands are A, B and where the product goes.
   std::shared_ptr<const Gemm> gemm;
   // A cuDNN convolution instead: operands are x, w, the bias (or x again when there is none) and y.
@@ -325,6 +331,7 @@ CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr
   for (const Launch& l : plan_->launches) {
     auto& a = args_.emplace_back();
     for (const Loc& o : l.operands) a.push_back(device(o));
+    for (std::int64_t v : l.scalars) a.push_back(CUdeviceptr(v));  // a `long long` parameter: the same 8 bytes
   }
   for (auto& a : args_) {
     auto& p = arg_ptrs_.emplace_back();
@@ -752,6 +759,25 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
       }
       continue;
     }
+    // A quantized kernel (quant.hpp): a function of the quantized program.
+    if (k.kind == compile::KernelKind::Native) {
+      QuantLaunch q;
+      std::string no_quant;
+      if (plan_quant(lir, k, &q, &no_quant)) {
+        Launch l;
+        l.kernel = ki;
+        l.entry = q.entry;
+        l.quant = true;
+        l.quant_type = q.program;
+        l.grid = q.grid;
+        l.block = q.block;
+        for (BufferId id : q.buffers) l.operands.push_back(locs[std::size_t(id)]);
+        l.scalars = q.scalars;
+        plan->launches.push_back(std::move(l));
+        seg.launches.push_back(plan->launches.size() - 1);
+        continue;
+      }
+    }
     // A convolution cuDNN runs.
     if (k.kind == compile::KernelKind::Native) {
       std::string no_conv;
@@ -792,12 +818,14 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
   }
   std::vector<std::string> entries;
   for (const Launch& l : plan->launches)
-    if (!l.entry.empty()) entries.push_back(l.entry);
+    if (!l.entry.empty() && !l.quant) entries.push_back(l.entry);
   if (!entries.empty()) {
     const std::string program = module.program(entries);
     for (Launch& l : plan->launches)
-      if (!l.entry.empty()) l.fn = ctx->function(program, l.entry, what);
+      if (!l.entry.empty() && !l.quant) l.fn = ctx->function(program, l.entry, what);
   }
+  for (Launch& l : plan->launches)
+    if (l.quant) l.fn = ctx->function(quant_program(l.quant_type), l.entry, "the quantized kernels");
   for (std::size_t j = 0; j < lir.outputs.size(); ++j)
     seg.tail.push_back(
         {locs[std::size_t(lir.outputs[j])], {Where::Staging, plan->out_staging[j]}, plan->out_bytes[j], -1, int(j)});

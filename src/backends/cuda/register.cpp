@@ -26,6 +26,13 @@ compile::BackendTraits traits() {
   for (ir::OpKind op : t.native_ops)
     if ((ir::op_info(op).cls != ir::OpClass::Movement || op == ir::OpKind::ScatterAdd) && op != ir::OpKind::Cast)
       t.f32_compute_ops.insert(op);
+  // GGUF's block types (quant.hpp): quantized_matmul stays whole for the GEMV that dequantizes in registers
+  // (decomposed, it would dequantize the whole weight to memory on every run), dequantize runs on the device,
+  // and embedding gathers a block table's rows without dequantizing the table (its decomposition's
+  // index_select(dequantize(table))). Added after the f32-compute set: an embedding of a bf16 or f16 table
+  // copies the rows as they are, with no cast of the whole table.
+  for (ir::OpKind op : {ir::OpKind::QuantizedMatmul, ir::OpKind::Dequantize, ir::OpKind::Embedding})
+    t.native_ops.insert(op);
   // bf16 and f16 matmuls read their operands as stored (cuBLASLt's bf16/f16 GEMMs with f32 accumulation).
   t.matmul_widened_operands = true;
   // What the precision pass may lower: cuBLASLt's bf16 and f16 GEMMs run on tensor cores, many times f32's rate.
