@@ -99,21 +99,46 @@ def minilm():
     return os.path.join(list(spec.submodule_search_locations)[0], "model.onnx")
 
 
-@pytest.mark.parametrize("device", ["cpu", "vulkan"])
-@pytest.mark.parametrize("batch,seq", [(1, 16), (1, 128), (8, 16), (8, 128)])
-def test_minilm_matches_onnxruntime(batch, seq, device):
-    if not rlx.is_available(device):
-        pytest.skip(f"the {device} backend is not available here")
-    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
-    path = minilm()
+@pytest.fixture(scope="module")
+def minilm_symbolic():
+    """all-MiniLM-L6-v2 imported once, its batch and sequence dims left symbolic."""
+    return rlx.import_onnx(minilm())
+
+
+def minilm_feeds(batch, seq):
     rng = np.random.default_rng(batch * 1000 + seq)
     ids = rng.integers(1000, 30000, (batch, seq)).astype(np.int64)
     ids[:, 0] = 101
     mask = np.ones((batch, seq), np.int64)
     mask[-1, seq // 2:] = 0  # a padded sequence in the batch
-    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros((batch, seq), np.int64)}
-    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
-    g = rlx.import_onnx(path, dims={"batch": batch, "sequence": seq})
-    (have,) = rlx.Session(device).compile(g).run(feeds)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros((batch, seq), np.int64)}
+
+
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+@pytest.mark.parametrize("batch,seq", [(1, 16), (1, 128), (8, 16), (8, 128)])
+def test_minilm_imported_once_matches_onnxruntime_at_each_binding(minilm_symbolic, batch, seq, device):
+    if not rlx.is_available(device):
+        pytest.skip(f"the {device} backend is not available here")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
+    feeds = minilm_feeds(batch, seq)
+    (want,) = ort.InferenceSession(minilm(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    g = minilm_symbolic
+    assert "i64[batch,sequence]" in g.to_text()  # the dims survived the import
+    (have,) = rlx.Session(device).compile(g, bind={"batch": batch, "sequence": seq}).run(feeds)
     assert have.shape == (batch, seq, 384)
     assert np.abs(have - want).max() <= 1e-4
+
+
+def test_minilm_dims_bound_at_import_still_work():
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
+    feeds = minilm_feeds(2, 16)
+    (want,) = ort.InferenceSession(minilm(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    g = rlx.import_onnx(minilm(), dims={"batch": 2, "sequence": 16})
+    assert "batch" not in g.to_text()
+    (have,) = rlx.Session("cpu").compile(g).run(feeds)
+    assert np.abs(have - want).max() <= 1e-4
+
+
+def test_a_symbolic_graph_needs_its_dims_bound_to_compile(minilm_symbolic):
+    with pytest.raises(rlx.Error, match="unbound symbolic dims batch, sequence"):
+        rlx.Session("cpu").compile(minilm_symbolic)
