@@ -55,6 +55,10 @@ std::int64_t floor_div(std::int64_t a, std::int64_t k) {
 std::int64_t floor_mod(std::int64_t a, std::int64_t k) { return a - floor_div(a, k) * k; }
 
 constexpr std::string_view kWhat = "a dim expression";
+// Bounds that keep a hostile expression (IR text is untrusted input) from taking quadratic time or
+// exponential memory: B*B*...*B of 100,000 factors, or a product of 30 sums of 10 symbols.
+constexpr std::size_t kMaxTerms = 256;
+constexpr std::size_t kMaxDegree = 64;
 
 }  // namespace
 
@@ -78,11 +82,14 @@ DimExpr DimExpr::symbol(std::string name) {
 
 void DimExpr::add_term(const Monomial& atoms, std::int64_t coeff) {
   if (coeff == 0) return;
+  if (atoms.size() > kMaxDegree)
+    throw Error(fmt::format("a dim expression has a product of more than {} factors", kMaxDegree));
   std::string key;
   for (const auto& a : atoms) key += (key.empty() ? "" : "*") + a->text;
   auto [it, fresh] = terms_.try_emplace(key, Term{atoms, 0});
   it->second.coeff = limits::checked_add(it->second.coeff, coeff, kWhat);
   if (it->second.coeff == 0) terms_.erase(it);
+  if (terms_.size() > kMaxTerms) throw Error(fmt::format("a dim expression has more than {} terms", kMaxTerms));
 }
 
 std::optional<std::int64_t> DimExpr::constant() const {
@@ -251,7 +258,9 @@ struct DimExprParser {
   int depth = 0;
 
   [[noreturn]] void fail(std::string_view what) const {
-    throw Error(fmt::format("dim expression '{}': {} at offset {}", s, what, i));
+    // A long text is cut (an error message from hostile input stays short).
+    const std::string shown = s.size() <= 80 ? std::string(s) : std::string(s.substr(0, 60)) + "...";
+    throw Error(fmt::format("dim expression '{}': {} at offset {}", shown, what, i));
   }
   void skip() {
     while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
@@ -300,7 +309,12 @@ struct DimExprParser {
     skip();
     if (i >= s.size()) fail("unexpected end");
     const char c = s[i];
-    if (accept('-')) return DimExpr(-1) * factor();
+    if (accept('-')) {  // counted as nesting: "- - - ... B" recurses once per sign
+      if (++depth > 64) fail("nested more than 64 levels");
+      DimExpr e = DimExpr(-1) * factor();
+      --depth;
+      return e;
+    }
     if (accept('(')) {
       DimExpr e = expr();
       expect(')');

@@ -551,6 +551,11 @@ Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std:
     if (value < 0 || value > limits::kMaxElements)
       throw Error("graph '" + g.name() + "': symbol '" + name + "' bound to " + std::to_string(value) +
                   ", an extent must be in [0, 2^48]");
+    // Bound twice: the first binding would win silently, and the other size is then a wrong answer.
+    for (const auto& [other, v] : bindings)
+      if (other == name && v != value)
+        throw Error("graph '" + g.name() + "': symbol '" + name + "' bound to both " + std::to_string(value) + " and " +
+                    std::to_string(v));
   }
   BoundBodies bound;
   return bind_graph(g, bindings, bound);

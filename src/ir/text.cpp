@@ -578,12 +578,13 @@ class Parser {
     std::string text;
     int depth = 0;
     for (const Token* t = &first;; t = &next()) {
-      if (t->kind == Tok::Ident || t->kind == Tok::Int)
+      // Tokens are joined by spaces, so that two names in a row ("B S") stay two and fail to parse.
+      if (!text.empty()) text += ' ';
+      const bool op = t->kind == Tok::Punct && std::string_view("+-*(),").find(t->text) != std::string_view::npos;
+      if (t->kind == Tok::Ident || t->kind == Tok::Int || op)
         text += t->text;
       else if (t->kind == Tok::String)
         text += quote(t->text);
-      else if (t->kind == Tok::Punct && std::string_view("+-*(),").find(t->text) != std::string_view::npos)
-        text += t->text;
       else
         fail(*t, "expected a dim (an extent, a symbol or a dim expression), got " + describe(*t));
       depth += t->text == "(" && t->kind == Tok::Punct ? 1 : t->text == ")" && t->kind == Tok::Punct ? -1 : 0;

@@ -8,6 +8,8 @@
 #include "rlx/ir/dim_expr.hpp"
 #include "rlx/ir/graph.hpp"
 #include "rlx/ir/text.hpp"
+#include "rlx/reference/interpreter.hpp"
+#include "rlx/runtime/session.hpp"
 
 namespace {
 
@@ -117,6 +119,55 @@ TEST(DimExpr, GraphsTextAndBinding) {
   const auto p = error_of([] { rlx::ir::parse_text("graph g {\n  %x = input \"x\" : f32[B*]\n}"); });
   EXPECT_NE(p.find("line 2"), std::string::npos) << p;
   EXPECT_NE(p.find("dim expression"), std::string::npos) << p;
+}
+
+// Every way a binding can be wrong is an rlx::Error naming the symbol: bound twice to different sizes, a
+// name the graph does not have, a negative size, and (at compile) one left unbound, found inside an
+// expression too.
+TEST(DimExpr, BindingErrorsNameTheSymbol) {
+  rlx::ir::Graph g("dyn");
+  auto x = g.input("x", rlx::ir::Shape(std::vector<Dim>{B.dim(), S.dim()}));
+  g.add_output(g.reshape(x, rlx::ir::Shape(std::vector<Dim>{(B * S).dim()})), "flat");
+  auto e = error_of([&] { rlx::ir::bind_symbols(g, {{"B", 2}, {"S", 3}, {"B", 4}}); });
+  EXPECT_NE(e.find("symbol 'B' bound to both 2 and 4"), std::string::npos) << e;
+  EXPECT_NO_THROW(rlx::ir::bind_symbols(g, {{"B", 2}, {"B", 2}}));  // the same size twice is one binding
+  e = error_of([&] { rlx::ir::bind_symbols(g, {{"T", 2}}); });
+  EXPECT_NE(e.find("cannot bind the symbol 'T': the graph has the symbols B, S"), std::string::npos) << e;
+  e = error_of([&] { rlx::ir::bind_symbols(g, {{"S", -1}}); });
+  EXPECT_NE(e.find("symbol 'S' bound to -1"), std::string::npos) << e;
+
+  // Only the expression B*S names S here: the compile's error still lists it.
+  rlx::ir::Graph h("only_expr");
+  auto y = h.input("y", rlx::ir::Shape(std::vector<Dim>{(B * S).dim()}));
+  h.add_output(h.unary(rlx::ir::OpKind::Neg, y), "n");
+  rlx::compile::CompileOptions o;
+  o.bind = {{"B", 2}};
+  e = error_of([&] { rlx::runtime::Session(rlx::runtime::Device::Cpu).compile(h, o); });
+  EXPECT_NE(e.find("unbound symbolic dims S"), std::string::npos) << e;
+  o.bind = {{"B", 2}, {"S", 3}};
+  auto cg = rlx::runtime::Session(rlx::runtime::Device::Cpu).compile(h, o);
+  rlx::ir::Tensor in(rlx::ir::DType::F32, {6});
+  for (std::int64_t i = 0; i < 6; ++i) in.set(i, double(i));
+  EXPECT_EQ(cg.run({{"y", in}}).at(0).get(5), -5.0);
+}
+
+// The reference interpreter binds plain symbols from the feeds and checks an input whose dim is an
+// expression once they are bound.
+TEST(DimExpr, ReferenceChecksExpressionInputsAfterBinding) {
+  rlx::ir::Graph g("two");
+  auto x = g.input("x", rlx::ir::Shape(std::vector<Dim>{B.dim(), S.dim()}));
+  auto y = g.input("y", rlx::ir::Shape(std::vector<Dim>{(B * S).dim()}));
+  g.add_output(g.add(g.reshape(x, rlx::ir::Shape(std::vector<Dim>{(B * S).dim()})), y), "sum");
+  rlx::ir::Tensor a(rlx::ir::DType::F32, {2, 3}), b6(rlx::ir::DType::F32, {6}), b5(rlx::ir::DType::F32, {5});
+  for (std::int64_t i = 0; i < 6; ++i) {
+    a.set(i, double(i));
+    b6.set(i, 10.0);
+  }
+  const auto out = rlx::reference::run(g, {{"x", a}, {"y", b6}}, {}).at(0);
+  EXPECT_EQ(out.shape(), (std::vector<std::int64_t>{6}));
+  EXPECT_EQ(out.get(5), 15.0);
+  const auto e = error_of([&] { rlx::reference::run(g, {{"x", a}, {"y", b5}}, {}); });
+  EXPECT_NE(e.find("expects shape [B*S] ([6] here), got [5]"), std::string::npos) << e;
 }
 
 }  // namespace
