@@ -1006,14 +1006,27 @@ class Importer {
           } else if (op == "Mul") {
             r->elems.push_back(p * q);
           } else {
-            // Dims are non-negative, so ONNX's truncating Div is floor division here; a symbolic divisor
-            // divides only when it does so exactly (B*S / S).
-            if (auto k = q.constant(); k && *k > 0) {
-              r->elems.push_back(op == "Div" ? p.floordiv(*k) : p.mod(*k));
-            } else if (auto exact = op == "Div" ? p.exact_div(q) : std::nullopt) {
-              r->elems.push_back(*exact);
+            // Two integers divide as ONNX does: Div truncates, Mod takes the divisor's sign (fmod=1: the
+            // dividend's). A symbolic dividend is a dim, non-negative, so truncation is floor division there
+            // and both Mods agree; a symbolic divisor divides only when it does so exactly (B*S / S).
+            const auto pk = p.constant(), qk = q.constant();
+            if (pk && qk) {
+              if (*qk == 0) c.fail("division by zero in a shape value");
+              if (op == "Div" || c.attr_int("fmod", 0) != 0) {
+                if (*pk == std::numeric_limits<std::int64_t>::min() && *qk == -1) return false;
+                r->elems.emplace_back(op == "Div" ? *pk / *qk : *pk % *qk);
+              } else {
+                const std::int64_t m = *pk % *qk;
+                r->elems.emplace_back(m != 0 && ((m < 0) != (*qk < 0)) ? m + *qk : m);
+              }
             } else {
-              return false;
+              std::optional<ir::DimExpr> v;
+              if (qk && *qk > 0)
+                v = op == "Div" ? p.floordiv(*qk) : p.mod(*qk);
+              else if (op == "Div")
+                v = p.exact_div(q);
+              if (!v) return false;
+              r->elems.push_back(*v);
             }
           }
         }

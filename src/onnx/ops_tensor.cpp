@@ -210,12 +210,12 @@ void register_tensor(Table& t) {
       // A symbolic bound (arange(S)): iota over ceil((limit - start) / delta) entries, for an integer
       // range whose delta is a positive integer known at import.
       const auto start = c.dim_ints(0, "start"), limit = c.dim_ints(1, "limit"), delta = c.dim_ints(2, "delta");
-      const auto step = delta.size() == 1 ? delta[0].constant() : std::nullopt;
-      if (!ir::is_integer(c.dtype(0)) || start.size() != 1 || limit.size() != 1 || !step || *step < 1)
+      const std::int64_t step = delta.size() == 1 ? delta[0].constant().value_or(0) : 0;
+      if (!ir::is_integer(c.dtype(0)) || start.size() != 1 || limit.size() != 1 || step < 1)
         c.fail("a range with a symbolic bound needs integer scalars and a positive delta known at import");
-      const ir::DimExpr n = (limit[0] - start[0] + ir::DimExpr(*step - 1)).floordiv(*step);
+      const ir::DimExpr n = (limit[0] - start[0] + ir::DimExpr(step - 1)).floordiv(step);
       auto out = c.g.iota(ir::Shape(std::vector<ir::Dim>{n.dim()}), 0, ir::DType::I64);
-      if (*step != 1) out = c.g.mul(out, c.g.scalar(double(*step), ir::DType::I64));
+      if (step != 1) out = c.g.mul(out, c.g.scalar(double(step), ir::DType::I64));
       if (start[0] != ir::DimExpr(0))
         out = c.g.add(out, dims_value(c, {start[0]}, ir::Shape(std::vector<std::int64_t>{})));
       return {cast_to(c, out, c.dtype(0))};
