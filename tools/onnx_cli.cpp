@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "npy.hpp"
 #include "rlx/error.hpp"
+#include "rlx/ir/dim_expr.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/onnx/onnx.hpp"
 #include "rlx/runtime/session.hpp"
@@ -76,12 +78,35 @@ bool OnnxCli::dispatch() {
     std::map<std::string, ir::Tensor, std::less<>> inputs;
     for (const auto& in : inputs_) {
       auto [name, file] = split_pair(in, "--input");
-      auto t = read_npy(file);
-      o.input_shapes[name] = t.shape();
-      inputs.emplace(name, std::move(t));
+      inputs.emplace(name, read_npy(file));
     }
+    // The model is imported with its dims symbolic; each input's array binds the symbols of its shape.
     const auto m = onnx::import(model_, o);
-    auto cg = runtime::Session(runtime::parse_device(device_)).compile(m.graph);
+    compile::CompileOptions co;
+    for (auto id : m.graph.input_ids()) {
+      const auto& n = m.graph.node(id);
+      const auto& name = n.attrs.get_str("name");
+      auto it = inputs.find(name);
+      if (it == inputs.end()) continue;  // Session::run names the missing input
+      const auto& ext = it->second.shape();
+      if (ext.size() != n.shape.rank())
+        throw Error(fmt::format("--input {}: the array is {}-D, the input is {}{}", name, ext.size(),
+                                ir::dtype_name(n.dtype), n.shape.str()));
+      for (std::size_t i = 0; i < ext.size(); ++i) {
+        const auto e = ir::DimExpr::of(n.shape[i]);
+        if (!e.is_symbol()) continue;  // static dims and expressions are checked when the graph runs
+        std::set<std::string, std::less<>> names;
+        e.symbols(names);
+        const std::string sym = *names.begin();
+        auto b = std::find_if(co.bind.begin(), co.bind.end(), [&](const auto& kv) { return kv.first == sym; });
+        if (b == co.bind.end())
+          co.bind.emplace_back(sym, ext[i]);
+        else if (b->second != ext[i])
+          throw Error(fmt::format("--input {}: dim {} is '{}', bound to {} by an earlier input but {} here", name, i,
+                                  sym, b->second, ext[i]));
+      }
+    }
+    auto cg = runtime::Session(runtime::parse_device(device_)).compile(m.graph, co);
     for (const auto& [name, value] : m.params) cg.set_param(name, value);
     const auto outs = cg.run(inputs);
     if (!out_.empty()) std::filesystem::create_directories(out_);

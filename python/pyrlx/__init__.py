@@ -1320,9 +1320,11 @@ from .llm import LLM  # noqa: E402
 def import_onnx(path, dims: Optional[dict] = None, input_shapes: Optional[dict] = None,
                 max_constant_elements: int = 1024) -> Graph:
     """Imports an ONNX model as an rlx.Graph that compiles like any other; its weights are in
-    `graph.param_values`, which `Session.compile` sets. Symbolic dims are bound here: `dims={"batch": 1,
-    "sequence": 128}` by name, or `input_shapes={"input_ids": (1, 128)}` per input. Values known at import
-    (shape subgraphs) fold; `graph.onnx_report` lists each node as (name, op, "mapped"|"folded", detail)."""
+    `graph.param_values`, which `Session.compile` sets. Symbolic dims (ONNX's dim_params) stay symbolic and are
+    bound when compiling: `Session.compile(g, bind={"batch": 8, "sequence": 128})`, so one import serves every
+    size. `dims={"batch": 1, "sequence": 128}` (by name) or `input_shapes={"input_ids": (1, 128)}` (per input)
+    bind them here instead. Values known at import fold, shape subgraphs on symbolic dims to dim expressions;
+    `graph.onnx_report` lists each node as (name, op, "mapped"|"folded", detail)."""
     native, params, report, opsets = _C._import_onnx(
         str(path), {str(k): int(v) for k, v in (dims or {}).items()},
         {str(k): [int(d) for d in v] for k, v in (input_shapes or {}).items()}, int(max_constant_elements))

@@ -2,6 +2,8 @@
 against ONNX Runtime on the CPU and on Vulkan, and the errors a bad model gives."""
 import importlib.util
 import os
+import pathlib
+import subprocess
 
 import numpy as np
 import pytest
@@ -99,21 +101,107 @@ def minilm():
     return os.path.join(list(spec.submodule_search_locations)[0], "model.onnx")
 
 
-@pytest.mark.parametrize("device", ["cpu", "vulkan"])
-@pytest.mark.parametrize("batch,seq", [(1, 16), (1, 128), (8, 16), (8, 128)])
-def test_minilm_matches_onnxruntime(batch, seq, device):
-    if not rlx.is_available(device):
-        pytest.skip(f"the {device} backend is not available here")
-    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
-    path = minilm()
+@pytest.fixture(scope="module")
+def minilm_symbolic():
+    """all-MiniLM-L6-v2 imported once, its batch and sequence dims left symbolic."""
+    return rlx.import_onnx(minilm())
+
+
+def minilm_feeds(batch, seq):
     rng = np.random.default_rng(batch * 1000 + seq)
     ids = rng.integers(1000, 30000, (batch, seq)).astype(np.int64)
     ids[:, 0] = 101
     mask = np.ones((batch, seq), np.int64)
     mask[-1, seq // 2:] = 0  # a padded sequence in the batch
-    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros((batch, seq), np.int64)}
-    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
-    g = rlx.import_onnx(path, dims={"batch": batch, "sequence": seq})
-    (have,) = rlx.Session(device).compile(g).run(feeds)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros((batch, seq), np.int64)}
+
+
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+@pytest.mark.parametrize("batch,seq", [(1, 16), (1, 128), (8, 16), (8, 128)])
+def test_minilm_imported_once_matches_onnxruntime_at_each_binding(minilm_symbolic, batch, seq, device):
+    if not rlx.is_available(device):
+        pytest.skip(f"the {device} backend is not available here")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
+    feeds = minilm_feeds(batch, seq)
+    (want,) = ort.InferenceSession(minilm(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    g = minilm_symbolic
+    assert "i64[batch,sequence]" in g.to_text()  # the dims survived the import
+    (have,) = rlx.Session(device).compile(g, bind={"batch": batch, "sequence": seq}).run(feeds)
     assert have.shape == (batch, seq, 384)
     assert np.abs(have - want).max() <= 1e-4
+
+
+def test_minilm_dims_bound_at_import_still_work():
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
+    feeds = minilm_feeds(2, 16)
+    (want,) = ort.InferenceSession(minilm(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    g = rlx.import_onnx(minilm(), dims={"batch": 2, "sequence": 16})
+    assert "batch" not in g.to_text()
+    (have,) = rlx.Session("cpu").compile(g).run(feeds)
+    assert np.abs(have - want).max() <= 1e-4
+
+
+def test_a_symbolic_graph_needs_its_dims_bound_to_compile(minilm_symbolic):
+    with pytest.raises(rlx.Error, match="unbound symbolic dims batch, sequence"):
+        rlx.Session("cpu").compile(minilm_symbolic)
+
+
+def test_dynamic_shapes_imported_once_matches_onnxruntime_at_two_bindings(rng):
+    # tests/onnx/models/dynamic_shapes.onnx (make_models.py): a shape subgraph on [batch, seq, 4] (Shape, Gather,
+    # Mul, Concat, Slice, Range, ConstantOfShape, Expand, Reshape with 0 and -1) whose results become dim
+    # expressions; one import, compiled at two bindings, each checked against ONNX Runtime.
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
+    path = os.path.join(ROOT, "tests", "onnx", "models", "dynamic_shapes.onnx")
+    g = rlx.import_onnx(path)
+    text = g.to_text()
+    assert "f32[batch,seq,4]" in text and "f32[batch*seq,4]" in text
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for batch, seq in ((2, 3), (1, 5)):
+        x = rng.standard_normal((batch, seq, 4)).astype(np.float32)
+        (want,) = sess.run(None, {"x": x})
+        (have,) = rlx.Session("cpu").compile(g, bind={"batch": batch, "seq": seq}).run({"x": x})
+        assert have.shape == (batch, 3 * seq)
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cli_run_binds_dims_from_the_inputs_and_names_a_conflict(tmp_path):
+    # `rlx run` binds each symbolic dim from the first input array that has it; a later array with another
+    # size for it is an error naming the input, the dim and both sizes.
+    cli = pathlib.Path(rlx.__file__).parent.parent.parent / "rlx"
+    if not cli.exists():
+        pytest.skip(f"no rlx command line next to this pyrlx ({cli}): pyrlx was installed without the build tree")
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4])  # noqa: E731
+    p, _ = save(tmp_path, [helper.make_node("Add", ["x", "y"], ["z"])], [vi("x"), vi("y")], [vi("z")])
+    for name, rows in (("x", 2), ("y2", 2), ("y3", 3)):
+        np.save(tmp_path / f"{name}.npy", np.ones((rows, 4), np.float32))
+    ok = subprocess.run([str(cli), "run", p, "--input", f"x={tmp_path / 'x.npy'}", "--input",
+                         f"y={tmp_path / 'y2.npy'}"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "z: f32[2,4]" in ok.stdout
+    bad = subprocess.run([str(cli), "run", p, "--input", f"x={tmp_path / 'x.npy'}", "--input",
+                          f"y={tmp_path / 'y3.npy'}"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert "dim 0 is 'n', bound to 2 by an earlier input but 3 here" in bad.stderr
+
+
+def test_shape_value_arithmetic_matches_onnxruntime(tmp_path):
+    # A shape value with a symbolic element ([batch, 4, -7]) divided and reduced elementwise, then output as
+    # data: Div truncates and Mod takes the divisor's sign on the integer elements, as ONNX Runtime does.
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (scripts/bootstrap.sh installs it)")
+    i64 = lambda n, v: onnx.numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    out = lambda n: helper.make_tensor_value_info(n, TensorProto.INT64, [3])  # noqa: E731
+    p, _ = save(tmp_path, [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Concat", ["s", "c"], ["v"], axis=0),
+        helper.make_node("Div", ["v", "d"], ["q"]),
+        helper.make_node("Mod", ["v", "m"], ["r"]),
+    ], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])], [out("q"), out("r")],
+        [i64("c", [-7]), i64("d", [2, 3, 2]), i64("m", [5, 3, 2])])
+    g = rlx.import_onnx(p)
+    sess = ort.InferenceSession(p, providers=["CPUExecutionProvider"])
+    for batch in (7, 12):
+        x = np.zeros((batch, 4), np.float32)
+        want = sess.run(None, {"x": x})
+        have = rlx.Session("cpu").compile(g, bind={"batch": batch}).run({"x": x})
+        for h, w in zip(have, want):
+            np.testing.assert_array_equal(h, w)

@@ -14,6 +14,7 @@
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
+#include "rlx/ir/dim_expr.hpp"
 #include "rlx/ir/op_def.hpp"
 #include "rlx/ir/text.hpp"
 
@@ -280,12 +281,12 @@ class PassManager {
 };
 
 void require_static(const ir::Graph& g) {
-  std::set<std::string> syms;
+  std::set<std::string, std::less<>> syms;  // the symbols, also those inside expressions such as B*S
   const ir::Node* example = nullptr;
   for (const auto& n : g.nodes())
     for (const auto& d : n.shape.dims())
       if (!d.is_static()) {
-        syms.insert(d.sym);
+        ir::DimExpr::of(d).symbols(syms);
         if (!example) example = &n;
       }
   if (syms.empty()) return;

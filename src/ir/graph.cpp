@@ -8,6 +8,7 @@
 
 #include "rlx/error.hpp"
 #include "rlx/ir/custom_op.hpp"
+#include "rlx/ir/dim_expr.hpp"
 #include "rlx/ir/limits.hpp"
 #include "rlx/ir/op_def.hpp"
 
@@ -525,7 +526,7 @@ void collect_symbols(const Graph& g, std::set<std::string, std::less<>>& out, st
   if (!seen.insert(&g).second) return;
   for (const auto& n : g.nodes()) {
     for (const auto& d : n.shape.dims())
-      if (!d.is_static()) out.insert(d.sym);
+      if (!d.is_static()) DimExpr::of(d).symbols(out);
     for (const auto& [key, value] : n.attrs.items())
       if (const auto* body = std::get_if<GraphRef>(&value); body && *body) collect_symbols(**body, out, seen);
   }
@@ -550,6 +551,11 @@ Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std:
     if (value < 0 || value > limits::kMaxElements)
       throw Error("graph '" + g.name() + "': symbol '" + name + "' bound to " + std::to_string(value) +
                   ", an extent must be in [0, 2^48]");
+    // Bound twice: the first binding would win silently, and the other size is then a wrong answer.
+    for (const auto& [other, v] : bindings)
+      if (other == name && v != value)
+        throw Error("graph '" + g.name() + "': symbol '" + name + "' bound to both " + std::to_string(value) + " and " +
+                    std::to_string(v));
   }
   BoundBodies bound;
   return bind_graph(g, bindings, bound);
@@ -558,12 +564,11 @@ Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std:
 namespace {
 Graph bind_graph(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings,
                  BoundBodies& bound) {
+  // A dim expression (B*S) is evaluated as far as the bindings go; verify() below then checks the
+  // extents it gives (a negative one, an element count that a reshape changes) against every node.
   auto bind = [&](Shape s) {
-    for (auto& d : s.dims()) {
-      if (d.is_static()) continue;
-      for (const auto& [name, value] : bindings)
-        if (name == d.sym) d = Dim(value);
-    }
+    for (auto& d : s.dims())
+      if (!d.is_static()) d = DimExpr::of(d).substitute(bindings).dim();
     return s;
   };
   Graph out(g.name());

@@ -18,6 +18,7 @@
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
+#include "rlx/ir/dim_expr.hpp"
 #include "rlx/ir/limits.hpp"
 
 namespace rlx::ir {
@@ -52,6 +53,17 @@ std::string quote(std::string_view s) {
 }
 
 std::string ident_or_quoted(const std::string& s) { return is_identifier(s) ? s : quote(s); }
+
+// A symbolic dim: a dim expression in its canonical text prints as it is (B*S, floordiv(S+1,2)); any
+// other name (one made by Dim::symbol that is not an expression) is quoted, as symbols always were.
+std::string dim_text(const std::string& sym) {
+  if (is_identifier(sym)) return sym;
+  try {
+    if (DimExpr::parse(sym).str() == sym) return sym;
+  } catch (const Error&) {
+  }
+  return quote(sym);
+}
 
 std::string format_g(double v, int digits) {
   if (std::isnan(v)) return "nan";  // printf may say "-nan"; the sign of a NaN is not kept
@@ -108,7 +120,7 @@ std::string format_type(DType dtype, const Shape& shape) {
   std::string out = fmt::format("{}[", dtype_name(dtype));
   for (std::size_t i = 0; i < shape.rank(); ++i) {
     if (i) out += ',';
-    out += shape[i].is_static() ? std::to_string(shape[i].size) : ident_or_quoted(shape[i].sym);
+    out += shape[i].is_static() ? std::to_string(shape[i].size) : dim_text(shape[i].sym);
   }
   return out + ']';
 }
@@ -261,7 +273,7 @@ std::vector<Token> lex(std::string_view s) {
         }
       }
       ++i;
-    } else if (std::string_view("=,:[]{}-").find(c) != std::string_view::npos) {
+    } else if (std::string_view("=,:[]{}-+*()").find(c) != std::string_view::npos) {
       t.kind = Tok::Punct;
       t.text = std::string(1, c);
       ++i;
@@ -560,6 +572,37 @@ class Parser {
     next();
   }
 
+  // A dim written as an expression (B*S, floordiv(S+1,2)): its tokens up to the ',' or ']' that ends the
+  // dim, read by DimExpr::parse, whose error is reported at the dim's first token.
+  Dim dim_expr(const Token& first) {
+    std::string text;
+    int depth = 0;
+    for (const Token* t = &first;; t = &next()) {
+      // Tokens are joined by spaces, so that two names in a row ("B S") stay two and fail to parse.
+      if (!text.empty()) text += ' ';
+      const bool op = t->kind == Tok::Punct && std::string_view("+-*(),").find(t->text) != std::string_view::npos;
+      if (t->kind == Tok::Ident || t->kind == Tok::Int || op)
+        text += t->text;
+      else if (t->kind == Tok::String)
+        text += quote(t->text);
+      else
+        fail(*t, "expected a dim (an extent, a symbol or a dim expression), got " + describe(*t));
+      depth += t->text == "(" && t->kind == Tok::Punct ? 1 : t->text == ")" && t->kind == Tok::Punct ? -1 : 0;
+      if (depth < 0) fail(*t, "unbalanced ')' in a dim expression");
+      if (depth == 0 && (is_punct(peek(), ",") || is_punct(peek(), "]") || peek().kind == Tok::End)) break;
+    }
+    Dim d;
+    try {
+      d = DimExpr::parse(text).dim();
+    } catch (const Error& e) {
+      fail(first, e.what());
+    }
+    if (d.is_static() && d.size < 0)
+      fail(first,
+           fmt::format("expected a dim (an extent, a symbol or a dim expression), got the negative extent {}", d.size));
+    return d;
+  }
+
   Shape shape() {
     expect("[");
     std::vector<Dim> dims;
@@ -567,12 +610,17 @@ class Parser {
     do {
       const Token& t = next();
       if (dims.size() == limits::kMaxRank) fail(t, fmt::format("a shape has more than {} dims", limits::kMaxRank));
-      if (t.kind == Tok::Ident || t.kind == Tok::String)
+      // A lone extent or symbol is read as before; an operator after it (or a leading one) makes an expression.
+      auto is_op = [](const Token& k) {
+        return k.kind == Tok::Punct && std::string_view("+-*(").find(k.text) != std::string_view::npos;
+      };
+      const bool single = !is_op(peek()) && !is_op(t);
+      if (single && (t.kind == Tok::Ident || t.kind == Tok::String))
         dims.push_back(Dim::symbol(t.text));
-      else if (t.kind == Tok::Int)
+      else if (single && t.kind == Tok::Int)
         dims.emplace_back(to_int({nullptr, &t}));
       else
-        fail(t, "expected a dim (an extent or a symbol), got " + describe(t));
+        dims.push_back(dim_expr(t));
     } while (accept(","));
     expect("]");
     return Shape(std::move(dims));

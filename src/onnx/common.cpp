@@ -169,6 +169,25 @@ NodeId Ctx::in(std::size_t i) const {
   return *inputs_[i];
 }
 
+std::vector<std::int64_t> Ctx::shape(std::size_t i) const {
+  const ir::Shape& s = g.node(in(i)).shape;
+  if (!s.is_static()) {
+    std::string names;
+    for (const auto& name : ir::shape_symbols(s)) names += (names.empty() ? "" : ", ") + name;
+    fail(
+        fmt::format("input {} is {}{}: this op needs its static extents; bind {} at import "
+                    "(ImportOptions::dims, `--dim NAME=N`)",
+                    i, ir::dtype_name(g.node(in(i)).dtype), s.str(), names));
+  }
+  return s.extents();
+}
+
+std::vector<ir::DimExpr> Ctx::dim_ints(std::size_t i, std::string_view what) const {
+  if (const SymInts* s = sym(i)) return s->elems;
+  auto v = ints(i, what);
+  return {v.begin(), v.end()};
+}
+
 std::vector<std::int64_t> Ctx::ints(std::size_t i, std::string_view what) const {
   auto v = ints_or(i);
   if (!v)
@@ -251,6 +270,29 @@ NodeId Ctx::i64s(const std::vector<std::int64_t>& v) {
   ir::Tensor t(ir::DType::I64, {std::int64_t(v.size())});
   for (std::size_t i = 0; i < v.size(); ++i) t.data_as<std::int64_t>()[i] = v[i];
   return g.constant(t);
+}
+
+NodeId dims_value(ir::Graph& g, const std::vector<ir::DimExpr>& dims, const ir::Shape& shape) {
+  bool known = true;
+  for (const auto& d : dims) known = known && d.constant().has_value();
+  if (known) {
+    ir::Tensor t(ir::DType::I64, shape.extents());
+    for (std::size_t i = 0; i < dims.size(); ++i) t.data_as<std::int64_t>()[i] = *dims[i].constant();
+    return g.constant(t);
+  }
+  std::vector<NodeId> parts;
+  for (const auto& d : dims) {
+    const NodeId one = g.scalar(1, ir::DType::I64);
+    parts.push_back(d.constant() ? g.reshape(g.scalar(double(*d.constant()), ir::DType::I64), ir::Shape{1})
+                                 : g.reduce(ir::OpKind::ReduceSum,
+                                            g.expand(one, ir::Shape(std::vector<ir::Dim>{d.dim()})), {0}, true));
+  }
+  const NodeId flat = parts.size() == 1 ? parts[0] : g.concat(parts, 0);
+  return g.reshape(flat, shape);
+}
+
+NodeId dims_value(Ctx& c, const std::vector<ir::DimExpr>& dims, const ir::Shape& shape) {
+  return dims_value(c.g, dims, shape);
 }
 
 NodeId cast_to(Ctx& c, NodeId x, ir::DType to) { return c.g.node(x).dtype == to ? x : c.g.cast(x, to); }

@@ -37,7 +37,8 @@ std::string domain_name(const std::string& d) { return d.empty() ? "ai.onnx" : d
 struct Value {
   std::optional<NodeId> node;
   std::shared_ptr<const ir::Tensor> value;
-  bool poisoned = false;  // produced by an unsupported node (report mode)
+  bool poisoned = false;                       // produced by an unsupported node (report mode)
+  std::shared_ptr<const detail::SymInts> sym;  // a shape value with symbolic elements (detail::SymInts)
 };
 
 class Importer {
@@ -105,21 +106,27 @@ class Importer {
     const auto& tt = vi.type().tensor_type();
     if (!tt.has_shape())
       throw Error(fmt::format("onnx: input '{}' has no shape: pass it in ImportOptions::input_shapes", vi.name()));
-    std::vector<std::int64_t> ext;
+    std::vector<ir::Dim> dims;
     for (int i = 0; i < tt.shape().dim_size(); ++i) {
       const auto& d = tt.shape().dim(i);
       if (d.has_dim_value()) {
         if (d.dim_value() < 0)
           throw Error(fmt::format("onnx: input '{}' dim {} is negative ({})", vi.name(), i, d.dim_value()));
-        ext.push_back(d.dim_value());
+        dims.emplace_back(d.dim_value());
       } else if (d.has_dim_param()) {
+        // A dim_param given in ImportOptions::dims is bound here; any other stays a symbolic dim, bound
+        // when the graph is compiled (CompileOptions::bind) or run.
         auto b = opts_.dims.find(d.dim_param());
-        if (b == opts_.dims.end())
-          throw Error(
-              fmt::format("onnx: input '{}' dim {} is the symbolic dim '{}': bind it (ImportOptions::dims, "
-                          "`--dim {}=N`)",
-                          vi.name(), i, d.dim_param(), d.dim_param()));
-        ext.push_back(b->second);
+        if (b == opts_.dims.end()) {
+          if (d.dim_param().empty() || d.dim_param().size() > 256)
+            throw Error(fmt::format("onnx: input '{}' dim {} has a symbolic dim name of {} bytes", vi.name(), i,
+                                    d.dim_param().size()));
+          dims.push_back(ir::DimExpr::symbol(d.dim_param()).dim());
+          continue;
+        }
+        if (b->second < 0)
+          throw Error(fmt::format("onnx: dim '{}' is bound to {}, which is negative", b->first, b->second));
+        dims.emplace_back(b->second);
       } else {
         throw Error(
             fmt::format("onnx: input '{}' dim {} has no extent or name: pass the input's shape "
@@ -127,7 +134,7 @@ class Importer {
                         vi.name(), i));
       }
     }
-    return ir::Shape(ext);
+    return ir::Shape(std::move(dims));
   }
 
   void read_inputs(const ::onnx::GraphProto& gp) {
@@ -710,9 +717,17 @@ class Importer {
 
   detail::I64s ext(NodeId x) const { return g_->node(x).shape.extents(); }
 
-  // A value known at import enters the graph once, as a constant or a param (the promote rule).
+  // A value known at import enters the graph once, as a constant or a param (the promote rule); a shape
+  // value with symbolic elements as the run-time data detail::dims_value builds.
   NodeId materialize(const std::string& name, Value& v) {
     if (v.node) return *v.node;
+    if (v.sym) {
+      const auto& s = *v.sym;
+      ir::Shape shape = s.scalar ? ir::Shape() : ir::Shape{std::int64_t(s.elems.size())};
+      NodeId id = detail::dims_value(*g_, s.elems, shape);
+      v.node = s.dtype == ir::DType::I64 ? id : g_->cast(id, s.dtype);
+      return *v.node;
+    }
     const ir::Tensor& t = *v.value;
     if (t.numel() <= opts_.max_constant_elements || body_depth_ > 0) {  // bodies take no params
       v.node = g_->constant(t);
@@ -793,6 +808,10 @@ class Importer {
       return poison();
     }
 
+    if (domain == "ai.onnx" && shape_op(n, ins)) {
+      record(NodeReport::Fate::Folded, "a shape value with symbolic dims");
+      return;
+    }
     bool all_known = entry->second.foldable;
     for (auto* v : ins) all_known = all_known && (v == nullptr || v->value != nullptr);
     std::vector<std::optional<NodeId>> outs;
@@ -805,11 +824,13 @@ class Importer {
       const std::size_t first = g_->size();
       std::vector<std::optional<NodeId>> ids;
       std::vector<std::shared_ptr<const ir::Tensor>> vals;
+      std::vector<std::shared_ptr<const detail::SymInts>> syms;
       for (std::size_t i = 0; i < ins.size(); ++i) {
         ids.push_back(ins[i] ? std::optional<NodeId>(materialize(n.input(int(i)), *ins[i])) : std::nullopt);
         vals.push_back(ins[i] ? ins[i]->value : nullptr);
+        syms.push_back(ins[i] ? ins[i]->sym : nullptr);
       }
-      Ctx c(*g_, n, domain, opset, std::move(ids), std::move(vals));
+      Ctx c(*g_, n, domain, opset, std::move(ids), std::move(vals), std::move(syms));
       outs = entry->second.convert(c);
       std::string made;
       std::set<std::string> kinds;
@@ -840,6 +861,191 @@ class Importer {
       const auto& made_node = g_->node(*outs[std::size_t(i)]);
       values_[name] = Value{outs[std::size_t(i)], made_node.op == ir::OpKind::Constant ? made_node.value : nullptr};
     }
+  }
+
+  // ---- shape values with symbolic dims (detail::SymInts) ----
+
+  // A value as integers that may be symbolic: a shape value, or a small integer tensor of rank <= 1 known
+  // at import; nullopt otherwise.
+  static std::optional<detail::SymInts> sym_ints(const Value* v) {
+    if (!v) return std::nullopt;
+    if (v->sym) return *v->sym;
+    const ir::Tensor* t = v->value.get();
+    if (!t || t->shape().size() > 1 || t->numel() > 64 || !ir::is_integer(t->dtype())) return std::nullopt;
+    detail::SymInts out{t->dtype(), t->shape().empty(), {}};
+    for (std::int64_t i = 0; i < t->numel(); ++i)
+      out.elems.emplace_back(t->dtype() == ir::DType::I64 ? t->data_as<std::int64_t>()[i] : std::int64_t(t->get(i)));
+    return out;
+  }
+
+  // Shape subgraph ops on shape values, evaluated on dim expressions at import: Shape and Size of a tensor
+  // with symbolic dims, and Identity, Cast, Squeeze, Unsqueeze, Reshape, Gather, Concat, Slice and integer
+  // Add/Sub/Mul/Div/Mod on shape values. A result whose elements are all integers becomes an ordinary
+  // known value. Returns false when the node is none of these (or its operands are not shape values); it is
+  // then converted as usual, with its shape-value inputs readable through Ctx::dim_ints.
+  bool shape_op(const ::onnx::NodeProto& n, const std::vector<Value*>& ins) {
+    const std::string& op = n.op_type();
+    auto symbolic_node = [&](const Value* v) {
+      return v && v->node && !v->value && !g_->node(*v->node).shape.is_static();
+    };
+    bool any_sym = false;
+    for (auto* v : ins) any_sym = any_sym || (v && v->sym);
+    if (!any_sym && !((op == "Shape" || op == "Size") && !ins.empty() && symbolic_node(ins[0]))) return false;
+    if (n.output_size() != 1 || n.output(0).empty()) return false;
+    Ctx c(*g_, n, "ai.onnx", opsets_.at("ai.onnx"), {}, {});
+    auto attr_axes = [&](std::size_t input) -> std::optional<I64s> {
+      if (c.has_attr("axes")) return c.attr_ints("axes");
+      if (input < ins.size() && ins[input]) {
+        auto a = sym_ints(ins[input]);
+        if (!a) return std::nullopt;
+        I64s out;
+        for (const auto& e : a->elems) {
+          if (!e.constant()) return std::nullopt;
+          out.push_back(*e.constant());
+        }
+        return out;
+      }
+      return I64s{};
+    };
+    std::optional<detail::SymInts> r;
+    if (op == "Shape") {
+      const auto& dims = g_->node(*ins[0]->node).shape.dims();
+      const auto rank = std::int64_t(dims.size());
+      auto clampi = [rank](std::int64_t v) { return std::clamp(v < 0 ? v + rank : v, std::int64_t{0}, rank); };
+      const std::int64_t b = clampi(c.attr_int("start", 0)), e = std::max(b, clampi(c.attr_int("end", rank)));
+      r = detail::SymInts{ir::DType::I64, false, {}};
+      for (std::int64_t i = b; i < e; ++i) r->elems.push_back(ir::DimExpr::of(dims[std::size_t(i)]));
+    } else if (op == "Size") {
+      r = detail::SymInts{ir::DType::I64, true, {ir::shape_numel(g_->node(*ins[0]->node).shape)}};
+    } else {
+      std::vector<std::optional<detail::SymInts>> a;
+      for (auto* v : ins) a.push_back(sym_ints(v));
+      auto all = [&](std::size_t from) {
+        for (std::size_t i = from; i < a.size(); ++i)
+          if (ins[i] && !a[i]) return false;
+        return !a.empty() && a[0].has_value();
+      };
+      auto ints_of = [&](std::size_t i) -> std::optional<I64s> {
+        if (i >= a.size() || !a[i]) return std::nullopt;
+        I64s out;
+        for (const auto& e : a[i]->elems) {
+          if (!e.constant()) return std::nullopt;
+          out.push_back(*e.constant());
+        }
+        return out;
+      };
+      if ((op == "Identity" || op == "Cast") && all(0)) {
+        r = a[0];
+        if (op == "Cast") {
+          auto to = detail::dtype_of(c.attr_int("to"));
+          if (!to || !ir::is_integer(*to)) return false;
+          r->dtype = *to;
+        }
+      } else if (op == "Squeeze" && all(0) && !a[0]->scalar && a[0]->elems.size() == 1) {
+        auto axes = attr_axes(1);
+        if (!axes || axes->size() > 1 || (axes->size() == 1 && (*axes)[0] != 0 && (*axes)[0] != -1)) return false;
+        r = a[0];
+        r->scalar = true;
+      } else if (op == "Unsqueeze" && all(0) && a[0]->scalar) {
+        auto axes = attr_axes(1);
+        if (!axes || axes->size() != 1 || ((*axes)[0] != 0 && (*axes)[0] != -1)) return false;
+        r = a[0];
+        r->scalar = false;
+      } else if (op == "Reshape" && all(0) && a[0]->elems.size() == 1) {
+        auto target = ints_of(1);
+        if (!target || target->size() > 1 || (target->size() == 1 && (*target)[0] != 1 && (*target)[0] != -1))
+          return false;
+        r = a[0];
+        r->scalar = target->empty();
+      } else if (op == "Gather" && all(0) && !a[0]->scalar) {
+        auto idx = ints_of(1);
+        if (!idx || c.attr_int("axis", 0) != 0 || !a[1] || a[1]->elems.size() != idx->size()) return false;
+        const auto len = std::int64_t(a[0]->elems.size());
+        r = detail::SymInts{a[0]->dtype, a[1]->scalar, {}};
+        for (auto i : *idx) {
+          if (i < -len || i >= len) c.fail(fmt::format("index {} is out of range for a shape of {} dims", i, len));
+          r->elems.push_back(a[0]->elems[std::size_t(i < 0 ? i + len : i)]);
+        }
+      } else if (op == "Concat" && all(0)) {
+        r = detail::SymInts{a[0]->dtype, false, {}};
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          if (!a[i]) continue;
+          if (a[i]->scalar) return false;
+          r->elems.insert(r->elems.end(), a[i]->elems.begin(), a[i]->elems.end());
+        }
+      } else if (op == "Slice" && c.opset() >= 10 && all(0) && !a[0]->scalar) {
+        auto st = ints_of(1), en = ints_of(2);
+        auto axes = ins.size() > 3 && ins[3] ? ints_of(3) : std::optional<I64s>(I64s{0});
+        auto steps = ins.size() > 4 && ins[4] ? ints_of(4) : std::optional<I64s>(I64s{1});
+        if (!st || !en || !axes || !steps || st->size() != 1 || en->size() != 1 || axes->size() != 1 ||
+            steps->size() != 1 || ((*axes)[0] != 0 && (*axes)[0] != -1) || (*steps)[0] == 0)
+          return false;
+        const auto d = std::int64_t(a[0]->elems.size()), step = (*steps)[0];
+        // ONNX's clamping: into [0, d] forward, [-1, d-1] backward.
+        auto norm = [&](std::int64_t v, bool fwd) {
+          if (v < 0) v = v < -d ? (fwd ? 0 : -1) : v + d;
+          return fwd ? std::clamp(v, std::int64_t{0}, d) : std::clamp(v, std::int64_t{-1}, d - 1);
+        };
+        const bool fwd = step > 0;
+        r = detail::SymInts{a[0]->dtype, false, {}};
+        for (std::int64_t i = norm((*st)[0], fwd), e = norm((*en)[0], fwd); fwd ? i < e : i > e; i += step)
+          r->elems.push_back(a[0]->elems[std::size_t(i)]);
+      } else if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Mod") && all(0) && a.size() == 2) {
+        const auto &x = *a[0], &y = *a[1];
+        const std::size_t len = std::max(x.elems.size(), y.elems.size());
+        if ((x.elems.size() != len && x.elems.size() != 1) || (y.elems.size() != len && y.elems.size() != 1))
+          return false;
+        r = detail::SymInts{x.dtype, x.scalar && y.scalar, {}};
+        for (std::size_t i = 0; i < len; ++i) {
+          const auto& p = x.elems[x.elems.size() == 1 ? 0 : i];
+          const auto& q = y.elems[y.elems.size() == 1 ? 0 : i];
+          if (op == "Add") {
+            r->elems.push_back(p + q);
+          } else if (op == "Sub") {
+            r->elems.push_back(p - q);
+          } else if (op == "Mul") {
+            r->elems.push_back(p * q);
+          } else {
+            // Two integers divide as ONNX does: Div truncates, Mod takes the divisor's sign (fmod=1: the
+            // dividend's). A symbolic dividend is a dim, non-negative, so truncation is floor division there
+            // and both Mods agree; a symbolic divisor divides only when it does so exactly (B*S / S).
+            const auto pk = p.constant(), qk = q.constant();
+            if (pk && qk) {
+              if (*qk == 0) c.fail("division by zero in a shape value");
+              if (op == "Div" || c.attr_int("fmod", 0) != 0) {
+                if (*pk == std::numeric_limits<std::int64_t>::min() && *qk == -1) return false;
+                r->elems.emplace_back(op == "Div" ? *pk / *qk : *pk % *qk);
+              } else {
+                const std::int64_t m = *pk % *qk;
+                r->elems.emplace_back(m != 0 && ((m < 0) != (*qk < 0)) ? m + *qk : m);
+              }
+            } else {
+              std::optional<ir::DimExpr> v;
+              if (qk && *qk > 0)
+                v = op == "Div" ? p.floordiv(*qk) : p.mod(*qk);
+              else if (op == "Div")
+                v = p.exact_div(q);
+              if (!v) return false;
+              r->elems.push_back(*v);
+            }
+          }
+        }
+      } else {
+        return false;
+      }
+    }
+    bool known = true;
+    for (const auto& e : r->elems) known = known && e.constant().has_value();
+    Value out;
+    if (known) {
+      ir::Tensor t(r->dtype, r->scalar ? std::vector<std::int64_t>{} : I64s{std::int64_t(r->elems.size())});
+      for (std::size_t i = 0; i < r->elems.size(); ++i) t.set(std::int64_t(i), double(*r->elems[i].constant()));
+      out.value = std::make_shared<const ir::Tensor>(std::move(t));
+    } else {
+      out.sym = std::make_shared<const detail::SymInts>(std::move(*r));
+    }
+    values_[n.output(0)] = std::move(out);
+    return true;
   }
 
   // Builds the node into a scratch graph of constants and evaluates it with the reference interpreter.

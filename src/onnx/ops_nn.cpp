@@ -449,10 +449,10 @@ void register_nn(Table& t) {
     const auto r = c.rank(0);
     const auto axis = axis_of(c, c.attr_int("axis", -1), r);
     const double eps = c.attr_float("epsilon", 1e-5);
-    const auto sh = c.shape(0);
-    const I64s norm(sh.begin() + axis, sh.end());
+    const auto sh = c.dims(0).dims();
+    const ir::Shape norm(std::vector<ir::Dim>(sh.begin() + axis, sh.end()));
     // gamma and beta broadcast against the normalized dims; RLX's layer_norm wants them whole.
-    auto full = [&](NodeId v) { return ext(c, v) == norm ? v : c.g.expand(v, ir::Shape(norm)); };
+    auto full = [&](NodeId v) { return c.g.node(v).shape == norm ? v : c.g.expand(v, norm); };
     std::optional<NodeId> gamma, beta;
     if (c.has(1)) gamma = full(c.in(1));
     if (c.has(2)) beta = full(c.in(2));

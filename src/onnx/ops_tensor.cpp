@@ -124,6 +124,45 @@ NodeId slice_onnx(Ctx& c, NodeId x, const I64s& starts, const I64s& ends, I64s a
   return c.g.slice(x, pos_axes, st, en, sp);
 }
 
+// Slice with a symbolic start or end (x[:, :S] of a static position table): the IR's slice takes integer
+// bounds, so the rows are picked with index_select at iota(end - start) + start, along a static axis with
+// step 1. A symbolic bound is taken to lie inside the axis (exporters write the dim itself); the indices
+// are clamped to the axis so that a larger binding cannot read outside it.
+NodeId slice_symbolic(Ctx& c) {
+  const auto starts = c.dim_ints(1, "starts"), ends = c.dim_ints(2, "ends");
+  I64s axes = c.has(3) ? c.ints(3, "axes") : I64s{};
+  if (axes.empty()) {
+    axes.resize(starts.size());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  const I64s steps = c.has(4) ? c.ints(4, "steps") : I64s(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    c.fail("starts, ends, axes and steps differ in length");
+  axes = axes_of(c, axes, c.rank(0));
+  NodeId x = c.in(0);
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const auto axis = std::size_t(axes[i]);
+    const ir::Dim dim = c.g.node(x).shape[axis];
+    auto s = starts[i].constant(), e = ends[i].constant();
+    if (s && e) {  // this axis' bounds are integers: the ordinary slice
+      x = slice_onnx(c, x, {*s}, {*e}, {axes[i]}, {steps[i]});
+      continue;
+    }
+    if (!dim.is_static() || steps[i] != 1 || (s && *s < 0) || (e && *e < 0))
+      c.fail(
+          fmt::format("a symbolic slice bound on axis {} needs a static axis (it is {}), step 1 and bounds that "
+                      "do not count from the end",
+                      axis, dim.str()));
+    const ir::DimExpr n = ends[i] - starts[i];
+    auto idx = c.g.iota(ir::Shape(std::vector<ir::Dim>{n.dim()}), 0, ir::DType::I64);
+    if (starts[i] != ir::DimExpr(0))
+      idx = c.g.add(idx, dims_value(c, {starts[i]}, ir::Shape(std::vector<std::int64_t>{})));
+    idx = c.g.clamp(idx, 0, double(std::max<std::int64_t>(dim.size - 1, 0)));
+    x = c.g.index_select(x, idx, std::int64_t(axis));
+  }
+  return x;
+}
+
 // Values of a Constant node's attribute (value, value_float, value_ints, ...).
 ir::Tensor constant_value(Ctx& c) {
   if (auto t = c.attr_tensor("value")) return *t;
@@ -157,14 +196,30 @@ void register_tensor(Table& t) {
     return {c.constant(ir::Tensor::scalar(ir::DType::I64, double(ir::checked_numel(c.shape(0)))))};
   }};
   t["ConstantOfShape"] = {[](Ctx& c) -> Outs {
-    auto shape = c.ints(0, "shape");
-    for (auto d : shape)
-      if (d < 0) c.fail(fmt::format("a negative extent ({})", d));
+    std::vector<ir::Dim> shape;
+    for (const auto& d : c.dim_ints(0, "shape")) {
+      if (d.constant() && *d.constant() < 0) c.fail(fmt::format("a negative extent ({})", *d.constant()));
+      shape.push_back(d.dim());
+    }
     ir::Tensor v = c.attr_tensor("value").value_or(ir::Tensor::scalar(ir::DType::F32, 0));
     if (v.numel() != 1) c.fail("attribute 'value' must hold one element");
-    return {c.g.expand(c.g.scalar(v.get(0), v.dtype()), ir::Shape(shape))};
+    return {c.g.expand(c.g.scalar(v.get(0), v.dtype()), ir::Shape(std::move(shape)))};
   }};
   t["Range"] = {[](Ctx& c) -> Outs {
+    if (c.sym(0) || c.sym(1) || c.sym(2)) {
+      // A symbolic bound (arange(S)): iota over ceil((limit - start) / delta) entries, for an integer
+      // range whose delta is a positive integer known at import.
+      const auto start = c.dim_ints(0, "start"), limit = c.dim_ints(1, "limit"), delta = c.dim_ints(2, "delta");
+      const std::int64_t step = delta.size() == 1 ? delta[0].constant().value_or(0) : 0;
+      if (!ir::is_integer(c.dtype(0)) || start.size() != 1 || limit.size() != 1 || step < 1)
+        c.fail("a range with a symbolic bound needs integer scalars and a positive delta known at import");
+      const ir::DimExpr n = (limit[0] - start[0] + ir::DimExpr(step - 1)).floordiv(step);
+      auto out = c.g.iota(ir::Shape(std::vector<ir::Dim>{n.dim()}), 0, ir::DType::I64);
+      if (step != 1) out = c.g.mul(out, c.g.scalar(double(step), ir::DType::I64));
+      if (start[0] != ir::DimExpr(0))
+        out = c.g.add(out, dims_value(c, {start[0]}, ir::Shape(std::vector<std::int64_t>{})));
+      return {cast_to(c, out, c.dtype(0))};
+    }
     const double start = c.scalar(0, "start"), limit = c.scalar(1, "limit"), delta = c.scalar(2, "delta");
     if (delta == 0) c.fail("delta is 0");
     const double n = std::max(0.0, std::ceil((limit - start) / delta));
@@ -188,15 +243,46 @@ void register_tensor(Table& t) {
 
   t["Reshape"] = {[](Ctx& c) -> Outs {
     auto x = c.in(0);
-    auto sh = c.ints(1, "shape");
-    const auto in = c.shape(0);
+    auto target = c.dim_ints(1, "shape");
+    const auto in = c.dims(0);
     const bool allowzero = c.attr_int("allowzero", 0) != 0;
-    for (std::size_t i = 0; i < sh.size(); ++i)
-      if (sh[i] == 0 && !allowzero) {
-        if (i >= in.size()) c.fail("a 0 in the shape past the input's rank");
-        sh[i] = in[i];
+    if (in.is_static() && !c.sym(1)) {
+      auto sh = c.ints(1, "shape");
+      for (std::size_t i = 0; i < sh.size(); ++i)
+        if (sh[i] == 0 && !allowzero) {
+          if (i >= in.rank()) c.fail("a 0 in the shape past the input's rank");
+          sh[i] = in[i].size;
+        }
+      return {c.g.reshape(x, sh)};
+    }
+    // Symbolic dims: 0 copies the input's dim, and -1 is the input's element count divided by the other
+    // dims', which must divide exactly as expressions (B*S*384 / (B*S) = 384).
+    std::optional<std::size_t> infer_at;
+    ir::DimExpr known(1);
+    for (std::size_t i = 0; i < target.size(); ++i) {
+      const auto v = target[i].constant();
+      if (v && *v == 0 && !allowzero) {
+        if (i >= in.rank()) c.fail("a 0 in the shape past the input's rank");
+        target[i] = ir::DimExpr::of(in[i]);
+      } else if (v && *v == -1) {
+        if (infer_at) c.fail("more than one -1 in the shape");
+        infer_at = i;
+        continue;
+      } else if (v && *v < 0) {
+        c.fail(fmt::format("a negative extent ({}) in the shape", *v));
       }
-    return {c.g.reshape(x, sh)};
+      known = known * target[i];
+    }
+    if (infer_at) {
+      auto rest = ir::shape_numel(in).exact_div(known);
+      if (!rest)
+        c.fail(fmt::format("cannot infer the -1 of the shape: {} elements do not divide by {} as dim expressions",
+                           ir::shape_numel(in).str(), known.str()));
+      target[*infer_at] = *rest;
+    }
+    std::vector<ir::Dim> dims;
+    for (const auto& d : target) dims.push_back(d.dim());
+    return {c.g.reshape(x, ir::Shape(std::move(dims)))};
   }};
   t["Flatten"] = {[](Ctx& c) -> Outs {
     auto sh = c.shape(0);
@@ -216,14 +302,17 @@ void register_tensor(Table& t) {
     return {c.g.permute(c.in(0), axes_of(c, perm, r))};
   }};
   t["Squeeze"] = {[](Ctx& c) -> Outs {
-    const auto sh = c.shape(0);
+    const auto sh = c.dims(0);
     I64s axes = c.opset() < 13 ? c.attr_ints("axes") : (c.has(1) ? c.ints(1, "axes") : I64s{});
-    if (axes.empty())
-      for (std::size_t i = 0; i < sh.size(); ++i)
-        if (sh[i] == 1) axes.push_back(std::int64_t(i));
-    axes = axes_of(c, axes, sh.size());
+    if (axes.empty()) {
+      if (!sh.is_static()) c.shape(0);  // which dims are 1 depends on the binding: the error names them
+      for (std::size_t i = 0; i < sh.rank(); ++i)
+        if (sh[i] == ir::Dim(1)) axes.push_back(std::int64_t(i));
+    }
+    axes = axes_of(c, axes, sh.rank());
     for (auto a : axes)
-      if (sh[std::size_t(a)] != 1) c.fail(fmt::format("axis {} has extent {}, not 1", a, sh[std::size_t(a)]));
+      if (sh[std::size_t(a)] != ir::Dim(1))
+        c.fail(fmt::format("axis {} has extent {}, not 1", a, sh[std::size_t(a)].str()));
     if (axes.empty()) return {c.in(0)};
     return {c.g.squeeze(c.in(0), axes)};
   }};
@@ -232,12 +321,12 @@ void register_tensor(Table& t) {
     const auto out_rank = c.rank(0) + axes.size();
     axes = axes_of(c, axes, out_rank);
     std::sort(axes.begin(), axes.end());
-    auto sh = c.shape(0);
-    I64s out;
+    const auto sh = c.dims(0);
+    std::vector<ir::Dim> out;
     std::size_t j = 0;
     for (std::size_t i = 0; i < out_rank; ++i)
-      out.push_back(std::binary_search(axes.begin(), axes.end(), std::int64_t(i)) ? 1 : sh[j++]);
-    return {reshape_to(c, c.in(0), out)};
+      out.push_back(std::binary_search(axes.begin(), axes.end(), std::int64_t(i)) ? ir::Dim(1) : sh[j++]);
+    return {c.g.reshape(c.in(0), ir::Shape(std::move(out)))};
   }};
   t["Concat"] = {[](Ctx& c) -> Outs {
     std::vector<NodeId> xs;
@@ -265,14 +354,16 @@ void register_tensor(Table& t) {
     return {parts.begin(), parts.end()};
   }};
   t["Slice"] = {[](Ctx& c) -> Outs {
+    if (c.opset() >= 10 && (c.sym(1) || c.sym(2))) return {slice_symbolic(c)};
     if (c.opset() < 10)
       return {slice_onnx(c, c.in(0), c.attr_ints("starts"), c.attr_ints("ends"), c.attr_ints("axes"), {})};
     return {slice_onnx(c, c.in(0), c.ints(1, "starts"), c.ints(2, "ends"), c.has(3) ? c.ints(3, "axes") : I64s{},
                        c.has(4) ? c.ints(4, "steps") : I64s{})};
   }};
   t["Expand"] = {[](Ctx& c) -> Outs {
-    auto shape = c.ints(1, "shape");
-    ir::Shape out = ir::broadcast_shapes(c.g.node(c.in(0)).shape, ir::Shape(shape));
+    std::vector<ir::Dim> shape;
+    for (const auto& d : c.dim_ints(1, "shape")) shape.push_back(d.dim());
+    ir::Shape out = ir::broadcast_shapes(c.g.node(c.in(0)).shape, ir::Shape(std::move(shape)));
     auto x = c.in(0);
     if (out == c.g.node(x).shape) return {x};
     return {c.g.expand(x, out)};
@@ -305,36 +396,40 @@ void register_tensor(Table& t) {
   }};
   t["GatherND"] = {[](Ctx& c) -> Outs {
     // Flattens the indexed leading dims into one and gathers rows of it: out = data[idx...] for each
-    // index tuple, batch_dims leading dims shared.
-    const auto data_sh = c.shape(0), idx_sh = c.shape(1);
+    // index tuple, batch_dims leading dims shared. Extents are dim expressions, so symbolic data and
+    // indices work too (the strides then enter as run-time values, dims_value).
+    const auto data_sh = c.dims(0).dims();
+    const auto idx_sh = c.dims(1).dims();
     const auto batch_dims = c.attr_int("batch_dims", 0);
-    if (idx_sh.empty() || idx_sh.back() < 1 || batch_dims < 0)
-      c.fail("indices must have rank >= 1 and a last dim >= 1");
+    if (idx_sh.empty() || !idx_sh.back().is_static() || idx_sh.back().size < 1 || batch_dims < 0)
+      c.fail("indices must have rank >= 1 and a static last dim >= 1");
     const auto b = std::size_t(batch_dims);
-    const auto q = std::size_t(idx_sh.back());
+    const auto q = std::size_t(idx_sh.back().size);
     if (b + q > data_sh.size() || b >= idx_sh.size()) c.fail("indices do not fit the data's rank");
-    std::int64_t batch = 1, rows = 1, inner = 1, tuples = 1;
-    for (std::size_t i = 0; i < b; ++i) batch *= data_sh[i];
-    for (std::size_t i = b; i < b + q; ++i) rows *= data_sh[i];
-    for (std::size_t i = b + q; i < data_sh.size(); ++i) inner *= data_sh[i];
-    for (std::size_t i = b; i + 1 < idx_sh.size(); ++i) tuples *= idx_sh[i];
+    auto ex = [](const ir::Dim& d) { return ir::DimExpr::of(d); };
+    ir::DimExpr batch(1), rows(1), inner(1), tuples(1);
+    for (std::size_t i = 0; i < b; ++i) batch = batch * ex(data_sh[i]);
+    for (std::size_t i = b; i < b + q; ++i) rows = rows * ex(data_sh[i]);
+    for (std::size_t i = b + q; i < data_sh.size(); ++i) inner = inner * ex(data_sh[i]);
+    for (std::size_t i = b; i + 1 < idx_sh.size(); ++i) tuples = tuples * ex(idx_sh[i]);
     auto idx = cast_to(c, c.in(1), ir::DType::I64);
     // The row number of each tuple: sum_j wrap(idx_j) * stride_j, plus the batch's offset.
-    I64s strides(q, 1);
-    for (std::size_t j = q; j-- > 1;) strides[j - 1] = strides[j] * data_sh[b + j];
-    idx = reshape_to(c, idx, {batch, tuples, std::int64_t(q)});
-    I64s dims(data_sh.begin() + std::ptrdiff_t(b), data_sh.begin() + std::ptrdiff_t(b + q));
-    auto dims_c = c.constant(i64_tensor(dims, {1, 1, std::int64_t(q)}));
+    std::vector<ir::DimExpr> strides(q, ir::DimExpr(1)), dims;
+    for (std::size_t j = q; j-- > 1;) strides[j - 1] = strides[j] * ex(data_sh[b + j]);
+    for (std::size_t j = 0; j < q; ++j) dims.push_back(ex(data_sh[b + j]));
+    const ir::Shape per_tuple{1, 1, std::int64_t(q)};
+    idx = c.g.reshape(idx, ir::Shape(std::vector<ir::Dim>{batch.dim(), tuples.dim(), ir::Dim(std::int64_t(q))}));
+    auto dims_c = dims_value(c, dims, per_tuple);
     idx = c.g.where(c.g.binary(OpKind::Lt, idx, c.g.scalar(0, ir::DType::I64)), c.g.add(idx, dims_c), idx);
-    auto row = c.g.sum(c.g.mul(idx, c.constant(i64_tensor(strides, {1, 1, std::int64_t(q)}))), {2});
-    auto off =
-        c.g.mul(c.g.iota(ir::Shape({batch, tuples}), 0, ir::DType::I64), c.g.scalar(double(rows), ir::DType::I64));
-    row = reshape_to(c, c.g.add(row, off), {batch * tuples});
-    auto flat = reshape_to(c, c.in(0), {batch * rows, inner});
+    auto row = c.g.sum(c.g.mul(idx, dims_value(c, strides, per_tuple)), {2});
+    auto off = c.g.mul(c.g.iota(ir::Shape(std::vector<ir::Dim>{batch.dim(), tuples.dim()}), 0, ir::DType::I64),
+                       dims_value(c, {rows}, ir::Shape(std::vector<std::int64_t>{})));
+    row = c.g.reshape(c.g.add(row, off), ir::Shape(std::vector<ir::Dim>{(batch * tuples).dim()}));
+    auto flat = c.g.reshape(c.in(0), ir::Shape(std::vector<ir::Dim>{(batch * rows).dim(), inner.dim()}));
     auto picked = c.g.index_select(flat, row, 0);
-    I64s out(idx_sh.begin(), idx_sh.end() - 1);
+    std::vector<ir::Dim> out(idx_sh.begin(), idx_sh.end() - 1);
     out.insert(out.end(), data_sh.begin() + std::ptrdiff_t(b + q), data_sh.end());
-    return {reshape_to(c, picked, out)};
+    return {c.g.reshape(picked, ir::Shape(std::move(out)))};
   }};
   t["Pad"] = {[](Ctx& c) -> Outs {
     const auto mode = c.attr_str("mode", "constant");

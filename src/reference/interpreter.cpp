@@ -4,6 +4,7 @@
 
 #include "reference/value.hpp"
 #include "rlx/ir/control_flow.hpp"
+#include "rlx/ir/dim_expr.hpp"
 #include "rlx/ir/op_def.hpp"
 
 namespace rlx::reference {
@@ -76,6 +77,8 @@ void check_feed(const ir::Graph& g, const ir::Node& n, const ir::Tensor& t,
       ok = d.size == t.shape()[i];
       continue;
     }
+    // A plain symbol is bound by the feed; an expression (B*S) is checked once the graph is bound (run()).
+    if (!ir::DimExpr::of(d).is_symbol()) continue;
     auto it = std::find_if(binds.begin(), binds.end(), [&](auto& b) { return b.first == d.sym; });
     if (it == binds.end())
       binds.emplace_back(d.sym, t.shape()[i]);
@@ -154,7 +157,13 @@ std::vector<ir::Tensor> run(const ir::Graph& g, const TensorMap& inputs, const T
     feeds[n.id] = &it->second;
   }
   if (!symbolic) return run_bound(g, live, feeds);
-  return run_bound(ir::bind_symbols(g, binds), live, feeds);
+  const ir::Graph bound = ir::bind_symbols(g, binds);
+  for (const ir::Node& n : bound.nodes())
+    if (feeds[n.id] && (!n.shape.is_static() || n.shape.extents() != feeds[n.id]->shape()))
+      throw Error(ir::describe_node(bound, n) + ": " + std::string(ir::op_name(n.op)) + " '" + n.attrs.get_str("name") +
+                  "' expects shape " + g.node(n.id).shape.str() + " (" + n.shape.str() + " here), got " +
+                  ir::extents_str(feeds[n.id]->shape()));
+  return run_bound(bound, live, feeds);
 }
 
 ir::Tensor eval_node(const ir::Graph& g, const ir::Node& n, const std::vector<const ir::Tensor*>& inputs) {

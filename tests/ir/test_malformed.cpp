@@ -68,6 +68,18 @@ TEST(Malformed, HugeTextInputsGiveClearErrors) {
   const std::string long_name = "graph g { %x = input \"" + std::string((1 << 20) + 1, 'a') + "\" : f32[2] }";
   expect_error([&] { ir::parse_text(long_name); }, {"a string is longer than 1048576 bytes"});
 
+  // Dim expressions as long as the text allows: each is refused early, not after quadratic work or a
+  // recursion per token.
+  std::string product = "B";
+  for (int i = 0; i < 100000; ++i) product += "*B";
+  for (const auto& [dims, words] : std::vector<std::pair<std::string, std::string>>{
+           {std::string(100000, '-') + "B", "nested more than 64 levels"},
+           {std::string(100000, '(') + "B" + std::string(100000, ')'), "nested more than 64 levels"},
+           {product, "a product of more than 64 factors"}}) {
+    SCOPED_TRACE(words);
+    expect_error([&] { ir::parse_text("graph g {\n  %x = input \"x\" : f32[" + dims + "]\n}"); }, {words});
+  }
+
   std::string concat = "graph g {\n  %x = input \"x\" : f32[1]\n  %1 = concat %x";
   for (int i = 1; i < 20000; ++i) concat += ", %x";
   concat += " {axis=0} : f32[20000]\n}\n";

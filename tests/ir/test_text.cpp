@@ -322,7 +322,7 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{G "  %1 = frobnicate %0 : f32[2]\n}", {"line 3, col 8", "unknown op 'frobnicate'"}},
         Malformed{G "  %1 = relu %0 : f33[2]\n}", {"line 3, col 18", "f33"}},
         Malformed{G "  %1 = relu %0 : [2]\n}", {"line 3, col 18", "dtype", "'['"}},
-        Malformed{G "  %1 = relu %0 : f32[2,-1]\n}", {"line 3, col 24", "dim", "'-'"}},
+        Malformed{G "  %1 = relu %0 : f32[2,-1]\n}", {"line 3, col 24", "dim", "the negative extent -1"}},
         Malformed{G "  %1 = relu %0 : f32[2.5]\n}", {"line 3, col 22", "'2.5'"}},
         Malformed{G "  %1 = relu %0 : f32[2\n}", {"line 4, col 1", "expected ']'"}},
         Malformed{G "  %1 = relu %0 f32[2]\n}", {"line 3, col 16", "expected ':'", "'f32'"}},

@@ -294,3 +294,49 @@ loop_long = model([helper.make_node("Loop", ["m_long", "", "v0"], ["v"], body=co
                    numpy_helper.from_array(np.array([0.5, -1.0], np.float32), "step")])
 save_checked(loop_long, "loop_long", {"v0": np.array([1.0, 2.0], np.float32)},
              [np.array([2501.0, -4998.0], np.float32)])
+
+
+# ---- symbolic dims: dynamic_shapes.onnx (tests/onnx/test_onnx_import.cpp imports it once and compiles it at
+# several bindings). x is [batch, seq, 4]; the shape subgraph exercises Shape, Gather, Unsqueeze, Mul, Concat,
+# Slice, Squeeze, Range, ConstantOfShape, Expand and Reshape with 0 and -1 on symbolic dims.
+def i64(name, v):
+    return numpy_helper.from_array(np.array(v, np.int64), name)
+
+
+dyn = model(
+    [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i0"], ["b"], axis=0, name="batch"),
+        helper.make_node("Gather", ["s", "i1"], ["sq"], axis=0, name="seq"),
+        helper.make_node("Unsqueeze", ["b", "a0"], ["b1"], name="b1"),
+        helper.make_node("Mul", ["b1", "sq"], ["bs"], name="bs"),
+        helper.make_node("Concat", ["bs", "c4"], ["t1"], axis=0, name="t1"),
+        helper.make_node("Reshape", ["x", "t1"], ["flat"], name="flatten"),
+        helper.make_node("MatMul", ["flat", "w"], ["h"], name="mm"),
+        helper.make_node("Slice", ["s", "z1", "two"], ["lead"], name="lead"),
+        helper.make_node("Concat", ["lead", "m1"], ["t2"], axis=0, name="t2"),
+        helper.make_node("Reshape", ["h", "t2"], ["h3"], name="unflatten"),
+        helper.make_node("Squeeze", ["sq", "a0"], ["n"], name="n"),
+        helper.make_node("Range", ["zero", "n", "one"], ["pos"], name="arange"),
+        helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT, name="posf"),
+        helper.make_node("Unsqueeze", ["posf", "a1"], ["pos2"], name="pos2"),
+        helper.make_node("Add", ["h3", "pos2"], ["y0"], name="add_pos"),
+        helper.make_node("ConstantOfShape", ["lead"], ["halves"], name="halves",
+                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
+        helper.make_node("Unsqueeze", ["halves", "a2"], ["halves3"], name="halves3"),
+        helper.make_node("Mul", ["y0", "halves3"], ["y1"], name="scale"),
+        helper.make_node("Concat", ["lead", "c3"], ["t3"], axis=0, name="t3"),
+        helper.make_node("Expand", ["bias", "t3"], ["bias3"], name="expand_bias"),
+        helper.make_node("Add", ["y1", "bias3"], ["y2"], name="add_bias"),
+        helper.make_node("Concat", ["z1", "m1"], ["t4"], axis=0, name="t4"),
+        helper.make_node("Reshape", ["y2", "t4"], ["y3"], name="rows"),
+        helper.make_node("Softmax", ["y3"], ["y"], axis=-1, name="softmax"),
+    ],
+    [vi("x", ["batch", "seq", 4])],
+    [vi("y", ["batch", None])],
+    [numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w"),
+     numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "bias"),
+     i64("i0", 0), i64("i1", [1]), i64("a0", [0]), i64("a1", [1]), i64("a2", [2]), i64("c4", [4]), i64("c3", [3]),
+     i64("z1", [0]), i64("two", [2]), i64("m1", [-1]), i64("zero", 0), i64("one", 1)],
+)
+save(dyn, GOOD, "dynamic_shapes.onnx")

@@ -13,6 +13,7 @@
 #include "rlx/error.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/onnx/onnx.hpp"
+#include "rlx/reference/interpreter.hpp"
 #include "rlx/runtime/session.hpp"
 #include "support/testing.hpp"
 
@@ -148,10 +149,51 @@ TEST(OnnxImport, InputShapesOverrideTheFile) {
   EXPECT_EQ(m.graph.node(m.graph.find_input("x")).shape, (rlx::ir::Shape{3, 8}));
 }
 
-TEST(OnnxImport, UnboundSymbolicDimNamesIt) {
-  const auto e = error_of(kModels / "mlp.onnx");
-  EXPECT_NE(e.find("'batch'"), std::string::npos) << e;
-  EXPECT_NE(e.find("input 'x'"), std::string::npos) << e;
+// A dim_param not given in ImportOptions::dims stays a symbolic dim; a compile without binding it names it.
+TEST(OnnxImport, UnboundSymbolicDimStaysSymbolic) {
+  auto m = rlx::onnx::import(kModels / "mlp.onnx");
+  EXPECT_EQ(m.graph.node(m.graph.input_ids().at(0)).shape.str(), "[batch,8]");
+  try {
+    rlx::runtime::Session(rlx::runtime::Device::Cpu).compile(m.graph);
+    ADD_FAILURE() << "compiled with an unbound dim";
+  } catch (const rlx::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unbound symbolic dims batch"), std::string::npos) << e.what();
+  }
+}
+
+// dynamic_shapes.onnx (make_models.py): x [batch, seq, 4] through a shape subgraph (Shape, Gather, Mul, Concat,
+// Slice, Squeeze, Range, ConstantOfShape, Expand, Reshape with 0 and -1). Imported once, compiled at several
+// bindings, each run on fresh random inputs into poisoned outputs and compared with the float64 reference
+// interpreter; the same import bound at import gives the same graph as binding at compile time.
+TEST(OnnxImport, SymbolicDimsImportedOnceCompileAtEachBinding) {
+  const auto m = rlx::onnx::import(kModels / "dynamic_shapes.onnx");
+  EXPECT_EQ(m.graph.node(m.graph.outputs().at(0).node).shape.str(), "[batch,3*seq]");
+  m.graph.verify();  // before any binding
+  std::mt19937_64 rng(rlx::testing::test_seed());
+  for (const auto& [b, sq] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 5}, {3, 2}, {2, 7}, {4, 1}}) {
+    SCOPED_TRACE(fmt::format("batch={} seq={}", b, sq));
+    rlx::compile::CompileOptions o;
+    o.bind = {{"batch", b}, {"seq", sq}};
+    auto cg = rlx::runtime::Session(rlx::runtime::Device::Cpu).compile(m.graph, o);
+    rlx::reference::TensorMap params;
+    for (const auto& [name, value] : m.params) {
+      cg.set_param(name, value);
+      params.emplace(name, value);
+    }
+    const auto x = rlx::testing::random_tensor(rlx::ir::DType::F32, {b, sq, 4}, rng);
+    std::vector<rlx::ir::Tensor> outs{rlx::ir::Tensor(rlx::ir::DType::F32, {b, 3 * sq})};
+    for (std::int64_t i = 0; i < outs[0].numel(); ++i) outs[0].set(i, std::nan(""));  // poisoned
+    const std::vector<rlx::runtime::NamedTensor> feeds{{"x", rlx::ir::view(x)}};
+    cg.run_into(feeds, outs);
+    const auto want = rlx::reference::run(m.graph, {{"x", x}}, params).at(0);
+    EXPECT_TRUE(rlx::testing::tensors_close(outs[0], want));
+    // Binding at import gives the graph that binding the symbolic import gives.
+    auto bound = rlx::onnx::import(kModels / "dynamic_shapes.onnx", {.dims = {{"batch", b}, {"seq", sq}}});
+    EXPECT_TRUE(bound.graph.node(bound.graph.outputs().at(0).node).shape.is_static());
+    auto cg2 = rlx::runtime::Session(rlx::runtime::Device::Cpu).compile(bound.graph);
+    for (const auto& [name, value] : bound.params) cg2.set_param(name, value);
+    EXPECT_TRUE(rlx::testing::tensors_close(cg2.run({{"x", x}}).at(0), outs[0]));
+  }
 }
 
 TEST(OnnxImport, ExternalData) {

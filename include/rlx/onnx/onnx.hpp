@@ -1,13 +1,14 @@
 #pragma once
 // ONNX import (docs/onnx.md): an ONNX model file becomes an ir::Graph plus the values of its params.
 //
-//   auto m = rlx::onnx::import("model.onnx", {.dims = {{"batch", 1}, {"sequence", 128}}});
-//   auto cg = rlx::runtime::Session().compile(m.graph);
+//   auto m = rlx::onnx::import("model.onnx");
+//   auto cg = rlx::runtime::Session().compile(m.graph, {.bind = {{"batch", 1}, {"sequence", 128}}});
 //   for (const auto& [name, value] : m.params) cg.set_param(name, value);
 //
-// The model's symbolic dims are bound at import (ImportOptions::dims or ::input_shapes), so every shape
-// in the graph is static and shape subgraphs (Shape, Gather, Concat, Range, ConstantOfShape...) fold to
-// constants. A node whose inputs are all constants is evaluated at import by the reference interpreter.
+// The model's symbolic dims (dim_params) stay RLX symbolic dims, bound when the graph is compiled; shape
+// subgraphs on them (Shape, Gather, Concat, Range, ConstantOfShape...) fold to dim expressions (B*S) in the
+// graph's shapes. ImportOptions::dims or ::input_shapes bind them at import instead, and every shape is then
+// static. A node whose inputs are all constants is evaluated at import by the reference interpreter.
 //
 // Promote rule: a value known at import (an initializer, a Constant node or a folded result) enters the
 // graph as a constant when it has at most ImportOptions::max_constant_elements elements, and as a param
@@ -35,8 +36,8 @@ inline constexpr std::int64_t kMinOpset = 1;
 inline constexpr std::int64_t kMaxOpset = 28;
 
 struct ImportOptions {
-  // Extents for the model's symbolic dims, by name ("batch" -> 8). A dim without a name (neither
-  // dim_value nor dim_param) can only be set through input_shapes.
+  // Extents for the model's symbolic dims, bound at import, by name ("batch" -> 8); the others stay
+  // symbolic. A dim without a name (neither dim_value nor dim_param) can only be set through input_shapes.
   std::map<std::string, std::int64_t, std::less<>> dims;
   // Whole shapes for graph inputs, by input name; they override the file's.
   std::map<std::string, std::vector<std::int64_t>, std::less<>> input_shapes;
