@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "distributed/digits_mlp.hpp"
 #include "openblas_peer.hpp"
 #include "rlx/compile/quantize.hpp"
 #include "rlx/ir/graph.hpp"
@@ -94,6 +95,80 @@ void ptq_mlp(const Session& session, int reps) {
                max_abs_diff(f32.outputs()[0], ir::Tensor(ir::DType::F32, {b, 10})), q.report_text().c_str());
 }
 
+// The digits classifier (docs/training.md: 64 -> 128 -> relu -> 10, trained here in f32 on sklearn's digits,
+// 30 epochs of AdamW on the first 1438 images) at batch 256, f32 against its PTQ form (calibrated on the
+// training images; int8 where the backend's traits say it pays, and quant_propagate's requantize between the
+// layers), both timed on the first 256 held-out images; the accuracy of each on all 359 is printed.
+void ptq_digits(const Session& session, int reps) {
+  const std::int64_t b = 256;
+  const auto data = test::load_digits(1797);
+  const std::int64_t n_train = data.n - 359;
+  const auto params = test::train_digits(data, n_train, 30);
+  const ir::Graph g = test::digits_classifier(b);
+  std::vector<reference::TensorMap> calib;
+  for (std::int64_t lo = 0; lo < n_train; lo += b)
+    calib.push_back({{"x", test::digits_x(data, lo, std::min(b, n_train - lo), b)}});
+  const auto q = compile::quantize(g, params, calib, session.backend().traits());
+  // Both layers in int8 whatever the traits say (the 10-wide one too): what int8 gives at this size.
+  auto all_traits = session.backend().traits();
+  all_traits.int8_matmul_min_macs = all_traits.int8_matmul_min_n = 0;
+  const auto all = compile::quantize(g, params, calib, all_traits);
+  const std::map<std::string, ir::Tensor, std::less<>> in{{"x", test::digits_x(data, n_train, b, b)}};
+  Runner f32(session.compile(g), params, in), i8(session.compile(q.graph), q.params, in),
+      i8_all(session.compile(all.graph), all.params, in);
+  // Scored by graphs of their own (a run changes a compiled graph's state; the timed ones stay as bound).
+  auto accuracy = [&](const ir::Graph& graph, const reference::TensorMap& p) {
+    auto c = session.compile(graph);
+    for (const auto& [name, t] : p) c.set_param(name, t);
+    return test::digits_accuracy(data, n_train, b, [&](const ir::Tensor& x) { return c.run({{"x", x}}).at(0); });
+  };
+  const double acc_f32 = accuracy(g, params), acc_i8 = accuracy(q.graph, q.params),
+               acc_all = accuracy(all.graph, all.params);
+  auto s = interleave({{"rlx", std::ref(f32)}, {"rlx_int8", std::ref(i8)}, {"rlx_int8_all", std::ref(i8_all)}},
+                      {.reps = reps});
+  const std::string name = "ptq_digits_b256";
+  emit(name, {2.0 * double(b) * (64.0 * 128 + 128.0 * 10), 0}, s);
+  progress(name, s);
+  // Where the time goes: each kernel's median over 201 profiled runs, and the whole run's.
+  auto profile = [&](const char* label, const ir::Graph& graph, const reference::TensorMap& p,
+                     const compile::CompileOptions& options = {}) {
+    auto c = session.compile(graph, options);
+    for (const auto& [pn, t] : p) c.set_param(pn, t);
+    c.set_profiling(true);
+    std::vector<std::vector<double>> per;
+    std::vector<double> whole;
+    for (int r = 0; r < 201; ++r) {
+      const double t0 = now_s();
+      c.run(in);
+      whole.push_back((now_s() - t0) * 1e6);
+      const auto times = c.kernel_times();
+      per.resize(times.size());
+      for (std::size_t k = 0; k < times.size(); ++k) per[k].push_back(times[k].micros);
+    }
+    auto median = [](std::vector<double> v) {
+      std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+      return v[v.size() / 2];
+    };
+    std::fprintf(stderr, "    %s: run() %.1f us (with output allocation)", label, median(whole));
+    const auto times = c.kernel_times();
+    for (std::size_t k = 0; k < per.size(); ++k)
+      std::fprintf(stderr, "; %s %.1f us", times[k].kernel.c_str(), median(per[k]));
+    std::fprintf(stderr, "\n");
+  };
+  profile("f32", g, params);
+  profile("int8 (both layers)", all.graph, all.params);
+  // The same without quant_propagate (in quantize and in the pipeline): the hidden activation through f32.
+  const auto all_plain = compile::quantize(g, params, calib, all_traits, {.propagate = false});
+  profile("int8 (both layers, no quant_propagate)", all_plain.graph, all_plain.params, {.quant_propagate = false});
+  std::fprintf(stderr,
+               "    check: test accuracy f32 %.2f%%, int8 %.2f%%, int8 (both layers) %.2f%% (%lld images; %s); "
+               "kernels f32 %zu, int8 %zu, int8 (both layers) %zu\n%s%s",
+               100 * acc_f32, 100 * acc_i8, 100 * acc_all, static_cast<long long>(data.n - n_train),
+               data.source.c_str(), f32.graph().compile_result().lir.kernels.size(),
+               i8.graph().compile_result().lir.kernels.size(), i8_all.graph().compile_result().lir.kernels.size(),
+               q.report_text().c_str(), all.report_text().c_str());
+}
+
 // x*a+b -> relu -> -c -> *d -> max e -> min f -> +x: eight cheap ops on one
 // 64 MiB input, so a fused kernel is bound by memory traffic alone.
 ir::Graph elementwise_chain(std::int64_t n) {
@@ -139,12 +214,17 @@ int main(int argc, char** argv) try {
   // Which OpenBLAS kernel the peer runs: run.sh unsets OPENBLAS_CORETYPE for this process, which otherwise
   // pins OpenBLAS to Haswell's AVX2 kernels on an AVX-512 machine (half its speed).
   std::printf("{\"versions\": {\"openblas_core\": \"%s\"}}\n", openblas_get_corename());
+  // --only SUBSTR: the workloads whose record name holds SUBSTR (while tuning one of them).
+  const std::string only = arg(argc, argv, "--only");
+  auto want = [&](const std::string& name) { return only.empty() || name.find(only) != std::string::npos; };
   Session session;
-  for (std::int64_t n : {512, 1024, 2048}) gemm(session, "gemm_" + std::to_string(n) + "^3", n, n, n, reps);
-  gemm(session, "gemv_1x4096x4096", 1, 4096, 4096, reps);
-  gemm_lowp(session, 1024, reps);
-  ptq_mlp(session, reps);
-  elementwise(session, reps);
+  for (std::int64_t n : {512, 1024, 2048})
+    if (const auto name = "gemm_" + std::to_string(n) + "^3"; want(name)) gemm(session, name, n, n, n, reps);
+  if (want("gemv_1x4096x4096")) gemm(session, "gemv_1x4096x4096", 1, 4096, 4096, reps);
+  if (want("gemm_lowp_1024^3")) gemm_lowp(session, 1024, reps);
+  if (want("ptq_mlp_b256_w1024")) ptq_mlp(session, reps);
+  if (want("ptq_digits_b256")) ptq_digits(session, reps);
+  if (want("elementwise_chain8_16M")) elementwise(session, reps);
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_kernels: %s\n", e.what());
   return 1;

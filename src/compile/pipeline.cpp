@@ -200,6 +200,7 @@ constexpr std::string_view kDumpable[] = {"hir",
                                           "param_specialize",
                                           "decompose",
                                           "precision",
+                                          "quant_propagate",
                                           "legalize_f32_compute",
                                           "legalize_dtypes",
                                           "legalize_broadcast",
@@ -329,6 +330,7 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
   // The precision pass runs once, on the first primitives (the matmuls of decomposed linears and attention).
   bool precision_done = options.precision == Precision::F32;
   res.precision.policy = options.precision;
+  bool quant_done = !(options.optimize && options.quant_propagate);
   const auto legalize = [&] {
     pm.run("decompose", g, [&](const ir::Graph& x) { return passes::decompose(x, keep, &res.dispatch); });
     if (!precision_done) {
@@ -336,6 +338,14 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
         return passes::auto_mixed_precision(x, options.precision, backend, &res.precision);
       });
       precision_done = true;
+    }
+    // quant_propagate, once, on the first primitives (before legalize_broadcast expands its scalars).
+    if (!quant_done) {
+      quant_done = true;
+      if (passes::has_quantize(g))
+        pm.run("quant_propagate", g, [&](const ir::Graph& x) {
+          return passes::quant_propagate(x, options.param_bindings, &res.precision.quant_propagate);
+        });
     }
     if (!backend.f32_compute_ops.empty())
       pm.run("legalize_f32_compute", g,

@@ -27,6 +27,8 @@ std::string PrecisionReport::to_text() const {
   std::string out = fmt::format("precision {}: {} ops considered\n", precision_name(policy), entries.size());
   for (const auto& e : entries)
     out += fmt::format("  %{} {}: {} ({})\n", e.node, ir::op_name(e.op), ir::dtype_name(e.dtype), e.reason);
+  if (!quant_propagate.empty()) out += fmt::format("quant_propagate: {} rewrites\n", quant_propagate.size());
+  for (const auto& line : quant_propagate) out += "  " + line + "\n";
   return out;
 }
 

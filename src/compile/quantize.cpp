@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 
+#include "rlx/compile/passes_extra.hpp"
 #include "rlx/compile/rewrite.hpp"
 #include "rlx/error.hpp"
 
@@ -16,6 +17,8 @@ std::string QuantizedGraph::report_text() const {
   std::string out = fmt::format("quantize: {} matmuls considered\n", report.size());
   for (const auto& e : report)
     out += fmt::format("  %{} {}: {} ({})\n", e.node, ir::op_name(e.op), ir::dtype_name(e.dtype), e.reason);
+  if (!propagated.empty()) out += fmt::format("quant_propagate: {} rewrites\n", propagated.size());
+  for (const auto& line : propagated) out += "  " + line + "\n";
   return out;
 }
 
@@ -196,6 +199,7 @@ QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& para
     return y;
   });
   std::sort(q.report.begin(), q.report.end(), [](const auto& a, const auto& b) { return a.node < b.node; });
+  if (options.propagate && !ranges.empty()) q.graph = passes::quant_propagate(q.graph, q.params, &q.propagated);
   // The f32 weights a quantized matmul no longer reads are not params of the new graph (dce keeps every
   // param, as the calling interface; here the interface changes on purpose).
   {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "rlx/error.hpp"
@@ -166,7 +167,7 @@ double learning_rate(const Optimizer& opt) {
 }
 
 TrainStep train_step(const Graph& model, std::span<const std::string> params, const Optimizer& opt,
-                     const autodiff::Options& options) {
+                     const autodiff::Options& options, bool loss_scaled) {
   check(opt);
   require(!model.outputs().empty(), "graph '" + model.name() + "' has no outputs; the first must be the scalar loss");
   const ir::Node& loss = model.node(model.outputs()[0].node);
@@ -183,19 +184,59 @@ TrainStep train_step(const Graph& model, std::span<const std::string> params, co
     if (p.dtype == DType::F64) sdt = DType::F64;
   }
 
-  TrainStep out{autodiff::value_and_grad(model, params, options), {params.begin(), params.end()}, {}, "opt_lr", sdt};
+  // Loss scaling: the model's loss times the scale input is what the backward pass differentiates.
+  const std::string scale_name = loss_scaled ? "opt_loss_scale" : "";
+  Graph scaled = model;
+  if (loss_scaled) {
+    for (auto id : model.input_ids())
+      require(model.node(id).attrs.get_str("name") != scale_name,
+              "the loss scale input '" + scale_name + "' clashes with an input of graph '" + model.name() + "'");
+    const auto& outs = model.outputs();
+    NodeId l = scaled.mul(outs[0].node, scaled.input(scale_name, ir::Shape{}, loss.dtype));
+    scaled.clear_outputs();
+    scaled.add_output(l, outs[0].name);
+    for (std::size_t i = 1; i < outs.size(); ++i) scaled.add_output(outs[i].node, outs[i].name);
+  }
+  TrainStep out{autodiff::value_and_grad(scaled, params, options),
+                {params.begin(), params.end()},
+                {},
+                "opt_lr",
+                sdt,
+                scale_name,
+                loss_scaled ? "grad_abs_sum" : ""};
   Graph& g = out.graph;
   g.set_name(model.name() + "_train_step");
   const auto vg_outputs = g.outputs();  // loss, grad_<p>...
+  NodeId loss_out = vg_outputs[0].node;
+  std::vector<NodeId> grads;
+  for (std::size_t i = 0; i < params.size(); ++i) grads.push_back(vg_outputs[i + 1].node);
+  std::optional<NodeId> check;
+  if (loss_scaled) {
+    // The loss and the gradients divided by the scale (exact for a power of two), and the sum of every
+    // gradient's |values|, an inf or a NaN when one of them holds one.
+    const NodeId sc = g.find_input(scale_name);
+    const DType ldt = g.node(sc).dtype;
+    const NodeId inv = g.div(g.scalar(1, ldt), sc);
+    loss_out = g.mul(loss_out, inv);
+    for (auto& grad : grads) {
+      const DType dt = g.node(grad).dtype;
+      grad = g.mul(grad, dt == ldt ? inv : g.cast(inv, dt));
+      const auto rank = static_cast<std::int64_t>(g.node(grad).shape.rank());
+      NodeId part = g.sum(g.unary(ir::OpKind::Abs, grad), all_axes(rank));
+      if (g.node(part).dtype != sdt) part = g.cast(part, sdt);
+      check = check ? g.add(*check, part) : part;
+    }
+  }
   NodeId lr = g.input(out.lr_input, ir::Shape{}, sdt);
   Updater up(g, sdt, lr, opt);
   std::vector<NodeId> new_params;
   for (std::size_t i = 0; i < params.size(); ++i)
-    new_params.push_back(up.update(params[i], model.find_param(params[i]), vg_outputs[i + 1].node));
+    new_params.push_back(up.update(params[i], model.find_param(params[i]), grads[i]));
   g.clear_outputs();
-  g.add_output(vg_outputs[0].node, vg_outputs[0].name);
+  g.add_output(loss_out, vg_outputs[0].name);
   for (std::size_t i = 0; i < params.size(); ++i) g.add_output(new_params[i], "new_" + params[i]);
   for (std::size_t i = 0; i < up.specs.size(); ++i) g.add_output(up.new_state[i], "new_" + up.specs[i].name);
+  if (check) g.add_output(*check, out.grad_check_output);
   out.state = std::move(up.specs);
   return out;
 }

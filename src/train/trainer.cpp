@@ -34,10 +34,30 @@ ir::Tensor zeros(const StateSpec& s) {
 
 bool accumulating(const TrainerOptions& o) { return o.micro_batches > 1 || o.data_parallel; }
 
+// The loss scaling a Trainer uses: the one set, else the default one for f16 mixed precision (fused steps only).
+std::optional<LossScaling> loss_scaling(const TrainerOptions& o) {
+  if (!o.loss_scaling)
+    return o.compile.precision == compile::Precision::F16 && !accumulating(o) ? std::optional(LossScaling{})
+                                                                              : std::nullopt;
+  const LossScaling& l = *o.loss_scaling;
+  if (accumulating(o))
+    throw Error("Trainer: loss_scaling needs the fused step; it is set with micro_batches=" +
+                std::to_string(o.micro_batches) + (o.data_parallel ? " and data_parallel" : ""));
+  if (!(l.init_scale > 0) || !std::isfinite(l.init_scale) || !(l.growth_factor >= 1) ||
+      !std::isfinite(l.growth_factor) || !(l.backoff_factor > 0 && l.backoff_factor <= 1) || l.growth_interval < 0)
+    throw Error(
+        "Trainer: loss_scaling needs init_scale > 0 and finite, growth_factor >= 1, backoff_factor in "
+        "(0, 1] and growth_interval >= 0; got " +
+        std::to_string(l.init_scale) + ", " + std::to_string(l.growth_factor) + ", " +
+        std::to_string(l.backoff_factor) + ", " + std::to_string(l.growth_interval));
+  return l;
+}
+
 TrainStep make_step(const ir::Graph& model, const Optimizer& opt, const TrainerOptions& o) {
   if (o.micro_batches < 1) throw Error("Trainer: micro_batches must be >= 1, got " + std::to_string(o.micro_batches));
   const auto trainable = o.trainable.empty() ? default_trainable(model) : o.trainable;
-  if (!accumulating(o)) return train_step(model, trainable, opt, o.autodiff);
+  const bool scaled = loss_scaling(o).has_value();  // throws on a bad LossScaling before anything compiles
+  if (!accumulating(o)) return train_step(model, trainable, opt, o.autodiff, scaled);
   for (const auto& name : trainable) {
     const ir::Node& n = model.node(model.find_param(name));
     if (n.dtype != ir::DType::F32 && n.dtype != ir::DType::F64)
@@ -114,7 +134,17 @@ Trainer::Trainer(const ir::Graph& model, TensorMap params, const Optimizer& opt,
   for (const auto& s : step_.state) out_slot_.push_back(find(s.name));
   first_update_output_ = accumulating(options) ? 0 : 1;
   const auto& specs = compiled_.output_specs();
-  if (specs.size() != out_slot_.size() + first_update_output_)
+  if (const auto scaling = loss_scaling(options)) {
+    Scaler sc{.config = *scaling, .scale = scaling->init_scale};
+    const auto& ins = compiled_.input_specs();
+    const auto in =
+        std::find_if(ins.begin(), ins.end(), [&](const auto& i) { return i.name == step_.loss_scale_input; });
+    if (in == ins.end()) throw Error("Trainer: internal: the step graph has no input '" + step_.loss_scale_input + "'");
+    sc.input = ir::Tensor::scalar(in->dtype, sc.scale);
+    sc.check = ir::Tensor(specs.back().dtype, specs.back().shape);
+    scaler_.emplace(std::move(sc));
+  }
+  if (specs.size() != out_slot_.size() + first_update_output_ + (scaler_ ? 1 : 0))
     throw Error("Trainer: internal: the step graph has " + std::to_string(specs.size()) + " outputs");
   if (first_update_output_ == 1) loss_ = ir::Tensor(specs[0].dtype, specs[0].shape);
   for (const auto& s : slots_) named_.push_back({s.name, ir::view(s.buf[0])});
@@ -235,10 +265,28 @@ double Trainer::step(std::span<const runtime::NamedTensor> inputs) {
   if (grad_) return accumulated_step(inputs);
   named_.resize(slots_.size());
   for (std::size_t i = 0; i < slots_.size(); ++i) named_[i].value = ir::view(slots_[i].current(parity_));
+  if (scaler_) named_.push_back({step_.loss_scale_input, ir::view(scaler_->input)});
   named_.insert(named_.end(), inputs.begin(), inputs.end());
   out_ptrs_[0] = loss_.data();
   for (std::size_t j = 0; j < out_slot_.size(); ++j) out_ptrs_[j + 1] = slots_[out_slot_[j]].buf[parity_ ^ 1].data();
+  if (scaler_) out_ptrs_.back() = scaler_->check.data();
   compiled_.run_raw(named_, out_ptrs_);
+  if (scaler_) {
+    // The new values went to the other buffers; a skipped step leaves the parity, so they are never read.
+    Scaler& s = *scaler_;
+    if (!std::isfinite(s.check.get(0))) {
+      s.scale *= s.config.backoff_factor;
+      s.good = 0;
+      ++s.skipped;
+      s.input.set(0, s.scale);
+      return loss_.get(0);
+    }
+    if (s.config.growth_interval > 0 && ++s.good >= s.config.growth_interval) {
+      s.scale *= s.config.growth_factor;
+      s.good = 0;
+      s.input.set(0, s.scale);
+    }
+  }
   parity_ ^= 1;
   ++steps_;
   return loss_.get(0);

@@ -33,9 +33,11 @@ struct Shape3 {
   std::int64_t M, N, K;
 };
 // Tails of every kind: K % 4 in 1..3 and odd K, N off the 16-lane vectors and the panels, M off the 6-row
-// tiles, and K = 2053 past the int8 kernel's 2048-value slice.
-constexpr Shape3 kShapes[] = {{1, 1, 1},    {7, 17, 3},    {6, 64, 4},     {13, 65, 5},
-                              {5, 130, 31}, {3, 20, 2053}, {12, 33, 1030}, {2, 200, 2}};
+// tiles, and K = 2053 past the int8 kernel's 2048-value slice; for AMX's 32 x 32 blocks of 16 x 16 tiles and
+// 64-value k steps: whole blocks and steps (64 x 64 x 192: split in two, each half 32 rows), a block of 17
+// rows (one past the first tile's 16) and one of 16, K one past a step.
+constexpr Shape3 kShapes[] = {{1, 1, 1},      {7, 17, 3},  {6, 64, 4},    {13, 65, 5},  {5, 130, 31}, {3, 20, 2053},
+                              {12, 33, 1030}, {2, 200, 2}, {64, 64, 192}, {34, 96, 65}, {32, 40, 64}};
 
 // Runs rows [m0, m1) x panels [p0, p1) in two calls each way, so ranges that start inside the matrix are
 // covered; returns C.
@@ -73,7 +75,8 @@ TEST(LowpGemm, Int8KernelsAreExactOnEveryIsa) {
               return b_unsigned ? v : std::int8_t(v);
             };
             const auto panels = std::int64_t(lowp_panels(t.i8_nr, N));
-            std::vector<std::byte> packed(std::size_t(panels) * i8_panel_bytes(t.i8_nr, K), std::byte{0x5a});
+            std::vector<std::byte> packed(std::size_t(panels) * i8_panel_bytes(t.i8_nr, K, t.i8_k_align),
+                                          std::byte{0x5a});
             t.i8_pack_b(b.data(), b_unsigned, transposed, transposed ? K : N, K, N, packed.data(), 0, panels);
             std::vector<std::int32_t> c(std::size_t(M * N), std::numeric_limits<std::int32_t>::min());
             std::vector<std::int32_t> rowsum(static_cast<std::size_t>(M));

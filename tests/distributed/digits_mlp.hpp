@@ -3,8 +3,10 @@
 // and its data: scikit-learn's digits from the .venv's wheel (read with
 // gzip -dc), or, where that wheel is absent, a fixed-seed stand-in of the same
 // shapes (pixels 0..16, labels 0..9).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -92,6 +94,54 @@ inline train::TensorMap digits_params(std::uint32_t seed) {
           {"b1", fill({128}, 0.01F)},
           {"w2", fill({128, 10}, 0.088F)},
           {"b2", fill({10}, 0.01F)}};
+}
+
+// The classifier alone (logits [batch, 10]), for inference and PTQ, with digits_mlp's params.
+inline ir::Graph digits_classifier(std::int64_t batch) {
+  ir::Graph g("digits_classifier");
+  auto x = g.input("x", {batch, 64});
+  auto h = g.relu(g.linear(x, g.param("w1", {64, 128}), g.param("b1", {128})));
+  g.add_output(g.linear(h, g.param("w2", {128, 10}), g.param("b2", {10})), "logits");
+  return g;
+}
+
+// The images [lo, lo + rows) as one x batch [batch, 64], zero past the rows given (and past d.n).
+inline ir::Tensor digits_x(const Digits& d, std::int64_t lo, std::int64_t rows, std::int64_t batch) {
+  std::vector<float> x(static_cast<std::size_t>(batch * 64), 0.0F);
+  for (std::int64_t i = 0; i < std::min(rows, d.n - lo); ++i)
+    std::copy_n(d.x.begin() + (lo + i) * 64, 64, x.begin() + i * 64);
+  return ir::Tensor::from_f32({batch, 64}, x);
+}
+
+// docs/training.md's example in C++: AdamW (lr 3e-3), batch 64, `epochs` passes over images [0, n_train) in
+// order; returns the trained params.
+inline train::TensorMap train_digits(const Digits& d, std::int64_t n_train, int epochs, std::uint32_t seed = 0) {
+  constexpr std::int64_t kBatch = 64;
+  train::Trainer trainer(digits_mlp(kBatch), digits_params(seed), train::AdamW{.lr = 3e-3});
+  for (int e = 0; e < epochs; ++e)
+    for (std::int64_t lo = 0; lo + kBatch <= n_train; lo += kBatch) {
+      ir::Tensor y(ir::DType::I64, {kBatch});
+      for (std::int64_t i = 0; i < kBatch; ++i) y.set(i, static_cast<double>(d.y[static_cast<std::size_t>(lo + i)]));
+      trainer.step(train::TensorMap{{"x", digits_x(d, lo, kBatch, kBatch)}, {"y", y}});
+    }
+  return trainer.params();
+}
+
+// The fraction of images [lo, d.n) that `logits` (x [batch, 64] -> [batch, 10]) classifies right, in batches
+// of `batch` (the last one zero-padded).
+inline double digits_accuracy(const Digits& d, std::int64_t lo, std::int64_t batch,
+                              const std::function<ir::Tensor(const ir::Tensor&)>& logits) {
+  std::int64_t right = 0;
+  for (std::int64_t b0 = lo; b0 < d.n; b0 += batch) {
+    const ir::Tensor out = logits(digits_x(d, b0, batch, batch));
+    for (std::int64_t i = 0; i < std::min(batch, d.n - b0); ++i) {
+      std::int64_t best = 0;
+      for (std::int64_t c = 1; c < 10; ++c)
+        if (out.get(i * 10 + c) > out.get(i * 10 + best)) best = c;
+      right += best == d.y[static_cast<std::size_t>(b0 + i)];
+    }
+  }
+  return static_cast<double>(right) / static_cast<double>(d.n - lo);
 }
 
 }  // namespace rlx::test

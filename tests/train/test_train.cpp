@@ -386,6 +386,85 @@ TEST(Trainer, AFailedStepChangesNothing) {
   EXPECT_EQ(trainer.steps(), 0);
 }
 
+// ---- dynamic loss scaling ----
+
+// A power-of-two scale multiplies and divides exactly: the loss-scaled Trainer's losses and params are the
+// unscaled one's, and its scale doubles after growth_interval steps with finite gradients.
+TEST(LossScaling, APowerOfTwoScaleTrainsAsWithoutItAndGrows) {
+  auto r = rng();
+  const TensorMap params = regression_params(DType::F32, r);
+  train::Trainer plain(regression(DType::F32), params, train::Adam{.lr = 0.05});
+  train::Trainer scaled(regression(DType::F32), params, train::Adam{.lr = 0.05},
+                        {.loss_scaling = train::LossScaling{.init_scale = 1024, .growth_interval = 3}});
+  EXPECT_EQ(plain.loss_scale(), 1);
+  EXPECT_TRUE(plain.step_graph().loss_scale_input.empty());
+  EXPECT_EQ(scaled.step_graph().loss_scale_input, "opt_loss_scale");
+  EXPECT_EQ(scaled.loss_scale(), 1024);
+  for (int s = 0; s < 5; ++s) {
+    TensorMap batch{{"x", random_tensor(DType::F32, {kB, kD}, r)}, {"y", random_tensor(DType::F32, {kB, kO}, r)}};
+    const double want = plain.step(batch), got = scaled.step(batch);
+    EXPECT_NEAR(got, want, 1e-6 * (1 + std::fabs(want))) << "step " << s;
+    EXPECT_TRUE(tensors_close(scaled.param("w"), plain.param("w"), {1e-6, 1e-6})) << "step " << s;
+    EXPECT_TRUE(tensors_close(scaled.param("b"), plain.param("b"), {1e-6, 1e-6})) << "step " << s;
+  }
+  EXPECT_EQ(scaled.steps(), 5);
+  EXPECT_EQ(scaled.skipped_steps(), 0);
+  EXPECT_EQ(scaled.loss_scale(), 2048) << "grown once, after the third step";
+}
+
+// A scale so large that the scaled gradients overflow f32: each such step is skipped (params and optimiser state
+// as they were, not counted) and halves the scale, until the gradients are finite and the step applies.
+TEST(LossScaling, AnOverflowSkipsTheStepAndHalvesTheScale) {
+  auto r = rng();
+  const TensorMap params = regression_params(DType::F32, r);
+  train::Trainer t(regression(DType::F32), params, train::Adam{.lr = 0.05},
+                   {.loss_scaling = train::LossScaling{.init_scale = 0x1p127}});
+  const TensorMap batch{{"x", random_tensor(DType::F32, {kB, kD}, r, 10, 20)},
+                        {"y", random_tensor(DType::F32, {kB, kO}, r)}};
+  t.step(batch);
+  EXPECT_EQ(t.skipped_steps(), 1);
+  EXPECT_EQ(t.steps(), 0);
+  EXPECT_EQ(t.loss_scale(), 0x1p126);
+  EXPECT_EQ(t.params(), params);
+  EXPECT_EQ(t.state("opt_step").get(0), 0);
+  EXPECT_EQ(t.state("opt_m_w"), Tensor(DType::F32, {kD, kO}));
+  double loss = 0;
+  for (int s = 0; s < 64 && t.steps() == 0; ++s) loss = t.step(batch);
+  ASSERT_EQ(t.steps(), 1);
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_GT(t.skipped_steps(), 1);
+  EXPECT_EQ(t.loss_scale(), std::ldexp(1.0, 127 - static_cast<int>(t.skipped_steps()))) << "halved once per skip";
+  EXPECT_EQ(t.state("opt_step").get(0), 1);
+  EXPECT_FALSE(t.param("w") == params.at("w"));
+  for (std::int64_t i = 0; i < kD * kO; ++i) EXPECT_TRUE(std::isfinite(t.param("w").get(i)));
+}
+
+// f16 mixed precision scales the loss unless told otherwise; loss scaling needs the fused step.
+TEST(LossScaling, F16MixedPrecisionScalesByDefault) {
+  auto r = rng();
+  const TensorMap params = regression_params(DType::F32, r);
+  train::Trainer f16(regression(DType::F32), params, train::Sgd{.lr = 0.1},
+                     {.compile = {.precision = compile::Precision::F16}});
+  EXPECT_EQ(f16.loss_scale(), 65536);
+  EXPECT_EQ(f16.step_graph().loss_scale_input, "opt_loss_scale");
+  const double loss =
+      f16.step({{"x", random_tensor(DType::F32, {kB, kD}, r)}, {"y", random_tensor(DType::F32, {kB, kO}, r)}});
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_EQ(f16.steps(), 1);
+  train::Trainer bf16(regression(DType::F32), params, train::Sgd{.lr = 0.1},
+                      {.compile = {.precision = compile::Precision::Bf16}});
+  EXPECT_EQ(bf16.loss_scale(), 1) << "bf16 has f32's range: nothing to scale";
+  EXPECT_THROW(train::Trainer(regression(DType::F32), params, train::Sgd{},
+                              {.micro_batches = 2, .loss_scaling = train::LossScaling{}}),
+               Error);
+  EXPECT_THROW(train::Trainer(regression(DType::F32), params, train::Sgd{},
+                              {.loss_scaling = train::LossScaling{.init_scale = 0}}),
+               Error);
+  EXPECT_THROW(train::Trainer(regression(DType::F32), params, train::Sgd{},
+                              {.loss_scaling = train::LossScaling{.backoff_factor = 2}}),
+               Error);
+}
+
 // ---- errors ----
 
 TEST(TrainErrors, StepGraph) {

@@ -115,6 +115,10 @@ struct CompileOptions {
   // are exact f32.
   bool tf32 = false;
   Precision precision = Precision::F32;
+  // quant_propagate (passes_extra.hpp, docs/precision.md): on a graph that quantizes (a cast to u8 or s8 of a
+  // clamp), quantizes move above movement ops, quantize-of-dequantize pairs vanish, and an int8 matmul's
+  // dequantize -> bias -> relu -> quantize becomes a requantize in its epilogue. Runs only with `optimize`.
+  bool quant_propagate = true;
   bool fusion = true;
   // Called after every pass with (pass name, graph after the pass).
   std::function<void(std::string_view pass, const ir::Graph&)> inspect;
@@ -176,7 +180,8 @@ struct PrecisionEntry {
 struct PrecisionReport {
   Precision policy = Precision::F32;
   std::vector<PrecisionEntry> entries;
-  std::string to_text() const;  // one line per entry: "%12 matmul: bf16 (...)"
+  std::vector<std::string> quant_propagate;  // what the quant_propagate pass did, one line per rewrite
+  std::string to_text() const;  // one line per entry: "%12 matmul: bf16 (...)", then quant_propagate's lines
 };
 
 struct CompileResult {

@@ -26,12 +26,15 @@ enum class Calibration : std::uint8_t {
 struct QuantizeOptions {
   Calibration calibration = Calibration::MinMax;
   double percentile = 99.99;
+  // Runs quant_propagate on the quantized graph (int8 kept between layers: requantize epilogues, u8 movement).
+  bool propagate = true;
 };
 
 struct QuantizedGraph {
-  ir::Graph graph;                     // primitives; quantized matmuls read int8 params
-  reference::TensorMap params;         // every param of `graph`: the f32 ones given, and the int8 weights made
-  std::vector<PrecisionEntry> report;  // each matmul considered: i8 or f32, and why
+  ir::Graph graph;                      // primitives; quantized matmuls read int8 params
+  reference::TensorMap params;          // every param of `graph`: the f32 ones given, and the int8 weights made
+  std::vector<PrecisionEntry> report;   // each matmul considered: i8 or f32, and why
+  std::vector<std::string> propagated;  // what quant_propagate did (passes_extra.hpp), one line per rewrite
   std::string report_text() const;
 };
 

@@ -74,17 +74,24 @@ struct TrainStep {
   std::vector<StateSpec> state;  // "opt_step" (Adam/AdamW), "opt_momentum_<p>", "opt_m_<p>", "opt_v_<p>"
   std::string lr_input = "opt_lr";
   ir::DType scalar_dtype = ir::DType::F32;  // of opt_lr and opt_step: f64 when a trained param is f64
+  // Loss-scaled steps only (train_step's `loss_scaled`): the scalar input the loss is multiplied by before the
+  // backward pass (of the loss's dtype; the gradients are divided by it after), and the last output, the sum of
+  // every gradient's |values|: not finite when a gradient holds an inf or a NaN.
+  std::string loss_scale_input;
+  std::string grad_check_output;
 };
 
 // `model`'s first output must be a float scalar loss; `params` names the
 // params to train (float params of `model`). Throws rlx::Error for a name
 // that is not a param, a repeated name, a non-scalar loss, bad
 // hyperparameters, or state names that clash with the model's.
+// `loss_scaled` adds loss scaling's input and check output (TrainStep::loss_scale_input, grad_check_output);
+// the loss output stays the unscaled loss.
 TrainStep train_step(const ir::Graph& model, std::span<const std::string> params, const Optimizer& opt,
-                     const autodiff::Options& options = {});
+                     const autodiff::Options& options = {}, bool loss_scaled = false);
 inline TrainStep train_step(const ir::Graph& model, std::initializer_list<std::string> params, const Optimizer& opt,
-                            const autodiff::Options& options = {}) {
-  return train_step(model, std::span<const std::string>(params.begin(), params.size()), opt, options);
+                            const autodiff::Options& options = {}, bool loss_scaled = false) {
+  return train_step(model, std::span<const std::string>(params.begin(), params.size()), opt, options, loss_scaled);
 }
 
 // The update alone, for gradients computed elsewhere (accumulated over
@@ -102,6 +109,18 @@ ir::Graph params_to_inputs(const ir::Graph& g);
 
 using TensorMap = std::map<std::string, ir::Tensor, std::less<>>;
 
+// Dynamic loss scaling (docs/training.md, "Loss scaling"), for f16 mixed precision, whose small gradients would
+// flush to zero in f16: each step multiplies the loss by the scale before the backward pass and the gradients
+// by its inverse after. A step whose gradients hold an inf or a NaN is skipped (params and optimiser state stay
+// as they were) and the scale is multiplied by backoff_factor; after growth_interval steps in a row without
+// one, by growth_factor. Scales that are powers of two keep the scaling exact.
+struct LossScaling {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;   // >= 1
+  double backoff_factor = 0.5;  // in (0, 1]
+  int growth_interval = 2000;   // 0: the scale never grows
+};
+
 struct TrainerOptions {
   runtime::Device device = runtime::Device::Cpu;
   std::vector<std::string> trainable;  // empty: every float param of the model
@@ -118,6 +137,9 @@ struct TrainerOptions {
   // process with N micro-batches of the same data. Initial params are broadcast from rank 0.
   bool data_parallel = false;
   std::optional<distributed::Communicator> communicator;
+  // Loss scaling; unset, it is on (with LossScaling's defaults) when compile.precision is f16, off otherwise.
+  // It needs the fused step: set with micro_batches > 1 or data_parallel, the Trainer throws.
+  std::optional<LossScaling> loss_scaling;
 };
 
 // Compiles the step once and runs it per batch. Params and optimiser state
@@ -147,6 +169,10 @@ class Trainer {
   double lr() const;
   void set_lr(double lr);  // takes effect at the next step; no recompile
   const TrainStep& step_graph() const { return step_; }
+  // Loss scaling (TrainerOptions::loss_scaling): the scale the next step uses (1 without it), and the steps
+  // skipped for an inf or NaN gradient (not counted in steps()).
+  double loss_scale() const { return scaler_ ? scaler_->scale : 1.0; }
+  std::int64_t skipped_steps() const { return scaler_ ? scaler_->skipped : 0; }
   // The compiled step: the fused one, or with accumulation the update alone (then grad_compiled() makes the
   // loss and gradients of one micro-batch).
   const runtime::CompiledGraph& compiled() const { return compiled_; }
@@ -194,6 +220,16 @@ class Trainer {
   int micro_batches_ = 1;
   std::optional<distributed::Communicator> comm_;
   std::optional<GradPath> grad_;
+
+  struct Scaler {
+    LossScaling config;
+    double scale = 1;
+    int good = 0;  // steps in a row with finite gradients
+    std::int64_t skipped = 0;
+    ir::Tensor input;  // the scale as the step's input
+    ir::Tensor check;  // the step's grad_check_output
+  };
+  std::optional<Scaler> scaler_;
 };
 
 }  // namespace rlx::train

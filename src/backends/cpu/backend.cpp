@@ -604,10 +604,9 @@ class CpuBackend final : public runtime::Backend {
     // Measured (docs/precision.md): two 1024-wide layers in bf16 on AMX run 0.77x f32's speed at 64 rows and
     // 1.2x at 256, the weights' per-run cast and pack against the rows' faster products.
     t.low_precision_matmul_min_rows = 256;
-    // Measured on a 2-core Xeon (docs/precision.md): a 256x1024x1024 layer gains 1.4x, a 256x512x512 one
-    // breaks even, a 256x64x128 one is 2x slower (quantizing the input costs more than the GEMM saves).
-    t.int8_matmul_min_macs = std::int64_t(1) << 27;
-    t.int8_matmul_min_n = select_lowp_table().i8_nr;
+    // Where PTQ's int8 form of a matmul beats its f32 one: measured per lowp table (lowp_impl.inc).
+    t.int8_matmul_min_macs = select_lowp_table().i8_min_macs;
+    t.int8_matmul_min_n = select_lowp_table().i8_min_n;
     for (auto& name : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(name));
     t.arena_alignment = std::int64_t(kAlign);
     return t;

@@ -18,15 +18,16 @@ bool cpu_has_avx512lowp() {
          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
 }
 
-// AMX needs the CPU's AMX-BF16 and the kernel's leave: Linux hands a process the tiles' 8 KiB of state only
+// AMX needs the CPU's AMX-BF16 and AMX-INT8 (every AMX CPU so far has both, so one table holds both kernels)
+// and the kernel's leave: Linux hands a process the tiles' 8 KiB of state only
 // after arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) (Linux 5.16 and later; a VM may refuse). Asked once.
 bool cpu_has_avx512amx() {
   static const bool granted = [] {
-    // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16 (read directly: clang 14's __builtin_cpu_supports
-    // does not know them).
+    // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16, bit 25 AMX-INT8 (read directly: clang 14's
+    // __builtin_cpu_supports does not know them).
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!cpu_has_avx512lowp() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 24)) ||
-        !(edx & (1u << 22)))
+        !(edx & (1u << 22)) || !(edx & (1u << 25)))
       return false;
     constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;

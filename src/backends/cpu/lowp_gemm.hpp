@@ -1,15 +1,18 @@
 #pragma once
 // Low-precision GEMMs: the products a matmul computes on operands that a widening cast brought up from a
 // narrower type (lower.cpp absorbs those casts into the matmul kernel, BackendTraits::matmul_widened_operands):
-//   int8: i32 C = A (u8 or i8) x B (u8 or i8), exactly, with AVX-512 VNNI's vpdpbusd;
+//   int8: i32 C = A (u8 or i8) x B (u8 or i8), exactly, with AMX-INT8's TDPBUSD/TDPBSSD where the CPU and the
+//         kernel allow AMX, else AVX-512 VNNI's vpdpbusd;
 //   bf16: f32 C = A (bf16) x B (bf16), accumulated in f32, with AMX's TDPBF16PS where the CPU and the kernel
 //         allow AMX, else AVX512-BF16's vdpbf16ps (or, without it, the exact bf16 -> f32 widening and FMA).
 // A is read in place; B is packed (once when it is a weight, per run otherwise) into panels of `nr` columns:
 //   int8: vpdpbusd multiplies unsigned by signed bytes, so B is stored signed (a u8 B as b - 128) and A is fed
 //         unsigned (an i8 A as a + 128); the offsets come back out exactly at the store:
 //           A.B = A'.B' + b_off * rowsum(A') - a_off * colsum(B') - a_off * b_off * K
-//         with a_off, b_off 128 or 0. Panel p holds, for each quad q of k, B'[4q + t, p * nr + j] at byte
-//         (q * nr + j) * 4 + t (zero past K and N), then colsum(B') of its nr columns as i32.
+//         with a_off, b_off 128 or 0 (AMX has a signed-by-signed product too, so there a_off is 0). Panel p
+//         holds, for each quad q of k, B'[4q + t, p * nr + j] at byte (q * nr + j) * 4 + t (zero past K, up to
+//         a multiple of i8_k_align, and past N), then colsum(B') of its nr columns as i32: the quads are AMX's
+//         4-byte-interleaved B layout, so its tiles load them in place.
 //   bf16: panel p holds, for each pair q of k, B[2q + t, p * nr + j] at element (q * nr + j) * 2 + t, with k
 //         zero-padded to a multiple of bf16_k_align (AMX's tiles take 32 values of k at a time).
 // Per-ISA code in isa/lowp_impl.inc; only this plain table crosses that boundary (see isa.hpp).
@@ -24,6 +27,7 @@ struct LowpTable {
   const char* name;
   // int8 (nr 0: no kernel, the matmul widens its operands and runs the integer loop).
   std::int32_t i8_nr;
+  std::int32_t i8_k_align;  // K rounded up to a multiple of this in the panels (AMX's tiles take 64 at a time)
   // Packs panels [p0, p1) of B [K, N] (rows ldb bytes apart), or of B^T [N, K] (rows ldb bytes apart) when
   // `transposed`; `b_unsigned`: B holds u8.
   void (*i8_pack_b)(const std::uint8_t* b, bool b_unsigned, bool transposed, std::int64_t ldb, std::int64_t K,
@@ -43,11 +47,16 @@ struct LowpTable {
   // The bf16 GEMM's peak is well above the f32 GEMM's (AMX), so casting f32 products to bf16 pays
   // (BackendTraits::fast_low_precision); vdpbf16ps's equals two FMAs, so it does not.
   bool bf16_beats_f32;
+  // The smallest int8 matmul (multiply-adds, and output columns) at which PTQ's int8 form beats f32 end to
+  // end, input quantization included (BackendTraits::int8_matmul_min_macs and _min_n; measured per table,
+  // docs/precision.md).
+  std::int64_t i8_min_macs;
+  std::int64_t i8_min_n;
 };
 
 // Bytes of one packed panel and of a whole packed B.
-inline std::size_t i8_panel_bytes(std::int32_t nr, std::int64_t K) {
-  return std::size_t((K + 3) / 4 * nr * 4 + nr * 4);
+inline std::size_t i8_panel_bytes(std::int32_t nr, std::int64_t K, std::int32_t k_align) {
+  return std::size_t((K + k_align - 1) / k_align * k_align * nr + nr * 4);
 }
 inline std::size_t bf16_panel_bytes(std::int32_t nr, std::int64_t K, std::int32_t k_align) {
   return std::size_t((K + k_align - 1) / k_align * k_align / 2 * nr * 4);
@@ -67,9 +76,9 @@ namespace avx512amx {
 const LowpTable& lowp_table();
 }
 
-// The low-precision ISAs this CPU runs, best first ("avx512amx": avx512lowp with AMX-BF16 tiles for bf16, where
-// the kernel grants the process AMX's state; "avx512lowp": AVX-512 with VNNI and BF16; "avx2": bf16 by
-// widening, no int8 kernel; "generic": neither).
+// The low-precision ISAs this CPU runs, best first ("avx512amx": avx512lowp with AMX tiles for bf16 and int8,
+// where the CPU has AMX-BF16 and AMX-INT8 and the kernel grants the process AMX's state; "avx512lowp": AVX-512 with
+// VNNI and BF16; "avx2": bf16 by widening, no int8 kernel; "generic": neither).
 std::vector<std::string> lowp_isas();
 // The table for one of lowp_isas(); rlx::Error when unknown or not supported here.
 const LowpTable& lowp_table(std::string_view isa);
