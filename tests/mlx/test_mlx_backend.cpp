@@ -2,6 +2,8 @@
 // the capabilities it claims, clones from several threads, and what a build or machine without MLX reports.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -101,10 +103,39 @@ TEST_F(Mlx, ClaimsItsCapabilities) {
   EXPECT_EQ(c.backend_name(), "mlx");
   EXPECT_EQ(c.capabilities().names(),
             (std::vector<std::string_view>{"clone", "persistent_handles", "gpu_handles", "kv_resident", "typed_io",
-                                           "async_pipeline", "read_outputs", "rng", "copy_params"}));
+                                           "async_pipeline", "read_outputs", "rng", "copy_params", "kernel_times"}));
   EXPECT_EQ(runtime::advisory_capabilities(Device::Mlx), c.capabilities());
   testing::expect_error([&] { c.set_active_extent(2); }, {"set_active_extent", "mlx", "active_extent"});
-  testing::expect_error([&] { c.kernel_times(); }, {"kernel_times", "mlx", "kernel_times"});
+}
+
+// kernel_times: one entry per LIR kernel, the host steps marked, and the profiled run still right.
+TEST_F(Mlx, KernelTimesMarkTheHostSteps) {
+  const auto g = split_graph();
+  const auto d = data();
+  const auto want = reference::run(g, d.in, d.params);
+  auto c = Session(Device::Mlx).compile(g);
+  c.set_param("w", d.params.at("w"));
+  c.set_profiling(true);
+  auto got = c.run(named(d.in));
+  for (std::size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(testing::tensors_close(got[j], want[j])) << j;
+  const auto times = c.kernel_times();
+  const auto& kernels = c.compile_result().lir.kernels;
+  ASSERT_EQ(times.size(), kernels.size());
+  int host = 0;
+  for (std::size_t k = 0; k < times.size(); ++k) {
+    EXPECT_EQ(times[k].kernel, kernels[k].name);
+    EXPECT_TRUE(times[k].micros > 0 && std::isfinite(times[k].micros)) << times[k].kernel;
+    // f64 and the random sample are the host's (the split graph's two host steps).
+    const auto& nodes = kernels[k].body.nodes();
+    const bool want_host = std::any_of(nodes.begin(), nodes.end(), [](const ir::Node& n) {
+      return n.op == ir::OpKind::RandomUniform || n.dtype == ir::DType::F64;
+    });
+    EXPECT_EQ(times[k].host, want_host) << times[k].kernel;
+    host += times[k].host;
+  }
+  EXPECT_EQ(host, 2);
+  c.set_profiling(false);
+  EXPECT_TRUE(c.kernel_times().empty());
 }
 
 TEST_F(Mlx, ClonesRunFromSeveralThreads) {
