@@ -75,8 +75,14 @@ TEST(MlxTraits, ClaimTheLoweredPrimitivesAndFallBackToTheHost) {
   EXPECT_TRUE(t.host_fallback);
   for (auto op : {ir::OpKind::MatMul, ir::OpKind::ReduceMax, ir::OpKind::Gather, ir::OpKind::ScatterAdd})
     EXPECT_TRUE(t.native_ops.contains(op)) << ir::op_name(op);
-  // RLX's random streams, control flow and composites are not MLX kernels.
-  for (auto op : {ir::OpKind::RandomUniform, ir::OpKind::While, ir::OpKind::Softmax})
+  // The composites MLX has kernels for (mx::softmax, mx::fast), computed in f32.
+  for (auto op : {ir::OpKind::Softmax, ir::OpKind::LayerNorm, ir::OpKind::RmsNorm, ir::OpKind::Attention}) {
+    EXPECT_TRUE(t.native_ops.contains(op)) << ir::op_name(op);
+    EXPECT_TRUE(t.f32_compute_ops.contains(op)) << ir::op_name(op);
+  }
+  // RLX's random streams, control flow and the composites without an exact MLX kernel (rope: mx::fast::rope
+  // makes its own angles) are not MLX kernels.
+  for (auto op : {ir::OpKind::RandomUniform, ir::OpKind::While, ir::OpKind::Rope, ir::OpKind::LogSoftmax})
     EXPECT_FALSE(t.native_ops.contains(op)) << ir::op_name(op);
   EXPECT_EQ(runtime::dispatch_tier(ir::OpKind::RandomNormal, t), compile::DispatchTier::HostFallback);
 }
