@@ -18,6 +18,7 @@
 #include <set>
 
 #include "rlx/backends/mlx/mlx_backend.hpp"
+#include "rlx/backends/mlx/mlx_kernel.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/op_def.hpp"
 
@@ -100,7 +101,12 @@ bool float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DT
 
 std::string host_reason(const compile::Kernel& k) {
   for (const auto& n : k.body.nodes()) {
-    if (!lowered_ops().contains(n.op)) return fmt::format("{} has no MLX lowering", ir::op_name(n.op));
+    if (n.op == OpKind::Custom) {
+      const auto& name = n.attrs.get_str("op");
+      if (!find_mlx_kernel(name)) return fmt::format("custom op '{}' has no MLX kernel (register_mlx_kernel)", name);
+    } else if (!lowered_ops().contains(n.op)) {
+      return fmt::format("{} has no MLX lowering", ir::op_name(n.op));
+    }
     std::vector<DType> types{n.dtype};
     for (auto in : n.inputs) types.push_back(k.body.node(in).dtype);
     for (DType t : types) {
@@ -323,6 +329,24 @@ mx::array attention(const ir::Node& n, std::span<const mx::array> x) {
   return mx::fast::scaled_dot_product_attention(q, k, v, float(scale), "array", mask);
 }
 
+// A custom op through its register_mlx_kernel function. MLX reports misuse with standard exceptions; they
+// become rlx::Errors naming the node.
+mx::array custom(const ir::Graph& body, const ir::Node& n, std::span<const mx::array> x) {
+  const auto& name = n.attrs.get_str("op");
+  const MlxKernel kernel = find_mlx_kernel(name);
+  if (!kernel)
+    throw Error(fmt::format("mlx: {}: custom op '{}' has no MLX kernel (register_mlx_kernel)",
+                            ir::describe_node(body, n), name));
+  try {
+    return kernel(std::vector<mx::array>(x.begin(), x.end()), n.attrs);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("mlx: {}: the MLX kernel of custom op '{}' failed: {}", ir::describe_node(body, n), name,
+                            e.what()));
+  }
+}
+
 }  // namespace
 
 mx::array lower_node(const ir::Graph& body, const ir::Node& n, std::span<const mx::array> x) {
@@ -404,6 +428,7 @@ mx::array lower_node(const ir::Graph& body, const ir::Node& n, std::span<const m
         return mx::fast::rms_norm(x[0], x.size() > 1 ? std::optional(x[1]) : std::nullopt,
                                   float(n.attrs.get_float("eps")));
       case OpKind::Attention: return attention(n, x);
+      case OpKind::Custom: return custom(body, n, x);
       case OpKind::Flip: {
         mx::array r = x[0];
         for (int a : axes_of(n, x[0].ndim())) r = mx::flip(r, a);
@@ -416,8 +441,10 @@ mx::array lower_node(const ir::Graph& body, const ir::Node& n, std::span<const m
   }();
   if (result.dtype() != t) result = mx::astype(result, t);
   if (result.shape() != shape)
-    throw Error(fmt::format("mlx: {}: the MLX lowering gives shape [{}], the node declares {}",
-                            ir::describe_node(body, n), fmt::join(result.shape(), ","), n.shape.str()));
+    throw Error(fmt::format("mlx: {}{}: the MLX lowering gives shape [{}], the node declares {}",
+                            ir::describe_node(body, n),
+                            n.op == OpKind::Custom ? fmt::format(" (custom op '{}')", n.attrs.get_str("op")) : "",
+                            fmt::join(result.shape(), ","), n.shape.str()));
   return result;
 }
 

@@ -7,6 +7,9 @@
 #include <cctype>
 
 #include "rlx/backends/mlx/mlx_backend.hpp"
+#ifdef RLX_HAVE_MLX
+#include "rlx/backends/mlx/mlx_kernel.hpp"
+#endif
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/op_def.hpp"
@@ -46,6 +49,9 @@ compile::BackendTraits traits() {
       t.f32_compute_ops.insert(op);
   t.host_fallback = true;
   for (auto& n : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(n));
+#ifdef RLX_HAVE_MLX
+  for (auto& n : mlx_kernel_names()) t.custom_kernels.insert(std::move(n));  // register_mlx_kernel
+#endif
   return t;
 }
 
