@@ -6,10 +6,14 @@
 //   bench_e2e --compile-time REPS  encoder compile time, cold and cached
 //   bench_e2e --dump-params DIR    params, inputs and RLX outputs of the ORT-peered
 //                                  graphs as raw f32 files + DIR/manifest.json
+// With --serve and --dump-params: --device NAME runs RLX on that device (the CPU
+// by default), and --only REGEX keeps the workloads it matches (bench/mlx_bench.py
+// serves the MLP and the encoder block on Device::Mlx).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <regex>
 
 #include "common.hpp"
 #include "rlx/error.hpp"
@@ -44,6 +48,15 @@ Model model(std::string workload, ir::Graph g, std::uint64_t seed, Work work, nl
   auto params = models::random_params(g, seed);
   auto inputs = models::random_inputs(g, seed + 1);
   return {std::move(workload), std::move(g), std::move(params), std::move(inputs), work, std::move(config)};
+}
+
+// The workloads --only keeps (all when it is absent).
+std::vector<Model> only(std::vector<Model> ms, const std::string& pattern) {
+  if (pattern.empty()) return ms;
+  const std::regex re(pattern);
+  std::erase_if(ms, [&](const Model& m) { return !std::regex_search(m.workload, re); });
+  if (ms.empty()) throw Error("--only '" + pattern + "' matches no workload");
+  return ms;
 }
 
 // The ORT-peered graphs.
@@ -115,10 +128,10 @@ void write_f32(const std::filesystem::path& dir, const std::string& file, const 
   entry = {{"file", file}, {"shape", t.shape()}};
 }
 
-void dump(const Session& session, const std::filesystem::path& dir) {
+void dump(const Session& session, const std::filesystem::path& dir, const std::string& pattern) {
   std::filesystem::create_directories(dir);
   nlohmann::json manifest;
-  for (auto& m : onnx_peered_models()) {
+  for (auto& m : only(onnx_peered_models(), pattern)) {
     Runner run(session.compile(m.graph), m.params, m.inputs);
     run();
     auto& entry = manifest[m.workload];
@@ -137,9 +150,10 @@ void dump(const Session& session, const std::filesystem::path& dir) {
 //   list               -> one JSON line per workload {"workload", "flops"?, "bytes"?}, then "end"
 //   run WORKLOAD ITERS -> seconds per call over ITERS back-to-back calls
 // Timing happens here, so the pipe round trip is not in the sample.
-void serve(const Session& session) {
+void serve(const Session& session, const std::string& pattern) {
   std::vector<Model> models = norm_models();
   for (auto& m : onnx_peered_models()) models.push_back(std::move(m));
+  models = only(std::move(models), pattern);
   std::map<std::string, std::unique_ptr<Runner>, std::less<>> runners;
   for (auto& m : models) runners[m.workload] = std::make_unique<Runner>(session.compile(m.graph), m.params, m.inputs);
   for (std::string cmd; std::cin >> cmd;) {
@@ -181,15 +195,18 @@ void compile_time(const Session& session, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  Session session;
+  const auto device = arg(argc, argv, "--device");
+  const Session session(device.empty() ? runtime::Device::Cpu : runtime::parse_device(device));
+  const auto pattern = arg(argc, argv, "--only");
   if (auto dir = arg(argc, argv, "--dump-params"); !dir.empty()) {
-    dump(session, dir);
+    dump(session, dir, pattern);
   } else if (argc > 1 && std::string_view(argv[1]) == "--serve") {
-    serve(session);
+    serve(session, pattern);
   } else if (auto reps = arg(argc, argv, "--compile-time"); !reps.empty()) {
     compile_time(session, std::stoi(reps));
   } else {
-    std::fprintf(stderr, "usage: bench_e2e --serve | --compile-time REPS | --dump-params DIR\n");
+    std::fprintf(
+        stderr, "usage: bench_e2e --serve | --compile-time REPS | --dump-params DIR  [--device NAME] [--only REGEX]\n");
     return 2;
   }
 } catch (const std::exception& e) {

@@ -12,6 +12,13 @@
 #                                        bf16: gpu_peers.py --llm), then the conformance suites on the CUDA backend (each part
 #                                        alone when named: together they can outlast one 10-minute call;
 #                                        docs/backends/cuda.md)
+#   bash bench/gpu.sh mlx pack [build-dir] here: the MLX backend's suites for the GPU machine (docs/backends/mlx.md,
+#                                        "mlx-cuda-13"): the mlx-cuda-13 wheel of the version the build links
+#                                        (pip download, nothing installed), its libmlx.so xz-compressed in parts
+#                                        under 40 MiB (.gpu/mlx-cuda-13.xz.part-*: one call carries 64 MiB at
+#                                        most), and the test binaries with librlx (.gpu/rlx-mlx.tar.xz)
+#   bash bench/gpu.sh mlx run            there: joins the parts, puts the CUDA libmlx.so first on the loader's
+#                                        path, and runs the MLX suites on MLX's GPU device
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -151,9 +158,116 @@ cuda_pack_out() {
   ls -la "$OUT"
 }
 
+# ---- MLX's CUDA build (mlx-cuda-13) ----
+# librlx is built against mlx-cpu's headers; mlx-cuda-13 of the same version is the same C++ API in a libmlx.so
+# that also has a GPU device (MLX's default device when a GPU is there, so the backend needs no switch). The
+# wheel is 90 MB, more than one call carries, so its libmlx.so travels xz-compressed, in parts.
+MLX_PARTS_MB=36
+mlx_pack() {
+  local build=${1:-build} py=.venv/bin/python exclude
+  exclude=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
+  grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
+  local version
+  version=$("$py" -c 'import importlib.metadata as m; print(m.version("mlx-cpu"))') ||
+    { echo "mlx pack: no mlx-cpu in .venv (run scripts/bootstrap.sh)" >&2; return 1; }
+  mkdir -p .gpu/wheels
+  local wheel
+  wheel=$(ls .gpu/wheels/mlx_cuda_13-"$version"-*.whl 2>/dev/null | head -1)
+  if [ -z "$wheel" ]; then
+    "$py" -m pip download -q --no-deps --only-binary=:all: -d .gpu/wheels "mlx-cuda-13==$version" || return 1
+    wheel=$(ls .gpu/wheels/mlx_cuda_13-"$version"-*.whl | head -1)
+  fi
+  local stage
+  stage=$(mktemp -d)
+  "$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("mlx/lib/libmlx.so", sys.argv[2])' "$wheel" "$stage"
+  echo "mlx pack: $(basename "$wheel"): libmlx.so $(du -m "$stage/mlx/lib/libmlx.so" | cut -f1) MB; needs:"
+  readelf -d "$stage/mlx/lib/libmlx.so" | awk '/NEEDED/ {printf " %s", $5} END {print ""}'
+  rm -f .gpu/mlx-cuda-13.xz.part-*
+  sha256sum "$stage/mlx/lib/libmlx.so" | cut -d' ' -f1 >.gpu/mlx-cuda-13.sha256
+  xz -9 -T1 -c "$stage/mlx/lib/libmlx.so" | split -b "${MLX_PARTS_MB}M" - .gpu/mlx-cuda-13.xz.part-
+  # The binaries the run needs, librlx, and what they load (mlx-cpu's libmlx.so stays behind: the parts replace it).
+  mkdir -p "$stage/pkg/bin" "$stage/pkg/lib"
+  local bins=("$build/tests/conformance_test_op_parity" "$build/tests/conformance_test_random_graphs"
+              "$build/tests/conformance_test_errors" "$build/tests/runtime_test_capabilities"
+              "$build/tests/runtime_test_calibration")
+  mapfile -t -O ${#bins[@]} bins < <(find "$build/tests" -maxdepth 1 -type f -executable -name 'mlx_test_*')
+  cp "${bins[@]}" "$stage/pkg/bin/"
+  cp "$build/librlx.so" "$stage/pkg/lib/"
+  ldd "${bins[@]}" "$build/librlx.so" | awk '/=> \// {print $3}' | sort -u |
+    grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
+    grep -vE 'librlx|/libmlx\.so' | xargs -r -I{} cp -L {} "$stage/pkg/lib/"
+  strip --strip-unneeded "$stage"/pkg/bin/* "$stage"/pkg/lib/* 2>/dev/null
+  tar cf - -C "$stage/pkg" bin lib | xz -9 -T1 >.gpu/rlx-mlx.tar.xz
+  rm -rf "$stage"
+  ls -la .gpu/rlx-mlx.tar.xz .gpu/mlx-cuda-13.xz.part-* .gpu/mlx-cuda-13.sha256
+  echo "mlx pack: carry .gpu/rlx-mlx.tar.xz and .gpu/mlx-cuda-13.sha256 with the first part, then each further part" \
+    "in a call of its own (the machine keeps what earlier calls brought while it stays warm); then: bash bench/gpu.sh mlx run"
+}
+
+mlx_run() {
+  local r=/tmp/rlx-mlx
+  local out=$r/logs
+  mkdir -p "$out"
+  [ -f .gpu/rlx-mlx.tar.xz ] && [ -f .gpu/mlx-cuda-13.sha256 ] ||
+    { echo "mlx run: .gpu/rlx-mlx.tar.xz or .gpu/mlx-cuda-13.sha256 is missing (bash bench/gpu.sh mlx pack)"; return 3; }
+  tar xJf .gpu/rlx-mlx.tar.xz -C "$r"
+  cat .gpu/mlx-cuda-13.xz.part-* | xz -d >"$r/lib/libmlx.so" 2>"$out/xz.log"
+  if [ "$(sha256sum "$r/lib/libmlx.so" | cut -d' ' -f1)" != "$(cat .gpu/mlx-cuda-13.sha256)" ]; then
+    echo "mlx run: libmlx.so from the parts here ($(cd .gpu && echo mlx-cuda-13.xz.part-*)) is not the packed one:" \
+      "a part is missing (carry each one, the machine must stay warm between)"
+    return 3
+  fi
+  # The CUDA libraries libmlx.so names (cuBLASLt, cuFFT, cuSOLVER, NVRTC, cuDNN, NCCL): the toolkit's, then the
+  # pip nvidia-* packages of the machine's Python (PyTorch's), whose folders the wheel's run path expects.
+  local paths=$r/lib
+  [ -d /usr/local/cuda/lib64 ] && paths+=:/usr/local/cuda/lib64
+  paths+=$(python3 -c 'import os, nvidia
+print("".join(":" + os.path.join(p, d, "lib") for p in nvidia.__path__ for d in sorted(os.listdir(p))
+              if os.path.isdir(os.path.join(p, d, "lib"))))' 2>/dev/null)
+  # MLX compiles its fused kernels with NVRTC against the CUDA headers (CUDA_HOME), and caches the PTX.
+  export LD_LIBRARY_PATH=$paths CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} MLX_PTX_CACHE_DIR=$r/ptx RLX_CACHE_DIR=$r/cache
+  nvidia-smi -L
+  echo "## libmlx.so (mlx-cuda-13): what the loader finds"
+  ldd "$r/lib/libmlx.so" | grep -E 'not found|cu|nccl|nvrtc'
+  echo "## the MLX backend's tests, capabilities and calibration (the file names the device: mlx-gpu or mlx-cpu)"
+  for b in $(cd "$r/bin" && ls mlx_test_*) runtime_test_capabilities runtime_test_calibration; do
+    local filter='*'
+    case $b in runtime_test_*) filter='*mlx*:*Mlx*:AdvisoryCapabilities.*' ;; esac
+    timeout 300 "$r/bin/$b" --gtest_filter="$filter" >"$out/$b.log" 2>&1
+    echo "$b: exit $? | $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]' "$out/$b.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] [A-Z]|Failure|rror' "$out/$b.log" | head -20
+  done
+  ls "$RLX_CACHE_DIR" 2>/dev/null
+  local shards
+  shards=$(nproc)
+  echo "## conformance on MLX ($shards shards per binary)"
+  for b in conformance_test_op_parity conformance_test_random_graphs conformance_test_errors; do
+    local t0=$SECONDS
+    for ((i = 0; i < shards; i++)); do
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${RLX_GPU_TIMEOUT:-400}" "$r/bin/$b" \
+        --gtest_filter="${RLX_GPU_FILTER:-*mlx*}" >"$out/$b.$i.log" 2>&1 &
+    done
+    wait
+    cat "$out/$b".*.log >"$out/$b.log" && rm -f "$out/$b".*.log
+    echo "$b: $((SECONDS - t0)) s | passed $(grep -hoE '^\[  PASSED  \] [0-9]+' "$out/$b.log" | awk '{s+=$4} END {print s+0}')" \
+      "| failed $(grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | wc -l) | skipped $(grep -cE '^\[  SKIPPED \] [A-Z]' "$out/$b.log")"
+    grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | head -40
+  done
+  [ -n "${OUT:-}" ] && tar cJf "$OUT/mlx-logs.tar.xz" -C "$r" logs
+}
+
+mlx() {
+  case "${1:-}" in
+    pack) shift; mlx_pack "$@" ;;
+    run) mlx_run ;;
+    *) echo "usage: bash bench/gpu.sh mlx pack [build-dir] | mlx run" >&2; return 2 ;;
+  esac
+}
+
 case "${1:-}" in
   pack) shift; pack "$@" ;;
   run) run ;;
   cuda) shift; cuda "$@"; cuda_pack_out ;;
-  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda [bench|suites]" >&2; exit 2 ;;
+  mlx) shift; mlx "$@" ;;
+  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda [bench|suites] | mlx pack [build-dir] | mlx run" >&2; exit 2 ;;
 esac

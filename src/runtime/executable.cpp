@@ -122,7 +122,7 @@ ExecutableCapabilities advisory_capabilities(Device device) {
       break;
     case Device::Mlx:  // what the MLX backend's executables claim today (the same test keeps the two equal)
       c.persistent_handles = c.gpu_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =
-          c.copy_params = true;
+          c.copy_params = c.kernel_times = true;
       break;
     case Device::Rocm:
     case Device::Metal:

@@ -2,6 +2,8 @@
 // the capabilities it claims, clones from several threads, and what a build or machine without MLX reports.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -73,8 +75,14 @@ TEST(MlxTraits, ClaimTheLoweredPrimitivesAndFallBackToTheHost) {
   EXPECT_TRUE(t.host_fallback);
   for (auto op : {ir::OpKind::MatMul, ir::OpKind::ReduceMax, ir::OpKind::Gather, ir::OpKind::ScatterAdd})
     EXPECT_TRUE(t.native_ops.contains(op)) << ir::op_name(op);
-  // RLX's random streams, control flow and composites are not MLX kernels.
-  for (auto op : {ir::OpKind::RandomUniform, ir::OpKind::While, ir::OpKind::Softmax})
+  // The composites MLX has kernels for (mx::softmax, mx::fast), computed in f32.
+  for (auto op : {ir::OpKind::Softmax, ir::OpKind::LayerNorm, ir::OpKind::RmsNorm, ir::OpKind::Attention}) {
+    EXPECT_TRUE(t.native_ops.contains(op)) << ir::op_name(op);
+    EXPECT_TRUE(t.f32_compute_ops.contains(op)) << ir::op_name(op);
+  }
+  // RLX's random streams, control flow and the composites without an exact MLX kernel (rope: mx::fast::rope
+  // makes its own angles) are not MLX kernels.
+  for (auto op : {ir::OpKind::RandomUniform, ir::OpKind::While, ir::OpKind::Rope, ir::OpKind::LogSoftmax})
     EXPECT_FALSE(t.native_ops.contains(op)) << ir::op_name(op);
   EXPECT_EQ(runtime::dispatch_tier(ir::OpKind::RandomNormal, t), compile::DispatchTier::HostFallback);
 }
@@ -101,10 +109,39 @@ TEST_F(Mlx, ClaimsItsCapabilities) {
   EXPECT_EQ(c.backend_name(), "mlx");
   EXPECT_EQ(c.capabilities().names(),
             (std::vector<std::string_view>{"clone", "persistent_handles", "gpu_handles", "kv_resident", "typed_io",
-                                           "async_pipeline", "read_outputs", "rng", "copy_params"}));
+                                           "async_pipeline", "read_outputs", "rng", "copy_params", "kernel_times"}));
   EXPECT_EQ(runtime::advisory_capabilities(Device::Mlx), c.capabilities());
   testing::expect_error([&] { c.set_active_extent(2); }, {"set_active_extent", "mlx", "active_extent"});
-  testing::expect_error([&] { c.kernel_times(); }, {"kernel_times", "mlx", "kernel_times"});
+}
+
+// kernel_times: one entry per LIR kernel, the host steps marked, and the profiled run still right.
+TEST_F(Mlx, KernelTimesMarkTheHostSteps) {
+  const auto g = split_graph();
+  const auto d = data();
+  const auto want = reference::run(g, d.in, d.params);
+  auto c = Session(Device::Mlx).compile(g);
+  c.set_param("w", d.params.at("w"));
+  c.set_profiling(true);
+  auto got = c.run(named(d.in));
+  for (std::size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(testing::tensors_close(got[j], want[j])) << j;
+  const auto times = c.kernel_times();
+  const auto& kernels = c.compile_result().lir.kernels;
+  ASSERT_EQ(times.size(), kernels.size());
+  int host = 0;
+  for (std::size_t k = 0; k < times.size(); ++k) {
+    EXPECT_EQ(times[k].kernel, kernels[k].name);
+    EXPECT_TRUE(times[k].micros > 0 && std::isfinite(times[k].micros)) << times[k].kernel;
+    // f64 and the random sample are the host's (the split graph's two host steps).
+    const auto& nodes = kernels[k].body.nodes();
+    const bool want_host = std::any_of(nodes.begin(), nodes.end(), [](const ir::Node& n) {
+      return n.op == ir::OpKind::RandomUniform || n.dtype == ir::DType::F64;
+    });
+    EXPECT_EQ(times[k].host, want_host) << times[k].kernel;
+    host += times[k].host;
+  }
+  EXPECT_EQ(host, 2);
+  c.set_profiling(false);
+  EXPECT_TRUE(c.kernel_times().empty());
 }
 
 TEST_F(Mlx, ClonesRunFromSeveralThreads) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "runtime/test_backends.hpp"
@@ -141,6 +142,50 @@ TEST_F(Calibration, MeasuredFiguresArePositive) {
   EXPECT_GT(c.memory_bw_gbps, 0);
   EXPECT_EQ(c.backend, "cpu");
   EXPECT_GT(c.measured_at, 0);
+}
+
+// The MLX backend is measured through the generic path (its own compile path, MLX's default device) into its own
+// file, which the device report then reads for MLX's estimate.
+TEST_F(Calibration, MlxIsMeasuredIntoItsFileAndEstimatedInTheDeviceReport) {
+  if (!runtime::is_available(Device::Mlx)) GTEST_SKIP() << "mlx is not available here";
+  const auto p = runtime::calibration_path_for(Device::Mlx, dir_);
+  EXPECT_EQ(p.filename().string().rfind("mlx-calib-mlx-", 0), 0u) << p;  // mlx-cpu, or mlx-gpu with a GPU wheel
+  EXPECT_FALSE(std::filesystem::exists(p));
+  const auto c = runtime::calibration_for(Device::Mlx, dir_);
+  EXPECT_TRUE(std::filesystem::exists(p));
+  EXPECT_EQ(c.backend, "mlx");
+  EXPECT_NE(c.source.find("measured now"), std::string::npos) << c.source;
+  EXPECT_GT(c.sgemm_gflops, 0);
+  EXPECT_GT(c.roundtrip_overhead_ns, 0);
+  EXPECT_GT(c.memory_bw_gbps, 0);
+  const auto saved = runtime::load_calibration(p);
+  ASSERT_TRUE(saved);
+  EXPECT_EQ(saved->sgemm_gflops, c.sgemm_gflops);
+
+  ir::Graph g("mm");
+  g.add_output(g.matmul(g.input("x", {64, 64}), g.param("w", {64, 64})), "y");
+  const auto report = runtime::device_report(g);
+  const auto mlx = std::find_if(report.candidates.begin(), report.candidates.end(),
+                                [](const runtime::DeviceCandidate& d) { return d.device == Device::Mlx; });
+  ASSERT_NE(mlx, report.candidates.end());
+  EXPECT_TRUE(mlx->viable()) << mlx->why;
+  ASSERT_TRUE(mlx->estimate.has_value()) << mlx->why;
+  EXPECT_GT(mlx->estimate->seconds, 0);
+  EXPECT_NE(mlx->calibration_source.find(p.string()), std::string::npos) << mlx->calibration_source;
+  EXPECT_DOUBLE_EQ(mlx->estimate->seconds, runtime::estimate_cost(runtime::graph_cost(g), c).seconds);
+
+  // Figures planted in that file are what the estimate is made of: a second of overhead per run puts MLX last.
+  calibrate(Device::Mlx, 5, 1e9, 3);
+  const auto planted = runtime::calibration_for(Device::Mlx, dir_);
+  ASSERT_EQ(planted.roundtrip_overhead_ns, 1e9);
+  const auto again = runtime::device_report(g);
+  const auto slow = std::find_if(again.candidates.begin(), again.candidates.end(),
+                                 [](const runtime::DeviceCandidate& d) { return d.device == Device::Mlx; });
+  ASSERT_NE(slow, again.candidates.end());
+  ASSERT_TRUE(slow->estimate.has_value()) << slow->why;
+  EXPECT_DOUBLE_EQ(slow->estimate->seconds, runtime::estimate_cost(runtime::graph_cost(g), planted).seconds);
+  EXPECT_GE(slow->estimate->seconds, 1.0);
+  EXPECT_FALSE(slow->recommended) << slow->why;
 }
 
 TEST(CostModel, CountsFlopsAndBytesOfPrimitives) {

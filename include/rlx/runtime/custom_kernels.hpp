@@ -52,8 +52,15 @@ const VulkanKernel* find_vulkan_kernel(std::string_view op_name);
 std::vector<std::string> vulkan_kernel_names();
 const CudaKernel* find_cuda_kernel(std::string_view op_name);
 
+// A backend whose kernels are not source text (MLX's functions over mx::array:
+// rlx/backends/mlx/mlx_kernel.hpp, register_mlx_kernel) keeps them itself and
+// names them here, so that routes and reports see them; such a kernel takes
+// precedence over a host kernel of the same name on its device.
+void register_backend_kernel_name(Device device, std::string op_name);
+bool has_backend_kernel(std::string_view op_name, Device device);
+
 // How a custom op runs on `device`, by the precedence above.
-enum class CustomRoute { RawGpuKernel, HostKernel, Lowering, None };
+enum class CustomRoute { RawGpuKernel, HostKernel, Lowering, None, BackendKernel };
 CustomRoute custom_op_route(std::string_view op_name, Device device);
 std::string_view custom_route_name(CustomRoute r);
 

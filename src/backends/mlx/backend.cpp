@@ -10,6 +10,7 @@
 #ifdef RLX_HAVE_MLX
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <unordered_map>
@@ -70,11 +71,20 @@ struct Plan {
   std::vector<mx::array> constants;         // per LIR constant
 };
 
-// The kernels of segment `s`, run over its inputs; Eager evaluates after every kernel.
-std::vector<mx::array> run_segment(const Plan& p, const Step& s, const std::vector<mx::array>& ins) {
+using Clock = std::chrono::steady_clock;
+double micros_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+// The kernels of segment `s`, run over its inputs; Eager evaluates after every kernel. With `micros` (one entry
+// per LIR kernel; kernel_times), every kernel is evaluated as in Eager and its wall time, building its MLX
+// graph and evaluating it, is recorded.
+std::vector<mx::array> run_segment(const Plan& p, const Step& s, const std::vector<mx::array>& ins,
+                                   std::span<double> micros = {}) {
   Env env;
   for (std::size_t i = 0; i < s.ins.size(); ++i) env.insert_or_assign(s.ins[i], ins[i]);
   for (std::size_t ki : s.kernels) {
+    const auto t0 = Clock::now();
     const compile::Kernel& k = p.lir.kernels[ki];
     const ir::Graph& body = k.body;
     std::vector<std::optional<mx::array>> v(body.size());
@@ -93,7 +103,8 @@ std::vector<mx::array> run_segment(const Plan& p, const Step& s, const std::vect
       made.push_back(*v[body.outputs()[j].node]);
       env.insert_or_assign(k.outputs[j], made.back());
     }
-    if (p.mode == Mode::Eager) mx::eval(made);
+    if (p.mode == Mode::Eager || !micros.empty()) mx::eval(made);
+    if (!micros.empty()) micros[ki] = micros_since(t0);
   }
   std::vector<mx::array> outs;
   for (BufferId r : s.outs) outs.push_back(env.at(r));
@@ -223,8 +234,27 @@ class MlxExecutable final : public runtime::ExecutableGraph {
     runtime::ExecutableCapabilities c;
     // Handles are MLX arrays: in the device's memory, fed from outputs without a host round trip.
     c.clone = c.persistent_handles = c.gpu_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs =
-        c.rng = c.copy_params = true;
+        c.rng = c.copy_params = c.kernel_times = true;
     return c;
+  }
+
+  // Off by default: a profiled run evaluates kernel by kernel (as the eager mode), so it loses mx::compile's
+  // fusion across kernels; its times say where a graph's time goes, not what the compiled run costs.
+  void set_profiling(bool on) override {
+    require_idle("set_profiling");
+    micros_.assign(on ? plan_->lir.kernels.size() : 0, 0.0);
+    profiled_ = false;
+  }
+
+  std::vector<runtime::KernelTime> kernel_times() const override {
+    require_idle("kernel_times");
+    std::vector<runtime::KernelTime> out;
+    if (!profiled_) return out;
+    std::vector<bool> host(micros_.size(), false);
+    for (const Step& s : plan_->steps)
+      if (s.host) host[s.kernels[0]] = true;
+    for (std::size_t k = 0; k < micros_.size(); ++k) out.push_back({plan_->lir.kernels[k].name, micros_[k], host[k]});
+    return out;
   }
 
   void set_param(std::size_t index, const void* data, std::size_t nbytes) override {
@@ -412,15 +442,19 @@ class MlxExecutable final : public runtime::ExecutableGraph {
     }
     for (std::size_t i = 0; i < lir.params.size(); ++i) env.insert_or_assign(lir.params[i], params_->values[i]);
     for (std::size_t i = 0; i < lir.constants.size(); ++i) env.insert_or_assign(lir.constants[i], p.constants[i]);
+    const bool profiling = !micros_.empty();
     for (std::size_t s = 0; s < p.steps.size(); ++s) {
       const Step& step = p.steps[s];
       if (step.host) {
+        const auto t0 = Clock::now();
         run_host(s, env);
+        if (profiling) micros_[step.kernels[0]] = micros_since(t0);
         continue;
       }
       std::vector<mx::array> ins;
       for (BufferId r : step.ins) ins.push_back(env.at(r));
-      auto outs = p.fns[s](ins);
+      if (profiling) mx::eval(ins);  // what earlier steps left lazy is theirs, not this segment's first kernel's
+      auto outs = profiling ? run_segment(p, step, ins, micros_) : p.fns[s](ins);
       for (std::size_t j = 0; j < step.outs.size(); ++j) env.insert_or_assign(step.outs[j], outs[j]);
     }
     // Everything read back or fed evaluates together.
@@ -434,6 +468,7 @@ class MlxExecutable final : public runtime::ExecutableGraph {
     for (std::size_t j = 0; j < results.size(); ++j)
       if (!sparse || outputs[j]) to_bytes(results[j], outputs[j], lir.buffer(lir.outputs[j]).nbytes());
     for (auto [i, j] : feeds_) handles_[i] = results[j];
+    profiled_ = profiling;
   }
 
   // Host step s: its operands copied out of MLX, the CPU backend's kernel, its results copied in.
@@ -466,6 +501,8 @@ class MlxExecutable final : public runtime::ExecutableGraph {
   std::vector<std::optional<mx::array>> handles_;
   std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output): the output becomes the handle
   runtime::RngOptions rng_;
+  std::vector<double> micros_;          // per LIR kernel while profiling (empty: off)
+  bool profiled_ = false;               // a run since profiling was turned on
   runtime::PendingRun pending_{"mlx"};  // last: destroyed first, so a pending run finishes before the rest goes
 };
 

@@ -9,11 +9,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <numeric>
+#include <optional>
 #include <set>
 
 #include "rlx/backends/mlx/mlx_backend.hpp"
+#include "rlx/backends/mlx/mlx_kernel.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/op_def.hpp"
 
@@ -96,7 +101,12 @@ bool float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DT
 
 std::string host_reason(const compile::Kernel& k) {
   for (const auto& n : k.body.nodes()) {
-    if (!lowered_ops().contains(n.op)) return fmt::format("{} has no MLX lowering", ir::op_name(n.op));
+    if (n.op == OpKind::Custom) {
+      const auto& name = n.attrs.get_str("op");
+      if (!find_mlx_kernel(name)) return fmt::format("custom op '{}' has no MLX kernel (register_mlx_kernel)", name);
+    } else if (!lowered_ops().contains(n.op)) {
+      return fmt::format("{} has no MLX lowering", ir::op_name(n.op));
+    }
     std::vector<DType> types{n.dtype};
     for (auto in : n.inputs) types.push_back(k.body.node(in).dtype);
     for (DType t : types) {
@@ -279,6 +289,64 @@ mx::array scatter_add(const ir::Node& n, const mx::array& x, const mx::array& id
   return mx::slice_update(x, block, zeros, stop, ones);
 }
 
+// layer_norm over dims [axis..): mx::fast::layer_norm normalizes the last dim, so the normalized dims are
+// flattened into one (and gamma and beta with them); a scalar is a row of one, as in the reference.
+mx::array layer_norm(const ir::Node& n, std::span<const mx::array> x) {
+  const mx::Shape shape = x[0].shape();
+  const auto rank = std::int64_t(shape.size());
+  const int axis = rank ? axis_of(n, rank) : 0;
+  mx::Shape rows(shape.begin(), shape.begin() + axis);
+  rows.push_back(std::accumulate(shape.begin() + axis, shape.end(), mx::ShapeElem(1), std::multiplies<>()));
+  auto flat = [](const mx::array& a) { return mx::reshape(a, {-1}); };
+  std::optional<mx::array> gamma, beta;
+  if (x.size() > 1) gamma = flat(x[1]);
+  if (x.size() > 2) beta = flat(x[2]);
+  auto y = mx::fast::layer_norm(mx::reshape(x[0], rows), gamma, beta, float(n.attrs.get_float("eps")));
+  return mx::reshape(y, shape);
+}
+
+// attention through mx::fast::scaled_dot_product_attention, with the op table's masks: a bool mask becomes an
+// additive one of 0 and -inf (MLX's own bool masking writes the dtype's lowest value, so a fully masked row would
+// average v where RLX's softmax gives 0/0 = NaN), and causal keeps key j for query i when j <= i (top-left, as
+// torch's is_causal; MLX's "causal" is aligned bottom-right, so it is used only when the two lengths agree).
+mx::array attention(const ir::Node& n, std::span<const mx::array> x) {
+  const mx::array &q = x[0], &k = x[1], &v = x[2];
+  double scale = n.attrs.get_float("scale");
+  if (scale == 0.0) scale = 1.0 / std::sqrt(double(q.shape(-1)));
+  const bool causal = n.attrs.get_bool("causal");
+  const int lq = q.shape(-2), lk = k.shape(-2);
+  const mx::array zero(0.0f, q.dtype()), neg_inf(-INFINITY, q.dtype());
+  std::optional<mx::array> mask;
+  if (x.size() > 3) mask = x[3].dtype() == mx::bool_ ? mx::where(x[3], zero, neg_inf) : x[3];
+  if (causal && !mask && lq == lk) return mx::fast::scaled_dot_product_attention(q, k, v, float(scale), "causal");
+  if (causal) {
+    auto rows = mx::reshape(mx::arange(lq, mx::int32), {lq, 1});
+    auto cols = mx::reshape(mx::arange(lk, mx::int32), {1, lk});
+    auto keep = mx::less_equal(cols, rows);
+    mask = mask ? mx::where(keep, *mask, neg_inf) : mx::where(keep, zero, neg_inf);
+  }
+  if (!mask) return mx::fast::scaled_dot_product_attention(q, k, v, float(scale));
+  return mx::fast::scaled_dot_product_attention(q, k, v, float(scale), "array", mask);
+}
+
+// A custom op through its register_mlx_kernel function. MLX reports misuse with standard exceptions; they
+// become rlx::Errors naming the node.
+mx::array custom(const ir::Graph& body, const ir::Node& n, std::span<const mx::array> x) {
+  const auto& name = n.attrs.get_str("op");
+  const MlxKernel kernel = find_mlx_kernel(name);
+  if (!kernel)
+    throw Error(fmt::format("mlx: {}: custom op '{}' has no MLX kernel (register_mlx_kernel)",
+                            ir::describe_node(body, n), name));
+  try {
+    return kernel(std::vector<mx::array>(x.begin(), x.end()), n.attrs);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("mlx: {}: the MLX kernel of custom op '{}' failed: {}", ir::describe_node(body, n), name,
+                            e.what()));
+  }
+}
+
 }  // namespace
 
 mx::array lower_node(const ir::Graph& body, const ir::Node& n, std::span<const mx::array> x) {
@@ -354,6 +422,13 @@ mx::array lower_node(const ir::Graph& body, const ir::Node& n, std::span<const m
       case OpKind::Gather: return gather(n, x[0], x[1]);
       case OpKind::IndexSelect: return mx::take(x[0], x[1], axis_of(n, x[0].ndim()));
       case OpKind::ScatterAdd: return scatter_add(n, x[0], x[1], x[2]);
+      case OpKind::Softmax: return mx::softmax(x[0], axis_of(n, x[0].ndim()), /*precise=*/true);
+      case OpKind::LayerNorm: return layer_norm(n, x);
+      case OpKind::RmsNorm:
+        return mx::fast::rms_norm(x[0], x.size() > 1 ? std::optional(x[1]) : std::nullopt,
+                                  float(n.attrs.get_float("eps")));
+      case OpKind::Attention: return attention(n, x);
+      case OpKind::Custom: return custom(body, n, x);
       case OpKind::Flip: {
         mx::array r = x[0];
         for (int a : axes_of(n, x[0].ndim())) r = mx::flip(r, a);
@@ -366,8 +441,10 @@ mx::array lower_node(const ir::Graph& body, const ir::Node& n, std::span<const m
   }();
   if (result.dtype() != t) result = mx::astype(result, t);
   if (result.shape() != shape)
-    throw Error(fmt::format("mlx: {}: the MLX lowering gives shape [{}], the node declares {}",
-                            ir::describe_node(body, n), fmt::join(result.shape(), ","), n.shape.str()));
+    throw Error(fmt::format("mlx: {}{}: the MLX lowering gives shape [{}], the node declares {}",
+                            ir::describe_node(body, n),
+                            n.op == OpKind::Custom ? fmt::format(" (custom op '{}')", n.attrs.get_str("op")) : "",
+                            fmt::join(result.shape(), ","), n.shape.str()));
   return result;
 }
 

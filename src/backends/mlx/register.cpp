@@ -7,6 +7,9 @@
 #include <cctype>
 
 #include "rlx/backends/mlx/mlx_backend.hpp"
+#ifdef RLX_HAVE_MLX
+#include "rlx/backends/mlx/mlx_kernel.hpp"
+#endif
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/op_def.hpp"
@@ -35,6 +38,10 @@ compile::BackendTraits traits() {
                     OpKind::Expand,      OpKind::Slice,      OpKind::Concat,    OpKind::Pad,       OpKind::Gather,
                     OpKind::IndexSelect, OpKind::ScatterAdd, OpKind::Squeeze,   OpKind::Unsqueeze, OpKind::Flip})
     t.native_ops.insert(op);
+  // Composites MLX has a kernel for, each lowered with the op table's exact semantics (lower.cpp): softmax onto
+  // mx::softmax, the norms onto mx::fast, attention onto mx::fast::scaled_dot_product_attention. Rope is not:
+  // mx::fast::rope computes its angles from positions and a base, where RLX's takes cos and sin as operands.
+  for (OpKind op : {OpKind::Softmax, OpKind::LayerNorm, OpKind::RmsNorm, OpKind::Attention}) t.native_ops.insert(op);
   // Execution is f32 (the seed's): f16 and bf16 values are stored as they are and every op but casts and those
   // that only move values gets casts to f32 around it, as on CUDA.
   for (OpKind op : t.native_ops)
@@ -42,6 +49,9 @@ compile::BackendTraits traits() {
       t.f32_compute_ops.insert(op);
   t.host_fallback = true;
   for (auto& n : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(n));
+#ifdef RLX_HAVE_MLX
+  for (auto& n : mlx_kernel_names()) t.custom_kernels.insert(std::move(n));  // register_mlx_kernel
+#endif
   return t;
 }
 
