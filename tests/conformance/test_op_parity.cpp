@@ -11,6 +11,8 @@
 
 #include "backends/cuda/quant.hpp"
 #include "conformance/harness.hpp"
+#include "conformance/parity_block_types.hpp"
+#include "conformance/parity_variant.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
 #include "rlx/ir/control_flow.hpp"
@@ -25,43 +27,11 @@ using ir::Graph;
 using ir::NodeId;
 using ir::OpKind;
 using ir::Shape;
-using testing::Tolerance;
 
 constexpr DType kFloats[] = {DType::F32, DType::F16, DType::BF16, DType::F64};
 
-std::string str(const Ints& s) { return Shape(s).str(); }
-std::string dt(DType t) { return std::string(ir::dtype_name(t)); }
-
 // Some NaNs among ordinary values: max/min-like ops must propagate them, as the reference does.
 Gen with_nans() { return one_of({std::numeric_limits<double>::quiet_NaN(), -1.5, -0.0, 0.5, 2}); }
-
-struct Variant {
-  std::string label;
-  Graph graph;
-  Gens gens;
-  std::optional<Tolerance> tol;
-};
-
-// One variant under construction.
-struct V {
-  Variant v;
-  explicit V(std::string label) { v.label = std::move(label); }
-  Graph& g() { return v.graph; }
-  NodeId in(const std::string& name, DType t, const Ints& shape, Gen gen = {}) {
-    if (gen) v.gens[name] = std::move(gen);
-    return v.graph.input(name, Shape(shape), t);
-  }
-  V& tol(Tolerance t) {
-    v.tol = t;
-    return *this;
-  }
-  Variant out(std::vector<NodeId> outs) {
-    for (auto o : outs) v.graph.add_output(o);
-    return std::move(v);
-  }
-};
-
-using Variants = std::vector<Variant>;
 
 // ---- leaves ------------------------------------------------------------------
 
@@ -815,16 +785,6 @@ Variants pool_variants(OpKind op) {
   return r;
 }
 
-// A block-typed value: random values quantized (its elements are its blocks' values).
-Gen quantized(double lo = -2.0, double hi = 2.0) {
-  return [lo, hi](DType t, const Ints& s, std::mt19937_64& rng) {
-    const ir::Tensor f = testing::random_tensor(DType::F32, s, rng, lo, hi);
-    return ir::Tensor::from_f64(t, s, f.to_f64());
-  };
-}
-// Two blocks per row.
-std::int64_t two_blocks(DType t) { return 2 * std::int64_t(ir::block_elems(t)); }
-
 Variants embedding_variants() {
   Variants r;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64})
@@ -840,61 +800,6 @@ Variants embedding_variants() {
     auto table = v.g().param("table", Shape{10, two_blocks(t)}, t);
     r.push_back(v.out({v.g().embedding(table, v.in("ids", DType::I32, {2, 3}, ints_in(-10, 9)))}));
   }
-  return r;
-}
-
-// ---- block-quantized storage ---------------------------------------------------
-Variants dequantize_variants() {
-  Variants r;
-  for (DType t : ir::kBlockDTypes)
-    for (const Ints& lead : {Ints{}, Ints{3}, Ints{2, 1}}) {
-      Ints s = lead;
-      s.push_back(two_blocks(t));
-      V v("dequantize " + dt(t) + str(s));
-      r.push_back(v.out({v.g().dequantize(v.in("x", t, s, quantized()))}));
-    }
-  return r;
-}
-
-// The quantized value read back: each row's blocks from ggml's reference quantizer.
-Variants quantize_variants() {
-  Variants r;
-  for (DType t : ir::kBlockDTypes) {
-    const Ints s{3, two_blocks(t)};
-    V v("quantize f32" + str(s) + " to " + dt(t));
-    r.push_back(v.out({v.g().dequantize(v.g().quantize(v.in("x", DType::F32, s, uniform(-3, 3)), t))}));
-  }
-  return r;
-}
-
-// x [.., K] against a weight [5, K] in each block type, with f32 and q8 activations; the weight is a param,
-// as a model's is.
-Variants quantized_matmul_variants() {
-  Variants r;
-  for (DType t : ir::kBlockDTypes)
-    for (const char* act : {"f32", "q8"})
-      for (const Ints& lead : {Ints{}, Ints{4}, Ints{2, 3}}) {
-        if (std::string_view(act) == "q8" && (t == DType::Q8_1 || t == DType::Q8_K)) continue;  // activation formats
-        const std::int64_t K = two_blocks(t);
-        Ints xs = lead;
-        xs.push_back(K);
-        V v(std::string("quantized_matmul ") + act + " activations, x" + str(xs) + ", w " + dt(t) + "[5, " +
-            std::to_string(K) + "]");
-        v.v.gens["w"] = quantized(-1, 1);
-        auto w = v.g().param("w", Shape{5, K}, t);
-        r.push_back(v.tol({1e-4, 1e-4}).out({v.g().quantized_matmul(v.in("x", DType::F32, xs), w, act)}));
-      }
-  // More rows than the CUDA GEMV takes in one pass over a weight row (8), more columns than a block of its
-  // warps (4), and 3 blocks a row: Q4_1 and Q8_0 (SmolLM2's file), Q4_0, Q4_K and Q6_K.
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K})
-    for (const char* act : {"f32", "q8"}) {
-      const std::int64_t K = 3 * std::int64_t(ir::block_elems(t));
-      V v(std::string("quantized_matmul ") + act + " activations, x[2, 9, " + std::to_string(K) + "], w " + dt(t) +
-          "[13, " + std::to_string(K) + "]");
-      v.v.gens["w"] = quantized(-1, 1);
-      auto w = v.g().param("w", Shape{13, K}, t);
-      r.push_back(v.tol({1e-4, 1e-4}).out({v.g().quantized_matmul(v.in("x", DType::F32, {2, 9, K}), w, act)}));
-    }
   return r;
 }
 
