@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "ir/text_lexis.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/limits.hpp"
 
@@ -22,30 +23,10 @@ struct DimExpr::Atom {
 
 namespace {
 
-bool is_ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_identifier(std::string_view s) {
-  return !s.empty() && is_ident_start(s[0]) && std::all_of(s.begin(), s.end(), is_ident_char);
-}
-
-// The IR text's string quoting (text.cpp), so a quoted symbol reads back through either parser.
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\')
-      out += {'\\', c};
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else if (u < 0x20 || u == 0x7f)
-      out += fmt::format("\\x{:02x}", u);
-    else
-      out += c;
-  }
-  return out + '"';
-}
+using text_lexis::is_ident_char;
+using text_lexis::is_ident_start;
+using text_lexis::is_identifier;
+using text_lexis::quote;
 
 std::int64_t floor_div(std::int64_t a, std::int64_t k) {
   std::int64_t q = a / k;

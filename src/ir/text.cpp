@@ -15,6 +15,7 @@
 #include <utility>
 #include <variant>
 
+#include "ir/text_lexis.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/control_flow.hpp"
 #include "rlx/ir/custom_op.hpp"
@@ -24,33 +25,13 @@
 namespace rlx::ir {
 namespace {
 
-bool is_ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+using text_lexis::is_ident_char;
+using text_lexis::is_ident_start;
+using text_lexis::is_identifier;
+using text_lexis::quote;
 bool is_label_char(char c) { return is_ident_char(c) || c == '.'; }
 
-bool is_identifier(std::string_view s) {
-  return !s.empty() && is_ident_start(s[0]) && std::all_of(s.begin(), s.end(), is_ident_char);
-}
-
 // ---- printing --------------------------------------------------------------
-
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\')
-      out += {'\\', c};
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else if (u < 0x20 || u == 0x7f)
-      out += fmt::format("\\x{:02x}", u);
-    else
-      out += c;
-  }
-  return out + '"';
-}
 
 std::string ident_or_quoted(const std::string& s) { return is_identifier(s) ? s : quote(s); }
 
