@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _C, _NP_TO_RLX, Error, Graph, Node, _to_device_array
 
-__all__ = ["cross_entropy", "mse", "SGD", "Adam", "AdamW", "Optimizer", "Trainer", "train_step"]
+__all__ = ["cross_entropy", "mse", "SGD", "Adam", "AdamW", "Optimizer", "LossScaling", "Trainer", "train_step"]
 
 
 def _same_graph(a: Node, b: Node) -> Graph:
@@ -112,6 +112,29 @@ def train_step(graph: Graph, params: Sequence[str], optimizer: Optimizer) -> tup
     return Graph(_native=native), [tuple(s) for s in state]
 
 
+@dataclasses.dataclass(frozen=True)
+class LossScaling:
+    """Dynamic loss scaling for f16 mixed precision (docs/training.md, "Loss scaling"): each step scales the
+    loss by the current scale and the gradients by its inverse; a step with an inf or NaN gradient is skipped
+    and the scale multiplied by `backoff_factor`; after `growth_interval` good steps in a row (0: never) it is
+    multiplied by `growth_factor`. PyTorch's GradScaler rule and defaults."""
+    init_scale: float = 65536.0
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+
+    def _native(self) -> dict:
+        for name in ("init_scale", "growth_factor", "backoff_factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise Error(f"LossScaling.{name} must be a number, got {value!r}")
+        if isinstance(self.growth_interval, bool) or not isinstance(self.growth_interval, (int, np.integer)) \
+                or not 0 <= self.growth_interval < 2**31:
+            raise Error(f"LossScaling.growth_interval must be an int in [0, 2^31), got {self.growth_interval!r}")
+        return {"init_scale": float(self.init_scale), "growth_factor": float(self.growth_factor),
+                "backoff_factor": float(self.backoff_factor), "growth_interval": float(self.growth_interval)}
+
+
 class Trainer:
     """Compiles one training step for `graph` (first output: a float scalar loss) and runs it per batch.
 
@@ -124,18 +147,28 @@ class Trainer:
     micro-batches are summed in order and their mean applied once. `data_parallel=True`: each rank
     passes its own share of the global batch, and the gradients are all-reduced over
     `rlx.distributed` (initialised on first use) in rank order before the update (docs/distributed.md).
+
+    `precision="bf16"` or `"f16"` trains with auto-mixed precision (docs/precision.md); with f16 the loss is
+    scaled dynamically by default (`loss_scaling=LossScaling(...)` sets it, for any precision); `loss_scale`
+    is the scale the next step uses and `skipped_steps` the steps skipped for an inf or NaN gradient.
     """
 
     def __init__(self, graph: Graph, params: dict, optimizer: Optimizer, device: str = "cpu",
                  trainable: Optional[Sequence[str]] = None, num_threads: int = 0, micro_batches: int = 1,
-                 data_parallel: bool = False):
+                 data_parallel: bool = False, precision: str = "f32", tf32: bool = False,
+                 loss_scaling: Optional[LossScaling] = None):
         if not isinstance(graph, Graph):
             raise Error(f"Trainer expects an rlx.Graph, got {type(graph).__name__}")
+        if loss_scaling is not None and not isinstance(loss_scaling, LossScaling):
+            raise Error(f"loss_scaling must be an rlx.train.LossScaling or None, got {type(loss_scaling).__name__}")
+        if not isinstance(precision, str):
+            raise Error(f"precision must be a string (f32, bf16, f16), got {precision!r}")
         kind, hyper = _native_optimizer(optimizer)
         values = [(name,) + _to_device_array(value) for name, value in params.items()]
         self.optimizer = optimizer
         self._t = _C._Trainer(graph._g, values, kind, hyper, list(trainable or []), device, num_threads,
-                              int(micro_batches), bool(data_parallel))
+                              int(micro_batches), bool(data_parallel), precision, bool(tf32),
+                              None if loss_scaling is None else loss_scaling._native())
 
     def step(self, inputs: dict) -> float:
         """One step on a batch {input name: array}: returns the loss before the update.
@@ -168,6 +201,16 @@ class Trainer:
     @property
     def steps(self) -> int:
         return self._t.steps
+
+    @property
+    def loss_scale(self) -> float:
+        """The loss scale the next step uses (1.0 without loss scaling)."""
+        return self._t.loss_scale
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps skipped for an inf or NaN gradient under loss scaling (not counted in `steps`)."""
+        return self._t.skipped_steps
 
     @property
     def micro_batches(self) -> int:

@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -95,7 +96,8 @@ void bind_train(nb::module_& m) {
           "__init__",
           [](PyTrainer* self, const ir::Graph& g, const NamedArrays& params, const std::string& kind,
              const std::map<std::string, double>& hyper, const std::vector<std::string>& trainable,
-             const std::string& device, int num_threads, int micro_batches, bool data_parallel) {
+             const std::string& device, int num_threads, int micro_batches, bool data_parallel,
+             const std::string& precision, bool tf32, const std::optional<std::map<std::string, double>>& scaling) {
             train::TensorMap values;
             for (const auto& [name, arr, dtype] : params)
               values.emplace(name, ir::Tensor(ir::parse_dtype(dtype), array_shape(arr),
@@ -106,10 +108,20 @@ void bind_train(nb::module_& m) {
             o.compile.num_threads = num_threads;
             o.micro_batches = micro_batches;
             o.data_parallel = data_parallel;
+            o.compile.precision = rlx::compile::parse_precision(precision);
+            o.compile.tf32 = tf32;
+            if (scaling) {  // pyrlx.LossScaling's fields, checked there
+              train::LossScaling ls;
+              ls.init_scale = scaling->at("init_scale");
+              ls.growth_factor = scaling->at("growth_factor");
+              ls.backoff_factor = scaling->at("backoff_factor");
+              ls.growth_interval = int(scaling->at("growth_interval"));
+              o.loss_scaling = ls;
+            }
             new (self) PyTrainer{train::Trainer(g, std::move(values), optimizer(kind, hyper), std::move(o))};
           },
           "graph"_a, "params"_a, "kind"_a, "hyper"_a, "trainable"_a, "device"_a, "num_threads"_a, "micro_batches"_a = 1,
-          "data_parallel"_a = false)
+          "data_parallel"_a = false, "precision"_a = "f32", "tf32"_a = false, "loss_scaling"_a = nb::none())
       .def("step", &PyTrainer::step, "inputs"_a)
       .def("param", [](const PyTrainer& p, const std::string& name) { return to_numpy(p.t.param(name)); })
       .def("state", [](const PyTrainer& p, const std::string& name) { return to_numpy(p.t.state(name)); })
@@ -127,6 +139,8 @@ void bind_train(nb::module_& m) {
            })
       .def("trained", [](const PyTrainer& p) { return p.t.step_graph().params; })
       .def_prop_ro("steps", [](const PyTrainer& p) { return p.t.steps(); })
+      .def_prop_ro("loss_scale", [](const PyTrainer& p) { return p.t.loss_scale(); })
+      .def_prop_ro("skipped_steps", [](const PyTrainer& p) { return p.t.skipped_steps(); })
       .def_prop_rw(
           "lr", [](const PyTrainer& p) { return p.t.lr(); }, [](PyTrainer& p, double lr) { p.t.set_lr(lr); })
       .def("step_graph", [](const PyTrainer& p) { return p.t.step_graph().graph; })

@@ -163,3 +163,81 @@ def test_errors(rng):
     with pytest.raises(rlx.Error, match="no param named"):
         trainer.param("nope")
     assert trainer.steps == 0
+
+
+# ---- mixed precision and loss scaling through the Python Trainer (docs/training.md, "Loss scaling") ----
+
+def test_loss_scaling_power_of_two_trains_as_without_it_and_grows(rng):
+    g = regression_graph(16, 4, 2, "f32")
+    params = {"w": rng.standard_normal((4, 2)).astype(np.float32), "b": rng.standard_normal(2).astype(np.float32)}
+    plain = train.Trainer(g, params, train.Adam(lr=0.05))
+    scaled = train.Trainer(g, params, train.Adam(lr=0.05),
+                           loss_scaling=train.LossScaling(init_scale=1024, growth_interval=3))
+    assert plain.loss_scale == 1.0 and scaled.loss_scale == 1024.0
+    for _ in range(5):
+        batch = {"x": rng.standard_normal((16, 4)).astype(np.float32),
+                 "y": rng.standard_normal((16, 2)).astype(np.float32)}
+        want, got = plain.step(batch), scaled.step(batch)
+        assert abs(got - want) <= 1e-6 * (1 + abs(want))
+        for k in ("w", "b"):
+            np.testing.assert_allclose(scaled.param(k), plain.param(k), rtol=1e-6, atol=1e-6)
+    assert not np.allclose(scaled.param("w"), params["w"])
+    assert scaled.steps == 5 and scaled.skipped_steps == 0
+    assert scaled.loss_scale == 2048.0  # grown once, after the third step
+
+
+def test_loss_scaling_overflow_skips_the_step_and_halves_the_scale(rng):
+    g = regression_graph(16, 4, 2, "f32")
+    params = {"w": rng.standard_normal((4, 2)).astype(np.float32), "b": rng.standard_normal(2).astype(np.float32)}
+    t = train.Trainer(g, params, train.Adam(lr=0.05), loss_scaling=train.LossScaling(init_scale=2.0**127))
+    batch = {"x": rng.uniform(10, 20, (16, 4)).astype(np.float32),
+             "y": rng.standard_normal((16, 2)).astype(np.float32)}
+    t.step(batch)
+    assert (t.skipped_steps, t.steps, t.loss_scale) == (1, 0, 2.0**126)
+    np.testing.assert_array_equal(t.param("w"), params["w"])
+    assert t.state("opt_step") == 0
+    for _ in range(64):
+        if t.steps:
+            break
+        loss = t.step(batch)
+    assert t.steps == 1 and np.isfinite(loss) and t.skipped_steps > 1
+    assert t.loss_scale == 2.0 ** (127 - t.skipped_steps)
+    assert np.isfinite(t.param("w")).all() and not np.array_equal(t.param("w"), params["w"])
+
+
+def test_mixed_precision_trainer(rng):
+    g = regression_graph(64, 8, 1, "f32")
+    w_true = rng.uniform(-2, 2, (8, 1)).astype(np.float32)
+    zeros = {"w": np.zeros((8, 1), np.float32), "b": np.zeros(1, np.float32)}
+    f16 = train.Trainer(g, zeros, train.Adam(lr=0.05), precision="f16")
+    bf16 = train.Trainer(g, zeros, train.Adam(lr=0.05), precision="bf16")
+    assert f16.loss_scale == 65536.0, "f16 scales the loss by default"
+    assert bf16.loss_scale == 1.0, "bf16 has f32's range: nothing to scale"
+    for _ in range(300):
+        x = rng.uniform(-1, 1, (64, 8)).astype(np.float32)
+        batch = {"x": x, "y": x @ w_true + 0.5}
+        f16.step(batch)
+        bf16.step(batch)
+    # Low-precision matmuls: the fit is as good as their rounding allows (f16 ~1e-3, bf16 ~1e-2 relative).
+    np.testing.assert_allclose(f16.params["w"], w_true, atol=2e-2)
+    np.testing.assert_allclose(bf16.params["w"], w_true, atol=6e-2)
+    assert f16.skipped_steps <= 2
+
+
+def test_loss_scaling_errors(rng):
+    g = regression_graph(16, 4, 2, "f32")
+    params = {"w": np.zeros((4, 2), np.float32), "b": np.zeros(2, np.float32)}
+    with pytest.raises(rlx.Error, match="init_scale"):
+        train.Trainer(g, params, train.SGD(lr=0.1), loss_scaling=train.LossScaling(init_scale=0))
+    with pytest.raises(rlx.Error, match="backoff_factor"):
+        train.Trainer(g, params, train.SGD(lr=0.1), loss_scaling=train.LossScaling(backoff_factor=2))
+    with pytest.raises(rlx.Error, match="growth_interval"):
+        train.Trainer(g, params, train.SGD(lr=0.1), loss_scaling=train.LossScaling(growth_interval=-1))
+    with pytest.raises(rlx.Error, match="init_scale must be a number"):
+        train.Trainer(g, params, train.SGD(lr=0.1), loss_scaling=train.LossScaling(init_scale="big"))
+    with pytest.raises(rlx.Error, match="loss_scaling must be"):
+        train.Trainer(g, params, train.SGD(lr=0.1), loss_scaling=65536)
+    with pytest.raises(rlx.Error, match="fused step|micro"):
+        train.Trainer(g, params, train.SGD(lr=0.1), micro_batches=2, loss_scaling=train.LossScaling())
+    with pytest.raises(rlx.Error, match="f32|bf16|f16"):
+        train.Trainer(g, params, train.SGD(lr=0.1), precision="f8")
