@@ -2,9 +2,11 @@
 // The CUDA backend: traits, compile_lir and the executable.
 //
 // Kernels are the C target's loop nests in CUDA C (codegen::c::emit_cuda),
-// compiled by NVRTC for the device's architecture through the cubin cache. A
-// kernel the C target cannot express (control flow left as a host loop) runs
-// on the host, through the CPU backend, on staged copies of its operands.
+// compiled by NVRTC for the device's architecture through the cubin cache;
+// matmuls go to cuBLASLt, convolutions to cuDNN, and Native kernels to their
+// own programs (quant.hpp, a custom op's raw kernel: raw_kernel.hpp). A
+// kernel none of these expresses (control flow left as a host loop) runs on
+// the host, through the CPU backend, on staged copies of its operands.
 //
 // compile_lir lays out one device arena per executable (the LIR memory plan,
 // then a region for the inputs), one weights buffer shared by clones (params,
@@ -28,9 +30,11 @@
 #include "backends/cuda/gemm_shape.hpp"
 #include "backends/cuda/layout.hpp"
 #include "backends/cuda/quant.hpp"
+#include "backends/cuda/raw_kernel.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
 #include "rlx/error.hpp"
+#include "rlx/runtime/custom_kernels.hpp"
 #include "rlx/runtime/host_kernel.hpp"
 
 namespace rlx::backends::cuda {
@@ -208,6 +212,12 @@ struct Launch {
   std::shared_ptr<const Gemm> gemm;
   // A cuDNN convolution instead: operands are x, w, the bias (or x again when there is none) and y.
   std::shared_ptr<const ConvPlan> conv;
+  // A function of a program of its own (a custom op's raw kernel, flash attention): compiled from `source`, named
+  // `what` in errors, launched with `shared` bytes of dynamic shared memory after the copies in `pre` (a raw
+  // kernel's operands that live outside the arena, into arena scratch).
+  std::string source, what;
+  unsigned shared = 0;
+  std::vector<Copy> pre;
 };
 
 struct HostStep {
@@ -483,8 +493,10 @@ void CudaExecutable::record(std::size_t s) {
                                            pointer(workspace_.get()), kGemmWorkspace, stream_),
                      "cublasLtMatmul");
       } else {
-        drv.check(drv.cuLaunchKernel(l.fn, l.grid, 1, 1, l.block, 1, 1, 0, stream_, arg_ptrs_[li].data(), nullptr),
-                  "cuLaunchKernel");
+        for (const auto& c : l.pre) enqueue(c);
+        drv.check(
+            drv.cuLaunchKernel(l.fn, l.grid, 1, 1, l.block, 1, 1, l.shared, stream_, arg_ptrs_[li].data(), nullptr),
+            "cuLaunchKernel");
       }
       if (last && profiling_)
         drv.check(drv.cuEventRecordWithFlags(events_[l.kernel].second, stream_, CU_EVENT_RECORD_EXTERNAL),
@@ -700,6 +712,7 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
   // One program for the whole graph (NVRTC's cost is partly per program), holding only the functions launched
   // (not a matmul's nest where cuBLASLt runs it); every access it vectorizes rests on the layout's alignment.
   const codegen::c::CudaModule module = codegen::c::emit_cuda(lir, cuda_options(layout, vector_bytes()));
+  std::uint64_t raw_scratch = plan->arena_bytes;  // raw kernels' copies of operands from outside the arena
   const std::string what = fmt::format("graph '{}'", lir.name);
   for (std::size_t ki = 0; ki < lir.kernels.size(); ++ki) {
     const auto& k = lir.kernels[ki];
@@ -759,6 +772,39 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
       }
       continue;
     }
+    // A custom op's raw kernel (raw_kernel.hpp), ahead of the host: it takes precedence over a host kernel of
+    // the same name. Its operands are offsets into the arena: those outside it are copied into scratch there.
+    if (auto raw = plan_raw_kernel(lir, k)) {
+      Launch l;
+      l.kernel = ki;
+      l.entry = raw->kernel->entry;
+      l.source = raw->kernel->source;
+      l.what = raw->label;
+      l.grid = raw->grid;
+      l.block = raw->block;
+      l.operands = {{Where::Arena, 0}};  // the arena itself
+      auto offset = [&](BufferId id) {
+        Loc at = locs[std::size_t(id)];
+        if (at.where != Where::Arena) {
+          const auto bytes = std::uint64_t(lir.buffer(id).nbytes());
+          l.pre.push_back({at, {Where::Arena, raw_scratch}, bytes});
+          at = {Where::Arena, raw_scratch};
+          raw_scratch = align(raw_scratch + bytes);
+        }
+        if (at.offset % 4)
+          throw Error(
+              fmt::format("cuda: {}: operand b{} does not start on 4 bytes (offset {})", raw->label, id, at.offset));
+        return std::int64_t(at.offset / 4);
+      };
+      l.scalars.assign(kRawKernelInputs, 0);
+      for (std::size_t i = 0; i < raw->inputs.size(); ++i) l.scalars[i] = offset(raw->inputs[i]);
+      l.scalars.push_back(offset(raw->output));
+      l.scalars.push_back(raw->n);
+      l.fn = ctx->function(l.source, l.entry, l.what);
+      plan->launches.push_back(std::move(l));
+      seg.launches.push_back(plan->launches.size() - 1);
+      continue;
+    }
     // A quantized kernel (quant.hpp): a function of the quantized program.
     if (k.kind == compile::KernelKind::Native) {
       QuantLaunch q;
@@ -816,13 +862,14 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
     }
     plan->host.push_back(std::move(h));
   }
+  auto in_graph_program = [](const Launch& l) { return !l.entry.empty() && !l.quant && l.source.empty(); };
   std::vector<std::string> entries;
   for (const Launch& l : plan->launches)
-    if (!l.entry.empty() && !l.quant) entries.push_back(l.entry);
+    if (in_graph_program(l)) entries.push_back(l.entry);
   if (!entries.empty()) {
     const std::string program = module.program(entries);
     for (Launch& l : plan->launches)
-      if (!l.entry.empty() && !l.quant) l.fn = ctx->function(program, l.entry, what);
+      if (in_graph_program(l)) l.fn = ctx->function(program, l.entry, what);
   }
   for (Launch& l : plan->launches)
     if (l.quant) l.fn = ctx->function(quant_program(l.quant_type), l.entry, "the quantized kernels");
@@ -833,6 +880,7 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
   for (BufferId id : lir.outputs) plan->out_loc.push_back(locs[std::size_t(id)]);
   plan->segments.push_back(std::move(seg));
   plan->staging_bytes = staging;
+  plan->arena_bytes = raw_scratch;
 
   // Weights: params start zeroed; constants are uploaded once.
   weights = std::make_shared<Weights>();
@@ -917,6 +965,12 @@ double copy_bandwidth_gbps(std::uint64_t bytes, int reps) {
 
 std::size_t compile_for_arch(const std::string& source, const std::string& arch) {
   return compile_cubin(source, arch, "a test kernel").size();
+}
+
+std::string compile_custom_kernel(std::string_view op_name, const std::string& arch) {
+  const runtime::CudaKernel* k = runtime::find_cuda_kernel(op_name);
+  if (!k) throw Error(fmt::format("cuda: no raw CUDA kernel is registered for custom op '{}'", op_name));
+  return compile_cubin(k->source, arch, fmt::format("custom op '{}'", op_name));
 }
 
 std::string nvrtc_unavailable_reason() {

@@ -38,6 +38,7 @@ compile::BackendTraits traits() {
   // What the precision pass may lower: cuBLASLt's bf16 and f16 GEMMs run on tensor cores, many times f32's rate.
   t.fast_low_precision = {{ir::OpKind::MatMul, ir::DType::BF16}, {ir::OpKind::MatMul, ir::DType::F16}};
   t.host_fallback = true;
+  for (auto& n : runtime::cuda_kernel_names()) t.custom_kernels.insert(std::move(n));
   for (auto& n : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(n));
   t.arena_alignment = std::int64_t(kArenaAlignment);
   return t;
@@ -56,6 +57,9 @@ std::string unavailable_reason() { return kNotBuilt; }
 DeviceInfo selected_device() { throw Error(std::string("cuda: ") + kNotBuilt); }
 std::size_t compile_for_arch(const std::string&, const std::string&) { throw Error(std::string("cuda: ") + kNotBuilt); }
 std::string nvrtc_unavailable_reason() { return kNotBuilt; }
+std::string compile_custom_kernel(std::string_view, const std::string&) {
+  throw Error(std::string("cuda: ") + kNotBuilt);
+}
 double copy_bandwidth_gbps(std::uint64_t, int) { throw Error(std::string("cuda: ") + kNotBuilt); }
 #endif
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rlx/codegen/c.hpp"
@@ -50,6 +51,11 @@ runtime::Calibration measure_device(runtime::Backend& backend);
 std::size_t compile_for_arch(const std::string& source, const std::string& arch);
 // Empty when NVRTC can be loaded; otherwise why not.
 std::string nvrtc_unavailable_reason();
+// Compiles the raw kernel registered for custom op `op_name` (runtime::register_cuda_kernel) with NVRTC for
+// `arch`, as compile_lir does, and returns the code (PTX for a "compute_XX" arch, a cubin for "sm_XX"). Throws
+// rlx::Error naming the op, with NVRTC's log, for source that does not compile, and when no kernel is registered.
+// Needs NVRTC, not a GPU.
+std::string compile_custom_kernel(std::string_view op_name, const std::string& arch);
 
 // The bytes per thread and step of the generated kernels' vector accesses: RLX_CUDA_VECTOR_BYTES (0 or 16; 16
 // when unset). Throws rlx::Error for another value.
