@@ -70,6 +70,7 @@ struct Driver {
   RLX_CUDA_FN(cuModuleLoadData);
   RLX_CUDA_FN(cuModuleUnload);
   RLX_CUDA_FN(cuModuleGetFunction);
+  RLX_CUDA_FN(cuFuncSetAttribute);
   RLX_CUDA_FN(cuLaunchKernel);
 
   // The process's driver, loaded and initialised once; throws rlx::Error saying why it is not usable.

@@ -4,7 +4,8 @@
 // Kernels are the C target's loop nests in CUDA C (codegen::c::emit_cuda),
 // compiled by NVRTC for the device's architecture through the cubin cache;
 // matmuls go to cuBLASLt, convolutions to cuDNN, and Native kernels to their
-// own programs (quant.hpp, a custom op's raw kernel: raw_kernel.hpp). A
+// own programs (quant.hpp, attention.hpp, a custom op's raw kernel:
+// raw_kernel.hpp). A
 // kernel none of these expresses (control flow left as a host loop) runs on
 // the host, through the CPU backend, on staged copies of its operands.
 //
@@ -26,6 +27,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/api.hpp"
+#include "backends/cuda/attention.hpp"
 #include "backends/cuda/conv.hpp"
 #include "backends/cuda/gemm_shape.hpp"
 #include "backends/cuda/layout.hpp"
@@ -102,6 +104,9 @@ class Context {
               "compute capability");
     drv.check(drv.cuDeviceGetAttribute(&info.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
               "multiprocessor count");
+    drv.check(drv.cuDeviceGetAttribute(&info.max_shared_bytes, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                       device_),
+              "shared memory per block");
     std::size_t mem = 0;
     drv.check(drv.cuDeviceTotalMem(&mem, device_), "cuDeviceTotalMem");
     info.ordinal = 0;
@@ -819,6 +824,30 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
         l.block = q.block;
         for (BufferId id : q.buffers) l.operands.push_back(locs[std::size_t(id)]);
         l.scalars = q.scalars;
+        plan->launches.push_back(std::move(l));
+        seg.launches.push_back(plan->launches.size() - 1);
+        continue;
+      }
+    }
+    // Attention: flash attention of our own (attention.hpp), a program per shape.
+    if (k.kind == compile::KernelKind::Native) {
+      AttentionLaunch a;
+      std::string no_attention;
+      if (plan_attention(lir, k, {ctx->info.max_shared_bytes, ctx->info.multiprocessors}, &a, &no_attention)) {
+        Launch l;
+        l.kernel = ki;
+        l.entry = a.entry;
+        l.source = std::move(a.source);
+        l.what = fmt::format("the flash attention of kernel {}", k.name);
+        l.grid = a.grid;
+        l.block = a.block;
+        l.shared = a.shared;
+        for (BufferId id : a.buffers) l.operands.push_back(locs[std::size_t(id)]);
+        l.fn = ctx->function(l.source, l.entry, l.what);
+        if (l.shared > 48 * 1024)  // past the default, a kernel opts in to the dynamic shared memory it uses
+          ctx->drv.check(
+              ctx->drv.cuFuncSetAttribute(l.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(l.shared)),
+              fmt::format("allowing {} bytes of shared memory to {}", l.shared, l.what));
         plan->launches.push_back(std::move(l));
         seg.launches.push_back(plan->launches.size() - 1);
         continue;

@@ -4,6 +4,7 @@
 #include "backends/cuda/layout.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/op_def.hpp"
 #include "rlx/runtime/custom_kernels.hpp"
@@ -23,6 +24,12 @@ compile::BackendTraits traits() {
   // their decompositions take three kernels and three trips through memory.
   for (ir::OpKind op : {ir::OpKind::Softmax, ir::OpKind::LogSoftmax, ir::OpKind::LayerNorm, ir::OpKind::RmsNorm})
     t.native_ops.insert(op);
+  // Attention stays whole for the flash-attention kernel (attention.hpp), which computes in f32 (f16 and bf16
+  // through casts, below); f64 attention decomposes, and every attention with RLX_CUDA_FLASH_ATTENTION=0.
+  if (env::get_bool("RLX_CUDA_FLASH_ATTENTION")) {
+    t.native_ops.insert(ir::OpKind::Attention);
+    t.native_ops.only_at[ir::OpKind::Attention] = {ir::DType::F32, ir::DType::F16, ir::DType::BF16};
+  }
   for (ir::OpKind op : t.native_ops)
     if ((ir::op_info(op).cls != ir::OpClass::Movement || op == ir::OpKind::ScatterAdd) && op != ir::OpKind::Cast)
       t.f32_compute_ops.insert(op);

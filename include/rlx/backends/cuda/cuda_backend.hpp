@@ -30,6 +30,7 @@ struct DeviceInfo {
   std::string name;  // "NVIDIA H200"
   std::string arch;  // "sm_90", what NVRTC compiles for
   int multiprocessors = 0;
+  int max_shared_bytes = 48 * 1024;  // dynamic shared memory a block may opt in to (227 KiB on the H100)
   std::uint64_t memory_bytes = 0;
   int driver_version = 0;  // 13000 for CUDA 13.0
 };
