@@ -73,6 +73,7 @@ const Driver& Driver::get() {
     RLX_LOAD(d, cuEventDestroy);
     RLX_LOAD(d, cuEventRecord);
     RLX_LOAD(d, cuEventRecordWithFlags);
+    RLX_LOAD(d, cuEventSynchronize);
     RLX_LOAD(d, cuEventElapsedTime);
     RLX_LOAD(d, cuModuleLoadData);
     RLX_LOAD(d, cuModuleUnload);

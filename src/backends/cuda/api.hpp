@@ -66,6 +66,7 @@ struct Driver {
   RLX_CUDA_FN(cuEventDestroy);
   RLX_CUDA_FN(cuEventRecord);
   RLX_CUDA_FN(cuEventRecordWithFlags);
+  RLX_CUDA_FN(cuEventSynchronize);
   RLX_CUDA_FN(cuEventElapsedTime);
   RLX_CUDA_FN(cuModuleLoadData);
   RLX_CUDA_FN(cuModuleUnload);
