@@ -359,6 +359,42 @@ int main(int argc, char** argv) {
       print_kernels(*conv.compiled.exe);
     }
 
+    {
+      // Attention: the flash-attention kernel against the decomposition (RLX_CUDA_FLASH_ATTENTION=0: cuBLASLt
+      // matmuls and the native softmax), the graph's device time, and the largest difference between the two.
+      struct Attention {
+        const char* name;
+        std::int64_t b, h, hkv, sq, sk, d;
+        bool causal;
+      };
+      for (const Attention& a : {Attention{"attn_b8_h16_s512_d64_causal", 8, 16, 16, 512, 512, 64, true},
+                                 Attention{"attn_b1_h32_kv8_s2048_d128_causal", 1, 32, 8, 2048, 2048, 128, true},
+                                 Attention{"attn_b4_h16_s1024_d64", 4, 16, 16, 1024, 1024, 64, false},
+                                 Attention{"attn_decode_h9_kv3_k512_d64", 1, 9, 3, 1, 512, 64, false}}) {
+        ir::Graph g(a.name);
+        auto q = g.input("q", ir::Shape{a.b, a.h, a.sq, a.d});
+        auto k = g.input("k", ir::Shape{a.b, a.hkv, a.sk, a.d});
+        auto v = g.input("v", ir::Shape{a.b, a.hkv, a.sk, a.d});
+        g.add_output(g.attention(q, k, v, std::nullopt, a.causal), "y");
+        const double flops = 4.0 * double(a.b * a.h * a.sq * a.sk * a.d) * (a.causal ? 0.5 : 1.0);
+        std::vector<float> y[2];
+        for (int flash : {1, 0}) {
+          env::ScopedOverride use("RLX_CUDA_FLASH_ATTENTION", flash ? "1" : "0");
+          auto p = prepare(*backend, g);
+          auto t = time_runs(*p.compiled.exe, p.in, p.out, 1, 5);
+          const std::string key = fmt::format("{}_{}", a.name, flash ? "flash" : "decomposed");
+          report(key + "_us", t.gpu_s * 1e6, "us");
+          report(key + "_tflops", flops / t.gpu_s * 1e-12, "TFLOP/s");
+          report(key + "_host_kernels", double(t.host_kernels), "kernels");
+          const auto* out = reinterpret_cast<const float*>(p.out[0]);
+          y[flash].assign(out, out + p.outputs[0].size() / sizeof(float));
+        }
+        double worst = 0;
+        for (std::size_t i = 0; i < y[0].size(); ++i) worst = std::max(worst, double(std::abs(y[0][i] - y[1][i])));
+        report(fmt::format("{}_flash_vs_decomposed_max_abs_diff", a.name), worst, "");
+      }
+    }
+
     for (auto [name, cfg] : {std::pair<const char*, models::EncoderConfig>{"encoder", {}},
                              {"encoder_large", {8, 512, 1024, 16, 4096, 1e-5}}}) {
       auto enc = prepare(*backend, models::encoder_block(cfg));

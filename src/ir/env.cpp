@@ -59,6 +59,9 @@ const std::vector<Var>& catalog() {
        "The most thread blocks per multiprocessor a CUDA grid-stride phase is launched with (1 to 1024); 0: no "
        "limit, a grid covering every iteration once (measured fastest on the H200: the 8-op chain at 1.01x of the "
        "device copy, against 0.94x at 16 blocks per multiprocessor)."},
+      {"RLX_CUDA_FLASH_ATTENTION", Type::Bool, "1",
+       "0: the CUDA backend decomposes attention (matmuls through cuBLASLt, the native softmax) instead of running "
+       "its flash-attention kernel; to compare the two."},
       {"RLX_DISPATCH_REPORT", Type::Bool, "0",
        "1: print each compile's dispatch report (every op's tier on the backend, and why) to stderr."},
       {"RLX_SMOLLM2_GGUF", Type::String, "",

@@ -57,27 +57,28 @@ const HostKernel* find_host_kernel(std::string_view op_name) { return get(kernel
 const VulkanKernel* find_vulkan_kernel(std::string_view op_name) { return get(kernels().vulkan, op_name); }
 const CudaKernel* find_cuda_kernel(std::string_view op_name) { return get(kernels().cuda, op_name); }
 
-std::vector<std::string> host_kernel_names() {
+namespace {
+template <class Map>
+std::vector<std::string> names_of(const Map& m) {
   std::lock_guard lock(kernels().mu);
   std::vector<std::string> out;
-  for (const auto& [name, k] : kernels().host) out.push_back(name);
+  for (const auto& [name, k] : m) out.push_back(name);
   return out;
 }
+}  // namespace
 
-std::vector<std::string> vulkan_kernel_names() {
-  std::lock_guard lock(kernels().mu);
-  std::vector<std::string> out;
-  for (const auto& [name, k] : kernels().vulkan) out.push_back(name);
-  return out;
-}
+std::vector<std::string> vulkan_kernel_names() { return names_of(kernels().vulkan); }
+std::vector<std::string> cuda_kernel_names() { return names_of(kernels().cuda); }
+std::vector<std::string> host_kernel_names() { return names_of(kernels().host); }
 
 CustomRoute custom_op_route(std::string_view op_name, Device device) {
   if ((device == Device::Vulkan && find_vulkan_kernel(op_name)) ||
       (device == Device::Cuda && find_cuda_kernel(op_name)))
     return CustomRoute::RawGpuKernel;
   if (has_backend_kernel(op_name, device)) return CustomRoute::BackendKernel;
-  // Vulkan and MLX run host kernels through host staging.
-  if ((device == Device::Cpu || device == Device::Vulkan || device == Device::Mlx) && find_host_kernel(op_name))
+  // Vulkan, CUDA and MLX run host kernels through host staging.
+  if ((device == Device::Cpu || device == Device::Vulkan || device == Device::Cuda || device == Device::Mlx) &&
+      find_host_kernel(op_name))
     return CustomRoute::HostKernel;
   if (ir::is_op_registered(op_name)) {
     // A lowering is tried by the inline pass; an op without one falls back to

@@ -118,7 +118,7 @@ ExecutableCapabilities advisory_capabilities(Device device) {
           c.kernel_times = c.shared_params = true;
       break;
     case Device::Cuda:  // what the CUDA backend's executables claim today (the same test keeps the two equal)
-      c.persistent_handles = c.gpu_handles = c.kv_resident = c.read_outputs = c.kernel_times = true;
+      c.persistent_handles = c.gpu_handles = c.kv_resident = c.async_pipeline = c.read_outputs = c.kernel_times = true;
       break;
     case Device::Mlx:  // what the MLX backend's executables claim today (the same test keeps the two equal)
       c.persistent_handles = c.gpu_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =

@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 
+#include "backends/cuda/attention.hpp"
 #include "backends/cuda/quant.hpp"
 #include "conformance/harness.hpp"
 #include "conformance/parity_block_types.hpp"
@@ -1335,6 +1336,15 @@ TEST_P(CudaCodegen, EveryKernelCompiles) {
         if (quant) {
           EXPECT_TRUE(backends::cuda::plan_quant(r.lir, kernel, &launch, &no_quant))
               << v.label << ": kernel '" << kernel.name << "' would run on the host: " << no_quant;
+        }
+        // Attention runs as the backend's flash attention (src/backends/cuda/attention.hpp): planned, and compiled.
+        backends::cuda::AttentionLaunch attention;
+        if (std::any_of(kernel.body.nodes().begin(), kernel.body.nodes().end(),
+                        [](const ir::Node& n) { return n.op == OpKind::Attention; })) {
+          EXPECT_TRUE(backends::cuda::plan_attention(r.lir, kernel, {227 * 1024, 132}, &attention, &no_quant))
+              << v.label << ": kernel '" << kernel.name << "' would run on the host: " << no_quant;
+          if (!attention.source.empty())
+            EXPECT_GT(backends::cuda::compile_for_arch(attention.source, "compute_90"), 0u);
         }
         ++(quant ? quantized : host);
         continue;

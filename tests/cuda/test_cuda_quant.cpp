@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/attention.hpp"
 #include "backends/cuda/quant.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/compile/pipeline.hpp"
@@ -232,8 +233,8 @@ TEST(CudaQuant, KernelsStayWholeAndArePlanned) {
 }
 
 // A GGUF Llama (SmolLM2-135M's widths, two layers, Q4_1 layers and a Q8_0 token embedding, as the shipped
-// file) compiles for the CUDA backend to kernels that all run on the device: generated code, cuBLASLt, or the
-// quantized kernels. A host step would bounce every decode step's activations through the CPU.
+// file) compiles for the CUDA backend to kernels that all run on the device: generated code, cuBLASLt, the
+// quantized kernels, or the flash attention. A host step would bounce every decode step's activations through the CPU.
 TEST(CudaQuant, LlamaDecodeGraphHasNoHostStep) {
   llm::LlamaConfig c;
   c.arch = "llama";
@@ -248,16 +249,22 @@ TEST(CudaQuant, LlamaDecodeGraphHasNoHostStep) {
     const auto model = llm::LlamaModel::build_graph(c, 1, 64, act);
     const auto r = compile::compile(model.graph, traits(), {});
     const auto module = emit(r.lir);
-    std::size_t quantized = 0;
+    std::size_t quantized = 0, attention = 0;
     for (std::size_t k = 0; k < r.lir.kernels.size(); ++k) {
       if (module.kernels[k].why.empty()) continue;
       QuantLaunch l;
-      std::string why;
+      AttentionLaunch a;
+      std::string why, no_attention;
+      if (plan_attention(r.lir, r.lir.kernels[k], {}, &a, &no_attention)) {  // the flash attention (attention.hpp)
+        ++attention;
+        continue;
+      }
       EXPECT_TRUE(plan_quant(r.lir, r.lir.kernels[k], &l, &why))
           << r.lir.kernels[k].name << " would run on the host: " << module.kernels[k].why << "; " << why;
       ++quantized;
     }
     EXPECT_EQ(quantized, 1u + 2 * 7 + 1) << "the embedding, 7 linear layers a block and the tied output";
+    EXPECT_EQ(attention, 2u) << "a layer's attention";
   }
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/compile/rewrite.hpp"
@@ -15,6 +16,7 @@
 #include "rlx/ir/custom_op.hpp"
 #include "rlx/models/demo_models.hpp"
 #include "rlx/reference/interpreter.hpp"
+#include "rlx/runtime/custom_kernels.hpp"
 #include "rlx/runtime/session.hpp"
 #include "support/testing.hpp"
 
@@ -300,5 +302,27 @@ TEST(ExtendingDocs, CustomOp) {
   g.add_output(*z);
   auto compiled = rlx::Session().compile(g);
   EXPECT_EQ(compiled.compile_result().lir.kernels.size(), 1u);  // the two lowered copies fuse into one kernel
+}
+
+// The raw CUDA kernel of the page: registered, routed, and compiled by NVRTC where it is installed (no GPU needed).
+TEST(ExtendingDocs, RawCudaKernel) {
+  rlx::ir::register_op(std::make_shared<ScaledSilu>());
+  // clang-format off
+rlx::runtime::register_cuda_kernel("scaled_silu", {.source = R"(
+extern "C" __global__ void scaled_silu(float* arena, unsigned long long in0, unsigned long long in1,
+                                       unsigned long long in2, unsigned long long in3,
+                                       unsigned long long out, unsigned long long n) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    const float x = arena[in0 + i];
+    arena[out + i] = x / (1.0f + __expf(-1.5f * x));  // alpha = 1.5 baked in
+  }
+})", .entry = "scaled_silu"});
+  // clang-format on
+  EXPECT_EQ(rlx::runtime::custom_op_route("scaled_silu", rlx::runtime::Device::Cuda),
+            rlx::runtime::CustomRoute::RawGpuKernel);
+  if (auto why = rlx::backends::cuda::nvrtc_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  EXPECT_NE(rlx::backends::cuda::compile_custom_kernel("scaled_silu", "compute_90").find(".entry scaled_silu"),
+            std::string::npos);
 }
 }  // namespace docs_custom_op

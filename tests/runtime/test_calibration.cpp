@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "runtime/test_backends.hpp"
@@ -142,6 +143,16 @@ TEST_F(Calibration, MeasuredFiguresArePositive) {
   EXPECT_GT(c.memory_bw_gbps, 0);
   EXPECT_EQ(c.backend, "cpu");
   EXPECT_GT(c.measured_at, 0);
+}
+
+// The shared pieces the GPU backends' own calibrate() use (runtime/calibration.hpp), on the CPU: the GEMM timed by
+// kernel_times (outputs left behind through read_outputs), the round trip by the wall clock.
+TEST_F(Calibration, SharedMeasurementsArePositiveOnAnyBackendWithKernelTimes) {
+  auto cpu = runtime::make_backend(Device::Cpu);
+  EXPECT_GT(runtime::measure_sgemm_gflops(*cpu, 64, 2), 0);
+  const double ns = runtime::measure_roundtrip_ns(*cpu, 9);
+  EXPECT_GT(ns, 0);
+  EXPECT_TRUE(std::isfinite(ns));
 }
 
 // The MLX backend is measured through the generic path (its own compile path, MLX's default device) into its own

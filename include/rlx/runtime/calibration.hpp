@@ -45,6 +45,16 @@ void save_calibration(const Calibration& c, const std::filesystem::path& path);
 // a 256x256x256 f32 matmul, a one-element add, and a 2M-element add. Backend::calibrate's default.
 Calibration measure_calibration(Backend& backend);
 
+// The pieces every backend's measurement shares (measure_calibration and the GPU backends' calibrate()):
+// - the round trip: the median wall time, in ns, of `runs` runs (after one warm-up) of a one-element graph
+//   (x + 1) through ExecutableGraph::run: inputs in, one kernel, outputs back, as every run pays it;
+// - the f32 GEMM rate, in GFLOP/s, of an n x n x n matmul of two params (zeros: the speed does not depend on the
+//   values) timed by the executable's kernel_times (device timers where the backend has them): the best of `runs`
+//   runs after a warm-up (which loads modules). Outputs stay on the device where the executable offers
+//   read_outputs. Needs the kernel_times capability.
+double measure_roundtrip_ns(Backend& backend, int runs);
+double measure_sgemm_gflops(Backend& backend, std::int64_t n, int runs);
+
 // The cached figures for `device` when the file under `dir` is valid; otherwise
 // measured now (Backend::calibrate) and saved. Throws rlx::Error when the device is unavailable.
 // Remembered per file for the process (a changed file is read again).

@@ -7,9 +7,13 @@
 //    straight against the backend's arena and takes precedence over a host
 //    kernel of the same name on that device. Vulkan's binding convention:
 //    binding 0 is the arena (a storage buffer of floats), binding 1 a
-//    uint array of element offsets: inputs in order, then the output. CUDA's
-//    launch signature: extern "C" __global__ void entry(float* arena,
-//    const unsigned long long* offsets, unsigned long long n_out).
+//    uint array of element offsets: inputs in order, then the output.
+//    CUDA's fixed launch signature (CudaKernel below):
+//      extern "C" __global__ void entry(float* arena, unsigned long long in0, unsigned long long in1,
+//                                       unsigned long long in2, unsigned long long in3,
+//                                       unsigned long long out, unsigned long long n)
+//    in0..in3 are the op's inputs' offsets in the arena in 4-byte words (at most 4 inputs; unused slots
+//    are 0), out the output's, n the output's element count.
 // When a backend has no kernel for a custom op, the `inline` pass uses the
 // op's lowering instead.
 #include <array>
@@ -41,16 +45,23 @@ struct VulkanKernel {
   std::vector<std::uint32_t> spirv;  // SPIR-V words, used as they are
   std::array<std::uint32_t, 3> local_size{64, 1, 1};
 };
+// CUDA C compiled by NVRTC for the device's architecture (with -minimal: no headers, the built-ins only),
+// cached like the generated kernels, and launched against the arena with the signature above. Operands that
+// live outside the arena (params, constants) are copied into arena scratch first, in the captured graph. The
+// launch: `grid` blocks of `block` threads, grid 0 meaning ceil(n / block) (a thread per output element, at
+// most 2^31 - 1 blocks: a grid-stride loop is correct for any n). Every operand must start on 4 bytes.
 struct CudaKernel {
-  std::string source;  // CUDA C, compiled with NVRTC and cached
-  std::string entry;   // the __global__ function's name
+  std::string source;  // CUDA C
+  std::string entry;   // the extern "C" __global__ function's name
   std::uint32_t block = 256;
+  std::uint32_t grid = 0;
 };
 void register_vulkan_kernel(std::string op_name, VulkanKernel kernel);
 void register_cuda_kernel(std::string op_name, CudaKernel kernel);
 const VulkanKernel* find_vulkan_kernel(std::string_view op_name);
 std::vector<std::string> vulkan_kernel_names();
 const CudaKernel* find_cuda_kernel(std::string_view op_name);
+std::vector<std::string> cuda_kernel_names();
 
 // A backend whose kernels are not source text (MLX's functions over mx::array:
 // rlx/backends/mlx/mlx_kernel.hpp, register_mlx_kernel) keeps them itself and

@@ -73,10 +73,12 @@ const Driver& Driver::get() {
     RLX_LOAD(d, cuEventDestroy);
     RLX_LOAD(d, cuEventRecord);
     RLX_LOAD(d, cuEventRecordWithFlags);
+    RLX_LOAD(d, cuEventSynchronize);
     RLX_LOAD(d, cuEventElapsedTime);
     RLX_LOAD(d, cuModuleLoadData);
     RLX_LOAD(d, cuModuleUnload);
     RLX_LOAD(d, cuModuleGetFunction);
+    RLX_LOAD(d, cuFuncSetAttribute);
     RLX_LOAD(d, cuLaunchKernel);
     if (!missing.empty())
       return fmt::format("the NVIDIA driver ({}) lacks {}: it is older than CUDA 12", d.lib.name(), missing);

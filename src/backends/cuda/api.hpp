@@ -66,10 +66,12 @@ struct Driver {
   RLX_CUDA_FN(cuEventDestroy);
   RLX_CUDA_FN(cuEventRecord);
   RLX_CUDA_FN(cuEventRecordWithFlags);
+  RLX_CUDA_FN(cuEventSynchronize);
   RLX_CUDA_FN(cuEventElapsedTime);
   RLX_CUDA_FN(cuModuleLoadData);
   RLX_CUDA_FN(cuModuleUnload);
   RLX_CUDA_FN(cuModuleGetFunction);
+  RLX_CUDA_FN(cuFuncSetAttribute);
   RLX_CUDA_FN(cuLaunchKernel);
 
   // The process's driver, loaded and initialised once; throws rlx::Error saying why it is not usable.

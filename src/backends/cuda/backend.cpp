@@ -2,9 +2,12 @@
 // The CUDA backend: traits, compile_lir and the executable.
 //
 // Kernels are the C target's loop nests in CUDA C (codegen::c::emit_cuda),
-// compiled by NVRTC for the device's architecture through the cubin cache. A
-// kernel the C target cannot express (control flow left as a host loop) runs
-// on the host, through the CPU backend, on staged copies of its operands.
+// compiled by NVRTC for the device's architecture through the cubin cache;
+// matmuls go to cuBLASLt, convolutions to cuDNN, and Native kernels to their
+// own programs (quant.hpp, attention.hpp, a custom op's raw kernel:
+// raw_kernel.hpp). A
+// kernel none of these expresses (control flow left as a host loop) runs on
+// the host, through the CPU backend, on staged copies of its operands.
 //
 // compile_lir lays out one device arena per executable (the LIR memory plan,
 // then a region for the inputs), one weights buffer shared by clones (params,
@@ -24,13 +27,16 @@
 #include <unordered_map>
 
 #include "backends/cuda/api.hpp"
+#include "backends/cuda/attention.hpp"
 #include "backends/cuda/conv.hpp"
 #include "backends/cuda/gemm_shape.hpp"
 #include "backends/cuda/layout.hpp"
 #include "backends/cuda/quant.hpp"
+#include "backends/cuda/raw_kernel.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
 #include "rlx/error.hpp"
+#include "rlx/runtime/custom_kernels.hpp"
 #include "rlx/runtime/host_kernel.hpp"
 
 namespace rlx::backends::cuda {
@@ -98,6 +104,9 @@ class Context {
               "compute capability");
     drv.check(drv.cuDeviceGetAttribute(&info.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
               "multiprocessor count");
+    drv.check(drv.cuDeviceGetAttribute(&info.max_shared_bytes, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                       device_),
+              "shared memory per block");
     std::size_t mem = 0;
     drv.check(drv.cuDeviceTotalMem(&mem, device_), "cuDeviceTotalMem");
     info.ordinal = 0;
@@ -208,6 +217,12 @@ struct Launch {
   std::shared_ptr<const Gemm> gemm;
   // A cuDNN convolution instead: operands are x, w, the bias (or x again when there is none) and y.
   std::shared_ptr<const ConvPlan> conv;
+  // A function of a program of its own (a custom op's raw kernel, flash attention): compiled from `source`, named
+  // `what` in errors, launched with `shared` bytes of dynamic shared memory after the copies in `pre` (a raw
+  // kernel's operands that live outside the arena, into arena scratch).
+  std::string source, what;
+  unsigned shared = 0;
+  std::vector<Copy> pre;
 };
 
 struct HostStep {
@@ -260,10 +275,22 @@ class CudaExecutable final : public runtime::ExecutableGraph {
             .persistent_handles = true,
             .gpu_handles = true,
             .kv_resident = true,
+            .async_pipeline = true,
             .read_outputs = true,
             .kernel_times = true};
   }
   void run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) override;
+  // commit_no_wait runs every segment but the last to completion (host kernels included) and launches the last
+  // one's graph; sync_pending waits for it and copies the outputs out. Any other call in between throws.
+  void commit_no_wait(std::span<const void* const> inputs, std::span<void* const> outputs) override;
+  void sync_pending() override;
+  // With one segment (no host kernels), two staging buffers alternate, each with its own recorded graph: set k + 1
+  // is staged and launched while set k runs, and set k's outputs are copied out while set k + 1 runs. Otherwise
+  // the sets run in order.
+  void run_pipelined(std::span<const std::vector<const void*>> inputs,
+                     std::span<const std::vector<void*>> outputs) override;
+  // Refused: the kernels and graphs are compiled for the LIR's static extents (see the definition).
+  void set_active_extent(std::optional<std::int64_t> extent) override;
   // A handle is the input's own place in device memory: runs read it there, with no copy in.
   void bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) override;
   void read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const override;
@@ -281,10 +308,21 @@ class CudaExecutable final : public runtime::ExecutableGraph {
       default: return arena_.get() + l.offset;
     }
   }
-  void enqueue(const Copy& c) const;
+  void enqueue(const Copy& c, std::byte* staging) const;
+  CUgraphExec capture(std::size_t s, std::byte* staging);
   void record(std::size_t s);
   void record_all();
+  void drop_pipeline_graph();
   void check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const;
+  void require_idle(std::string_view method) const;
+  // A run's two halves (run_read_outputs is both): begin stages the inputs into `staging`, runs every segment
+  // but the last (with the host kernels after them) and launches the last one's graph (`last`); end waits for the
+  // stream and copies the outputs asked for out of `staging`.
+  void check_run(std::span<const void* const> inputs, std::span<void* const> outputs) const;
+  void want_outputs(std::span<void* const> outputs);
+  void begin(std::span<const void* const> inputs, std::byte* staging, CUgraphExec last);
+  void end(std::span<void* const> outputs, const std::byte* staging);
+  void copy_out(std::span<void* const> outputs, const std::byte* staging);
 
   std::shared_ptr<const Plan> plan_;
   std::shared_ptr<Weights> weights_;
@@ -307,6 +345,14 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   std::vector<bool> bound_;  // per input: a handle, read in place (no copy in)
   std::vector<bool> read_;   // per output: copied out (the last segment's graph is recorded for this set)
   std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output): copied into the handle after a run
+  // commit_no_wait's run, until sync_pending: the outputs to copy out.
+  bool pending_ = false;
+  std::vector<void*> pending_out_;
+  // run_pipelined's second staging buffer and the one segment's graph recorded against it (made on first use,
+  // dropped whenever the graphs are recorded again), and an event after each buffer's last launch.
+  std::unique_ptr<PinnedMemory> pipeline_staging_;
+  CUgraphExec pipeline_graph_ = nullptr;
+  std::array<CUevent, 2> done_{nullptr, nullptr};
 };
 
 CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<Weights> weights)
@@ -358,8 +404,14 @@ CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr
   record_all();
 }
 
+void CudaExecutable::drop_pipeline_graph() {
+  if (pipeline_graph_) ctx_.drv.cuGraphExecDestroy(pipeline_graph_);
+  pipeline_graph_ = nullptr;
+}
+
 void CudaExecutable::record_all() {
   ctx_.make_current();
+  drop_pipeline_graph();
   for (std::size_t s = 0; s < plan_->segments.size(); ++s) {
     if (graphs_[s]) ctx_.drv.cuGraphExecDestroy(graphs_[s]);
     graphs_[s] = nullptr;
@@ -368,6 +420,7 @@ void CudaExecutable::record_all() {
 }
 
 void CudaExecutable::set_profiling(bool on) {
+  require_idle("set_profiling");
   if (on == profiling_) return;
   profiling_ = on;
   ran_ = false;  // kernel_times() is empty until a run with the new setting
@@ -384,6 +437,7 @@ void CudaExecutable::check_input(std::string_view method, std::size_t input_inde
 }
 
 void CudaExecutable::bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) {
+  require_idle("bind_handle");
   check_input("bind_handle", input_index, nbytes);
   ctx_.make_current();
   const Driver& drv = ctx_.drv;
@@ -396,6 +450,7 @@ void CudaExecutable::bind_handle(std::size_t input_index, const void* data, std:
 }
 
 void CudaExecutable::read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const {
+  require_idle("read_handle");
   check_input("read_handle", input_index, nbytes);
   if (!bound_[input_index])
     throw Error(fmt::format("cuda: read_handle: input {} has no handle (bind_handle it first)", input_index));
@@ -406,6 +461,7 @@ void CudaExecutable::read_handle(std::size_t input_index, void* dst, std::size_t
 }
 
 void CudaExecutable::feed_handle(std::size_t input_index, std::size_t output_index) {
+  require_idle("feed_handle");
   if (input_index >= plan_->in_bytes.size() || output_index >= plan_->out_bytes.size())
     throw Error(fmt::format("cuda: feed_handle: input {} or output {} out of range ({} inputs, {} outputs)",
                             input_index, output_index, plan_->in_bytes.size(), plan_->out_bytes.size()));
@@ -428,6 +484,7 @@ CudaExecutable::~CudaExecutable() {
   if (!ctx_.try_make_current()) return;
   for (CUgraphExec g : graphs_)
     if (g) drv.cuGraphExecDestroy(g);
+  if (pipeline_graph_) drv.cuGraphExecDestroy(pipeline_graph_);
   dnn_ = ConvHandle();  // before its stream
   if (stream_) {
     drv.cuStreamSynchronize(stream_);
@@ -437,28 +494,32 @@ CudaExecutable::~CudaExecutable() {
     if (a) drv.cuEventDestroy(a);
     if (b) drv.cuEventDestroy(b);
   }
+  for (CUevent e : done_)
+    if (e) drv.cuEventDestroy(e);
   if (lt_) BlasLt::get().cublasLtDestroy(lt_);
 }
 
-void CudaExecutable::enqueue(const Copy& c) const {
+void CudaExecutable::enqueue(const Copy& c, std::byte* staging) const {
   if (!c.bytes) return;
   const Driver& drv = ctx_.drv;
   if (c.src.where == Where::Staging)
-    drv.check(drv.cuMemcpyHtoDAsync(device(c.dst), staging_.get() + c.src.offset, c.bytes, stream_), "a copy in");
+    drv.check(drv.cuMemcpyHtoDAsync(device(c.dst), staging + c.src.offset, c.bytes, stream_), "a copy in");
   else if (c.dst.where == Where::Staging)
-    drv.check(drv.cuMemcpyDtoHAsync(staging_.get() + c.dst.offset, device(c.src), c.bytes, stream_), "a copy out");
+    drv.check(drv.cuMemcpyDtoHAsync(staging + c.dst.offset, device(c.src), c.bytes, stream_), "a copy out");
   else
     drv.check(drv.cuMemcpyDtoDAsync(device(c.dst), device(c.src), c.bytes, stream_), "a device copy");
 }
 
-// Captures segment s (copies in, launches, copies out) as a CUDA graph.
-void CudaExecutable::record(std::size_t s) {
+void CudaExecutable::record(std::size_t s) { graphs_[s] = capture(s, staging_.get()); }
+
+// Captures segment s (copies in, launches, copies out, through `staging`) as a CUDA graph.
+CUgraphExec CudaExecutable::capture(std::size_t s, std::byte* staging) {
   const Driver& drv = ctx_.drv;
   const Segment& seg = plan_->segments[s];
   drv.check(drv.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
   try {
     for (const auto& c : seg.head)
-      if (c.input < 0 || !bound_[std::size_t(c.input)]) enqueue(c);
+      if (c.input < 0 || !bound_[std::size_t(c.input)]) enqueue(c, staging);
     for (std::size_t i = 0; i < seg.launches.size(); ++i) {
       const std::size_t li = seg.launches[i];
       const Launch& l = plan_->launches[li];
@@ -483,19 +544,21 @@ void CudaExecutable::record(std::size_t s) {
                                            pointer(workspace_.get()), kGemmWorkspace, stream_),
                      "cublasLtMatmul");
       } else {
-        drv.check(drv.cuLaunchKernel(l.fn, l.grid, 1, 1, l.block, 1, 1, 0, stream_, arg_ptrs_[li].data(), nullptr),
-                  "cuLaunchKernel");
+        for (const auto& c : l.pre) enqueue(c, staging);
+        drv.check(
+            drv.cuLaunchKernel(l.fn, l.grid, 1, 1, l.block, 1, 1, l.shared, stream_, arg_ptrs_[li].data(), nullptr),
+            "cuLaunchKernel");
       }
       if (last && profiling_)
         drv.check(drv.cuEventRecordWithFlags(events_[l.kernel].second, stream_, CU_EVENT_RECORD_EXTERNAL),
                   "cuEventRecordWithFlags");
     }
     for (const auto& c : seg.tail)
-      if (c.output < 0 || read_[std::size_t(c.output)]) enqueue(c);
+      if (c.output < 0 || read_[std::size_t(c.output)]) enqueue(c, staging);
     if (s + 1 == plan_->segments.size())
       for (auto [i, j] : feeds_)
         if (plan_->in_bytes[i] && device(plan_->out_loc[j]) != device(plan_->in_loc[i]))
-          enqueue({plan_->out_loc[j], plan_->in_loc[i], plan_->in_bytes[i]});
+          enqueue({plan_->out_loc[j], plan_->in_loc[i], plan_->in_bytes[i]}, staging);
   } catch (...) {
     CUgraph g = nullptr;
     drv.cuStreamEndCapture(stream_, &g);
@@ -504,12 +567,15 @@ void CudaExecutable::record(std::size_t s) {
   }
   CUgraph g = nullptr;
   drv.check(drv.cuStreamEndCapture(stream_, &g), "cuStreamEndCapture");
-  CUresult r = drv.cuGraphInstantiateWithFlags(&graphs_[s], g, 0);
+  CUgraphExec exec = nullptr;
+  CUresult r = drv.cuGraphInstantiateWithFlags(&exec, g, 0);
   drv.cuGraphDestroy(g);
   drv.check(r, "cuGraphInstantiateWithFlags");
+  return exec;
 }
 
 void CudaExecutable::set_param(std::size_t index, const void* data, std::size_t nbytes) {
+  require_idle("set_param");
   if (index >= plan_->param_bytes.size())
     throw Error(fmt::format("cuda: param index {} out of range ({} params)", index, plan_->param_bytes.size()));
   if (nbytes != plan_->param_bytes[index])
@@ -523,52 +589,154 @@ void CudaExecutable::set_param(std::size_t index, const void* data, std::size_t 
   drv.check(drv.cuCtxSynchronize(), "uploading a param");
 }
 
+void CudaExecutable::require_idle(std::string_view method) const {
+  if (pending_) throw Error(fmt::format("cuda: {}: a commit_no_wait is pending; call sync_pending first", method));
+}
+
 void CudaExecutable::run(std::span<const void* const> inputs, std::span<void* const> outputs) {
+  require_idle("run");
   for (std::size_t j = 0; j < outputs.size() && j < plan_->out_bytes.size(); ++j)
     if (!outputs[j] && plan_->out_bytes[j])
       throw Error(fmt::format("cuda: run() got a null pointer for output {} (run_read_outputs skips outputs)", j));
   run_read_outputs(inputs, outputs);
 }
 
-void CudaExecutable::run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) {
+void CudaExecutable::check_run(std::span<const void* const> inputs, std::span<void* const> outputs) const {
   const Plan& p = *plan_;
   if (inputs.size() != p.in_bytes.size() || outputs.size() != p.out_bytes.size())
     throw Error(fmt::format("cuda: run() got {} inputs and {} outputs, expected {} and {}", inputs.size(),
                             outputs.size(), p.in_bytes.size(), p.out_bytes.size()));
-  const Driver& drv = ctx_.drv;
-  ctx_.make_current();
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (p.in_bytes[i] && !bound_[i] && !inputs[i])
+      throw Error(fmt::format("cuda: run() got a null pointer for input {}, which has no handle", i));
+}
+
+// The last segment's graphs copy out the outputs asked for: recorded again when another set is asked.
+void CudaExecutable::want_outputs(std::span<void* const> outputs) {
+  const Plan& p = *plan_;
   // An empty output counts as read whatever its pointer (an empty vector's data() may be null).
   auto wanted = [&](std::size_t j) { return outputs[j] != nullptr || !p.out_bytes[j]; };
   bool same = true;
   for (std::size_t j = 0; j < outputs.size(); ++j) same = same && read_[j] == wanted(j);
-  if (!same) {  // another set of outputs: the last segment's copies out change
-    for (std::size_t j = 0; j < outputs.size(); ++j) read_[j] = wanted(j);
-    const std::size_t last = p.segments.size() - 1;
-    drv.cuGraphExecDestroy(graphs_[last]);
-    graphs_[last] = nullptr;
-    record(last);
-  }
-  std::byte* st = staging_.get();
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!p.in_bytes[i] || bound_[i]) continue;
-    if (!inputs[i]) throw Error(fmt::format("cuda: run() got a null pointer for input {}, which has no handle", i));
-    std::memcpy(st + p.in_staging[i], inputs[i], p.in_bytes[i]);
-  }
-  for (std::size_t s = 0; s < p.segments.size(); ++s) {
+  if (same) return;
+  for (std::size_t j = 0; j < outputs.size(); ++j) read_[j] = wanted(j);
+  const std::size_t last = p.segments.size() - 1;
+  ctx_.drv.cuGraphExecDestroy(graphs_[last]);
+  graphs_[last] = nullptr;
+  drop_pipeline_graph();
+  record(last);
+}
+
+void CudaExecutable::begin(std::span<const void* const> inputs, std::byte* staging, CUgraphExec last) {
+  const Plan& p = *plan_;
+  const Driver& drv = ctx_.drv;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (p.in_bytes[i] && !bound_[i]) std::memcpy(staging + p.in_staging[i], inputs[i], p.in_bytes[i]);
+  for (std::size_t s = 0; s + 1 < p.segments.size(); ++s) {
     drv.check(drv.cuGraphLaunch(graphs_[s], stream_), "cuGraphLaunch");
     drv.check(drv.cuStreamSynchronize(stream_), "running the graph's kernels");
-    if (int h = p.segments[s].host; h >= 0) {
-      const auto t0 = Clock::now();
-      host_[std::size_t(h)].run(host_in_[std::size_t(h)], host_out_[std::size_t(h)]);
-      host_micros_[std::size_t(h)] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    }
+    const auto h = std::size_t(p.segments[s].host);  // every segment but the last ends at a host kernel
+    const auto t0 = Clock::now();
+    host_[h].run(host_in_[h], host_out_[h]);
+    host_micros_[h] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
+  drv.check(drv.cuGraphLaunch(last, stream_), "cuGraphLaunch");
+}
+
+void CudaExecutable::end(std::span<void* const> outputs, const std::byte* staging) {
+  ctx_.drv.check(ctx_.drv.cuStreamSynchronize(stream_), "running the graph's kernels");
+  copy_out(outputs, staging);
+}
+
+void CudaExecutable::copy_out(std::span<void* const> outputs, const std::byte* staging) {
+  const Plan& p = *plan_;
   for (std::size_t j = 0; j < outputs.size(); ++j)
-    if (p.out_bytes[j] && outputs[j]) std::memcpy(outputs[j], st + p.out_staging[j], p.out_bytes[j]);
+    if (p.out_bytes[j] && outputs[j]) std::memcpy(outputs[j], staging + p.out_staging[j], p.out_bytes[j]);
   ran_ = true;
 }
 
+void CudaExecutable::run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) {
+  require_idle("run_read_outputs");
+  check_run(inputs, outputs);
+  ctx_.make_current();
+  want_outputs(outputs);
+  begin(inputs, staging_.get(), graphs_.back());
+  end(outputs, staging_.get());
+}
+
+void CudaExecutable::commit_no_wait(std::span<const void* const> inputs, std::span<void* const> outputs) {
+  require_idle("commit_no_wait");
+  check_run(inputs, outputs);
+  ctx_.make_current();
+  want_outputs(outputs);
+  begin(inputs, staging_.get(), graphs_.back());
+  pending_ = true;
+  pending_out_.assign(outputs.begin(), outputs.end());
+}
+
+void CudaExecutable::sync_pending() {
+  if (!pending_) return;
+  pending_ = false;  // whatever the wait says: the run is over
+  ctx_.make_current();
+  end(pending_out_, staging_.get());
+}
+
+void CudaExecutable::run_pipelined(std::span<const std::vector<const void*>> inputs,
+                                   std::span<const std::vector<void*>> outputs) {
+  require_idle("run_pipelined");
+  if (inputs.size() != outputs.size())
+    throw Error(fmt::format("cuda: run_pipelined got {} input sets and {} output sets", inputs.size(), outputs.size()));
+  for (std::size_t k = 0; k < inputs.size(); ++k) check_run(inputs[k], outputs[k]);
+  // Host kernels between segments, or sets that read different outputs: one set after the other.
+  bool same_outputs = true;
+  for (std::size_t k = 1; k < outputs.size(); ++k)
+    for (std::size_t j = 0; j < outputs[k].size(); ++j)
+      same_outputs = same_outputs && (outputs[k][j] == nullptr) == (outputs[0][j] == nullptr);
+  if (plan_->segments.size() > 1 || inputs.size() < 2 || !same_outputs) {
+    for (std::size_t k = 0; k < inputs.size(); ++k) run_read_outputs(inputs[k], outputs[k]);
+    return;
+  }
+  const Driver& drv = ctx_.drv;
+  ctx_.make_current();
+  want_outputs(outputs[0]);
+  if (!pipeline_staging_) pipeline_staging_ = std::make_unique<PinnedMemory>(plan_->ctx, plan_->staging_bytes);
+  if (!pipeline_graph_) pipeline_graph_ = capture(0, pipeline_staging_->get());
+  for (CUevent& e : done_)
+    if (!e) drv.check(drv.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  std::byte* const staging[2] = {staging_.get(), pipeline_staging_->get()};
+  const CUgraphExec graph[2] = {graphs_[0], pipeline_graph_};
+  const std::size_t n = inputs.size();
+  try {
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t b = k % 2;
+      if (k >= 2) {  // set k - 2 used this buffer: its outputs out first
+        drv.check(drv.cuEventSynchronize(done_[b]), "running the graph's kernels");
+        copy_out(outputs[k - 2], staging[b]);
+      }
+      begin(inputs[k], staging[b], graph[b]);
+      drv.check(drv.cuEventRecord(done_[b], stream_), "cuEventRecord");
+    }
+    drv.check(drv.cuStreamSynchronize(stream_), "running the graph's kernels");
+    for (std::size_t k = n - 2; k < n; ++k) copy_out(outputs[k], staging[k % 2]);
+  } catch (...) {
+    drv.cuStreamSynchronize(stream_);  // nothing left running on the buffers
+    throw;
+  }
+}
+
+// The CUDA backend compiles every kernel (and captures every graph) for the LIR's static extents: a symbolic dim
+// is bound before compile_lir, and the LIR it receives does not say which dims came from the bound symbol, so an
+// executable cannot run a smaller extent. Compile the graph again with the smaller binding instead.
+void CudaExecutable::set_active_extent(std::optional<std::int64_t>) {
+  throw Error(fmt::format(
+      "set_active_extent: backend '{}' does not offer it (capability 'active_extent' is false): its kernels and "
+      "CUDA graphs are compiled for the static extents of the LIR, which does not say which dims came from the bound "
+      "symbol; compile the graph with the smaller binding instead",
+      backend_name()));
+}
+
 std::vector<KernelTime> CudaExecutable::kernel_times() const {
+  require_idle("kernel_times");
   std::vector<KernelTime> out;
   if (!ran_ || !profiling_) return out;
   ctx_.make_current();
@@ -700,6 +868,7 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
   // One program for the whole graph (NVRTC's cost is partly per program), holding only the functions launched
   // (not a matmul's nest where cuBLASLt runs it); every access it vectorizes rests on the layout's alignment.
   const codegen::c::CudaModule module = codegen::c::emit_cuda(lir, cuda_options(layout, vector_bytes()));
+  std::uint64_t raw_scratch = plan->arena_bytes;  // raw kernels' copies of operands from outside the arena
   const std::string what = fmt::format("graph '{}'", lir.name);
   for (std::size_t ki = 0; ki < lir.kernels.size(); ++ki) {
     const auto& k = lir.kernels[ki];
@@ -759,6 +928,39 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
       }
       continue;
     }
+    // A custom op's raw kernel (raw_kernel.hpp), ahead of the host: it takes precedence over a host kernel of
+    // the same name. Its operands are offsets into the arena: those outside it are copied into scratch there.
+    if (auto raw = plan_raw_kernel(lir, k)) {
+      Launch l;
+      l.kernel = ki;
+      l.entry = raw->kernel->entry;
+      l.source = raw->kernel->source;
+      l.what = raw->label;
+      l.grid = raw->grid;
+      l.block = raw->block;
+      l.operands = {{Where::Arena, 0}};  // the arena itself
+      auto offset = [&](BufferId id) {
+        Loc at = locs[std::size_t(id)];
+        if (at.where != Where::Arena) {
+          const auto bytes = std::uint64_t(lir.buffer(id).nbytes());
+          l.pre.push_back({at, {Where::Arena, raw_scratch}, bytes});
+          at = {Where::Arena, raw_scratch};
+          raw_scratch = align(raw_scratch + bytes);
+        }
+        if (at.offset % 4)
+          throw Error(
+              fmt::format("cuda: {}: operand b{} does not start on 4 bytes (offset {})", raw->label, id, at.offset));
+        return std::int64_t(at.offset / 4);
+      };
+      l.scalars.assign(kRawKernelInputs, 0);
+      for (std::size_t i = 0; i < raw->inputs.size(); ++i) l.scalars[i] = offset(raw->inputs[i]);
+      l.scalars.push_back(offset(raw->output));
+      l.scalars.push_back(raw->n);
+      l.fn = ctx->function(l.source, l.entry, l.what);
+      plan->launches.push_back(std::move(l));
+      seg.launches.push_back(plan->launches.size() - 1);
+      continue;
+    }
     // A quantized kernel (quant.hpp): a function of the quantized program.
     if (k.kind == compile::KernelKind::Native) {
       QuantLaunch q;
@@ -773,6 +975,30 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
         l.block = q.block;
         for (BufferId id : q.buffers) l.operands.push_back(locs[std::size_t(id)]);
         l.scalars = q.scalars;
+        plan->launches.push_back(std::move(l));
+        seg.launches.push_back(plan->launches.size() - 1);
+        continue;
+      }
+    }
+    // Attention: flash attention of our own (attention.hpp), a program per shape.
+    if (k.kind == compile::KernelKind::Native) {
+      AttentionLaunch a;
+      std::string no_attention;
+      if (plan_attention(lir, k, {ctx->info.max_shared_bytes, ctx->info.multiprocessors}, &a, &no_attention)) {
+        Launch l;
+        l.kernel = ki;
+        l.entry = a.entry;
+        l.source = std::move(a.source);
+        l.what = fmt::format("the flash attention of kernel {}", k.name);
+        l.grid = a.grid;
+        l.block = a.block;
+        l.shared = a.shared;
+        for (BufferId id : a.buffers) l.operands.push_back(locs[std::size_t(id)]);
+        l.fn = ctx->function(l.source, l.entry, l.what);
+        if (l.shared > 48 * 1024)  // past the default, a kernel opts in to the dynamic shared memory it uses
+          ctx->drv.check(
+              ctx->drv.cuFuncSetAttribute(l.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(l.shared)),
+              fmt::format("allowing {} bytes of shared memory to {}", l.shared, l.what));
         plan->launches.push_back(std::move(l));
         seg.launches.push_back(plan->launches.size() - 1);
         continue;
@@ -816,13 +1042,14 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
     }
     plan->host.push_back(std::move(h));
   }
+  auto in_graph_program = [](const Launch& l) { return !l.entry.empty() && !l.quant && l.source.empty(); };
   std::vector<std::string> entries;
   for (const Launch& l : plan->launches)
-    if (!l.entry.empty() && !l.quant) entries.push_back(l.entry);
+    if (in_graph_program(l)) entries.push_back(l.entry);
   if (!entries.empty()) {
     const std::string program = module.program(entries);
     for (Launch& l : plan->launches)
-      if (!l.entry.empty() && !l.quant) l.fn = ctx->function(program, l.entry, what);
+      if (in_graph_program(l)) l.fn = ctx->function(program, l.entry, what);
   }
   for (Launch& l : plan->launches)
     if (l.quant) l.fn = ctx->function(quant_program(l.quant_type), l.entry, "the quantized kernels");
@@ -833,6 +1060,7 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
   for (BufferId id : lir.outputs) plan->out_loc.push_back(locs[std::size_t(id)]);
   plan->segments.push_back(std::move(seg));
   plan->staging_bytes = staging;
+  plan->arena_bytes = raw_scratch;
 
   // Weights: params start zeroed; constants are uploaded once.
   weights = std::make_shared<Weights>();
@@ -917,6 +1145,12 @@ double copy_bandwidth_gbps(std::uint64_t bytes, int reps) {
 
 std::size_t compile_for_arch(const std::string& source, const std::string& arch) {
   return compile_cubin(source, arch, "a test kernel").size();
+}
+
+std::string compile_custom_kernel(std::string_view op_name, const std::string& arch) {
+  const runtime::CudaKernel* k = runtime::find_cuda_kernel(op_name);
+  if (!k) throw Error(fmt::format("cuda: no raw CUDA kernel is registered for custom op '{}'", op_name));
+  return compile_cubin(k->source, arch, fmt::format("custom op '{}'", op_name));
 }
 
 std::string nvrtc_unavailable_reason() {

@@ -4,6 +4,7 @@
 #include "backends/cuda/layout.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
+#include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/ir/op_def.hpp"
 #include "rlx/runtime/custom_kernels.hpp"
@@ -23,6 +24,12 @@ compile::BackendTraits traits() {
   // their decompositions take three kernels and three trips through memory.
   for (ir::OpKind op : {ir::OpKind::Softmax, ir::OpKind::LogSoftmax, ir::OpKind::LayerNorm, ir::OpKind::RmsNorm})
     t.native_ops.insert(op);
+  // Attention stays whole for the flash-attention kernel (attention.hpp), which computes in f32 (f16 and bf16
+  // through casts, below); f64 attention decomposes, and every attention with RLX_CUDA_FLASH_ATTENTION=0.
+  if (env::get_bool("RLX_CUDA_FLASH_ATTENTION")) {
+    t.native_ops.insert(ir::OpKind::Attention);
+    t.native_ops.only_at[ir::OpKind::Attention] = {ir::DType::F32, ir::DType::F16, ir::DType::BF16};
+  }
   for (ir::OpKind op : t.native_ops)
     if ((ir::op_info(op).cls != ir::OpClass::Movement || op == ir::OpKind::ScatterAdd) && op != ir::OpKind::Cast)
       t.f32_compute_ops.insert(op);
@@ -38,6 +45,7 @@ compile::BackendTraits traits() {
   // What the precision pass may lower: cuBLASLt's bf16 and f16 GEMMs run on tensor cores, many times f32's rate.
   t.fast_low_precision = {{ir::OpKind::MatMul, ir::DType::BF16}, {ir::OpKind::MatMul, ir::DType::F16}};
   t.host_fallback = true;
+  for (auto& n : runtime::cuda_kernel_names()) t.custom_kernels.insert(std::move(n));
   for (auto& n : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(n));
   t.arena_alignment = std::int64_t(kArenaAlignment);
   return t;
@@ -56,6 +64,9 @@ std::string unavailable_reason() { return kNotBuilt; }
 DeviceInfo selected_device() { throw Error(std::string("cuda: ") + kNotBuilt); }
 std::size_t compile_for_arch(const std::string&, const std::string&) { throw Error(std::string("cuda: ") + kNotBuilt); }
 std::string nvrtc_unavailable_reason() { return kNotBuilt; }
+std::string compile_custom_kernel(std::string_view, const std::string&) {
+  throw Error(std::string("cuda: ") + kNotBuilt);
+}
 double copy_bandwidth_gbps(std::uint64_t, int) { throw Error(std::string("cuda: ") + kNotBuilt); }
 #endif
 

@@ -14,24 +14,6 @@
 
 namespace rlx::backends::vulkan {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// The fastest GPU time of an executable's kernels over a few runs, in seconds.
-double best_kernel_seconds(runtime::ExecutableGraph& exe, std::span<void* const> outputs, int runs) {
-  double best = INFINITY;
-  for (int r = 0; r < runs; ++r) {
-    exe.run({}, outputs);
-    double us = 0;
-    for (const auto& t : last_run_times(exe)) us += t.micros;
-    best = std::min(best, us * 1e-6);
-  }
-  return best;
-}
-
-}  // namespace
-
 double copy_bandwidth_gbps(std::uint64_t bytes, int reps) {
   auto ctx = Context::get();
   Context& c = *ctx;
@@ -92,33 +74,11 @@ runtime::Calibration measure_device() {
   c.backend = "vulkan";
   c.device = device;
   auto backend = make_vulkan_backend();
-
-  // f32 GEMM through RLX's own matmul kernel (params start zeroed: the speed does not depend on values).
-  const std::int64_t n = cpu_device ? 512 : 4096;
-  ir::Graph mm("calib_sgemm");
-  mm.add_output(mm.matmul(mm.param("a", ir::Shape{n, n}), mm.param("b", ir::Shape{n, n})));
-  auto gemm = backend->compile(mm);
-  std::vector<float> gemm_out(std::size_t(n * n));
-  void* gemm_ptr = gemm_out.data();
-  c.sgemm_gflops = 2.0 * double(n) * double(n) * double(n) / best_kernel_seconds(*gemm.exe, {&gemm_ptr, 1}, 3) * 1e-9;
-
+  // f32 GEMM through RLX's own matmul kernel, timed by GPU timestamps; then a copy's bandwidth and the round trip
+  // (upload, one dispatch, fence, download).
+  c.sgemm_gflops = runtime::measure_sgemm_gflops(*backend, cpu_device ? 512 : 4096, 3);
   c.memory_bw_gbps = copy_bandwidth_gbps(cpu_device ? (std::uint64_t(16) << 20) : (std::uint64_t(1) << 30), 3);
-
-  // Round trip: upload, one dispatch, fence, download.
-  ir::Graph tiny("calib_roundtrip");
-  tiny.add_output(tiny.add(tiny.input("x", ir::Shape{1}), tiny.scalar(1)));
-  auto trip = backend->compile(tiny);
-  float x = 0, y = 0;
-  const void* in = &x;
-  void* out = &y;
-  std::vector<double> ns;
-  for (int r = 0; r < 50; ++r) {
-    auto t0 = Clock::now();
-    trip.exe->run({&in, 1}, {&out, 1});
-    ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count());
-  }
-  std::nth_element(ns.begin(), ns.begin() + std::ptrdiff_t(ns.size() / 2), ns.end());
-  c.roundtrip_overhead_ns = ns[ns.size() / 2];
+  c.roundtrip_overhead_ns = runtime::measure_roundtrip_ns(*backend, 50);
   c.measured_at =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   c.source = "measured";

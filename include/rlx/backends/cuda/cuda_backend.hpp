@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rlx/codegen/c.hpp"
@@ -29,6 +30,7 @@ struct DeviceInfo {
   std::string name;  // "NVIDIA H200"
   std::string arch;  // "sm_90", what NVRTC compiles for
   int multiprocessors = 0;
+  int max_shared_bytes = 48 * 1024;  // dynamic shared memory a block may opt in to (227 KiB on the H100)
   std::uint64_t memory_bytes = 0;
   int driver_version = 0;  // 13000 for CUDA 13.0
 };
@@ -50,6 +52,11 @@ runtime::Calibration measure_device(runtime::Backend& backend);
 std::size_t compile_for_arch(const std::string& source, const std::string& arch);
 // Empty when NVRTC can be loaded; otherwise why not.
 std::string nvrtc_unavailable_reason();
+// Compiles the raw kernel registered for custom op `op_name` (runtime::register_cuda_kernel) with NVRTC for
+// `arch`, as compile_lir does, and returns the code (PTX for a "compute_XX" arch, a cubin for "sm_XX"). Throws
+// rlx::Error naming the op, with NVRTC's log, for source that does not compile, and when no kernel is registered.
+// Needs NVRTC, not a GPU.
+std::string compile_custom_kernel(std::string_view op_name, const std::string& arch);
 
 // The bytes per thread and step of the generated kernels' vector accesses: RLX_CUDA_VECTOR_BYTES (0 or 16; 16
 // when unset). Throws rlx::Error for another value.

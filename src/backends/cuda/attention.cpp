@@ -1,0 +1,144 @@
+// The CUDA backend's flash attention (attention.hpp): the kernel's text and the launch of each Native kernel.
+#include "backends/cuda/attention.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string_view>
+
+#include "rlx/ir/tensor.hpp"
+
+namespace rlx::backends::cuda {
+
+namespace {
+
+// Keys per tile; threads are (block_q / 4) x 8, each with 4 query rows and 4 keys (8 apart) of a tile's scores.
+constexpr std::int64_t kBlockK = 32;
+// Output columns a block holds in registers (4 rows x columns / 8 per thread); wider outputs are split into
+// chunks of kChunk over blocks.
+constexpr std::int64_t kMaxColumns = 256, kChunk = 128;
+
+// The device meanings of attention_code.inc's macros; the dimensions come before them (plan_attention).
+constexpr std::string_view kHead = R"(
+#define RLX_NEG_INF __int_as_float(0xff800000)
+#define RLX_ENTRY extern "C" __global__ void __launch_bounds__(RLX_NT)
+#define RLX_SHARED(name) extern __shared__ rlx_f4 name[]
+#define RLX_SYNC() __syncthreads()
+#define RLX_SHFL(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))
+#define RLX_UNROLL _Pragma("unroll")
+#define RLX_UNROLL4 _Pragma("unroll 4")
+struct alignas(16) rlx_f4 { float x, y, z, w; };
+)";
+
+// attention_code.inc as text.
+#define RLX_CUDA_ATTENTION_CODE(...) constexpr std::string_view kKernel = #__VA_ARGS__;
+#include "backends/cuda/attention_code.inc"
+#undef RLX_CUDA_ATTENTION_CODE
+
+std::int64_t shared_floats(std::int64_t bq, std::int64_t d, std::int64_t vs) {
+  const std::int64_t qs = bq + 4, ks = kBlockK + 1;
+  return d * qs + d * ks + kBlockK * vs + bq * ks;
+}
+
+}  // namespace
+
+bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, const AttentionDevice& device,
+                    AttentionLaunch* out, std::string* why) {
+  const ir::Node* op = nullptr;
+  for (const auto& n : k.body.nodes()) {
+    if (n.op == ir::OpKind::Input) continue;
+    if (op) return *why = fmt::format("the kernel also computes {}", ir::op_name(n.op)), false;
+    op = &n;
+  }
+  if (!op || op->op != ir::OpKind::Attention) return *why = "no attention in the kernel", false;
+  if (k.outputs.size() != 1 || k.body.outputs().size() != 1 || k.body.outputs()[0].node != op->id)
+    return *why = "the kernel's output is not the op's result", false;
+  std::vector<compile::BufferId> ins;
+  for (auto in : op->inputs) {
+    const ir::Node& n = k.body.node(in);
+    if (n.op != ir::OpKind::Input) return *why = "an operand is computed inside the kernel", false;
+    ins.push_back(k.input_buffer(n));
+  }
+  const auto& qb = lir.buffer(ins[0]);
+  const auto& kb = lir.buffer(ins[1]);
+  const auto& vb = lir.buffer(ins[2]);
+  const auto& ob = lir.buffer(k.outputs[0]);
+  for (const auto* b : {&qb, &kb, &vb, &ob})
+    if (b->dtype != ir::DType::F32) return *why = "attention in f32 only (f16 and bf16 get casts to f32)", false;
+  if (qb.shape.size() != 4 || kb.shape.size() != 4 || vb.shape.size() != 4)
+    return *why = "q, k and v are not [B, H, S, D]", false;
+  const std::int64_t B = qb.shape[0], H = qb.shape[1], Sq = qb.shape[2], D = qb.shape[3];
+  const std::int64_t Hkv = kb.shape[1], Sk = kb.shape[2], Dv = vb.shape[3];
+  if (kb.shape[0] != B || vb.shape[0] != B || vb.shape[1] != Hkv || vb.shape[2] != Sk || kb.shape[3] != D || Hkv < 1 ||
+      H % Hkv != 0)
+    return *why = "q, k and v disagree (batch, heads, lengths or head dims)", false;
+  if (ob.numel() == 0) return *why = "an empty output", false;
+  if (D < 1) return *why = "a zero head dim", false;
+  double scale = op->attrs.float_or("scale", 0.0);
+  if (scale == 0) scale = 1 / std::sqrt(double(D));
+  if (!std::isfinite(scale)) return *why = "a scale that is not finite", false;
+  const bool causal = op->attrs.bool_or("causal", false);
+
+  // The mask's element strides over the scores [B, H, Sq, Sk] (0 along a broadcast dim).
+  int mask = 0;
+  std::int64_t ms[4] = {0, 0, 0, 0};
+  if (ins.size() > 3) {
+    const auto& mb = lir.buffer(ins[3]);
+    if (mb.dtype == ir::DType::Bool)
+      mask = 1;
+    else if (mb.dtype == ir::DType::F32)
+      mask = 2;
+    else
+      return *why = "a mask that is neither bool nor f32", false;
+    const std::int64_t full[4] = {B, H, Sq, Sk};
+    if (mb.shape.size() > 4) return *why = "a mask of rank > 4", false;
+    const auto strides = ir::contiguous_strides(mb.shape);
+    const std::size_t lead = 4 - mb.shape.size();
+    for (std::size_t d = 0; d < mb.shape.size(); ++d) {
+      if (mb.shape[d] != 1 && mb.shape[d] != full[lead + d])
+        return *why = "a mask that does not broadcast to the scores", false;
+      ms[lead + d] = mb.shape[d] == 1 ? 0 : strides[d];
+    }
+  }
+
+  const std::int64_t group = H / Hkv, rows = group * Sq;
+  const std::int64_t chunks = Dv <= kMaxColumns ? 1 : (Dv + kChunk - 1) / kChunk;
+  const std::int64_t dvc = chunks == 1 ? Dv : kChunk, nj = (dvc + 7) / 8, vs = nj * 8;
+  auto items = [&](std::int64_t bq) { return B * Hkv * ((rows + bq - 1) / bq) * chunks; };
+  auto fits = [&](std::int64_t bq) { return 4 * shared_floats(bq, D, vs) <= device.max_shared_bytes; };
+  std::int64_t bq = 64;
+  if (!fits(64) || items(64) < device.multiprocessors) bq = 32;
+  if (!fits(bq))
+    return *why = fmt::format("head dim {} needs {} bytes of shared memory, more than the {} a block may have", D,
+                              4 * shared_floats(bq, D, vs), device.max_shared_bytes),
+           false;
+  if (items(bq) > std::numeric_limits<std::int64_t>::max() / 2 || rows > std::numeric_limits<std::int32_t>::max() / 2 ||
+      Sk > std::numeric_limits<std::int32_t>::max() / 2)
+    return *why = "more rows or keys than 32-bit indices reach", false;
+
+  const std::int64_t qblocks = (rows + bq - 1) / bq;
+  std::string defs = fmt::format(
+      "// rlx: the CUDA backend's flash attention (src/backends/cuda/attention.cpp). Do not edit.\n"
+      "#define RLX_BQ {}\n#define RLX_NT {}\n#define RLX_BK {}\n#define RLX_D {}\n#define RLX_DV {}\n"
+      "#define RLX_DVC {}\n#define RLX_NJ {}\n#define RLX_VS {}\n#define RLX_QS {}\n#define RLX_KS {}\n"
+      "#define RLX_SQ {}\n#define RLX_SK {}\n#define RLX_GROUP {}\n#define RLX_ROWS {}\n#define RLX_HKV {}\n"
+      "#define RLX_QBLOCKS {}\n#define RLX_CHUNKS {}\n#define RLX_ITEMS {}LL\n#define RLX_SCALE {:.9g}f\n"
+      "#define RLX_CAUSAL {}\n#define RLX_MASK {}\n#define RLX_MS0 {}LL\n#define RLX_MS1 {}LL\n#define RLX_MS2 {}LL\n"
+      "#define RLX_MS3 {}LL\n",
+      bq, 2 * bq, kBlockK, D, Dv, dvc, nj, vs, bq + 4, kBlockK + 1, Sq, Sk, group, rows, Hkv, qblocks, chunks,
+      items(bq), scale, causal ? 1 : 0, mask, ms[0], ms[1], ms[2], ms[3]);
+  AttentionLaunch l;
+  l.source = defs + std::string(kHead) + std::string(kKernel) + "\n";
+  l.block = unsigned(2 * bq);
+  l.grid = unsigned(std::min<std::int64_t>(items(bq), std::numeric_limits<std::int32_t>::max()));
+  l.shared = unsigned(4 * shared_floats(bq, D, vs));
+  l.block_q = bq;
+  l.chunks = chunks;
+  l.buffers = {ins[0], ins[1], ins[2], mask ? ins[3] : ins[0], k.outputs[0]};
+  *out = std::move(l);
+  return true;
+}
+
+}  // namespace rlx::backends::cuda
