@@ -8,6 +8,7 @@
 #include <limits>
 #include <string_view>
 
+#include "backends/cuda/layout.hpp"
 #include "rlx/ir/tensor.hpp"
 
 namespace rlx::backends::cuda {
@@ -46,21 +47,10 @@ std::int64_t shared_floats(std::int64_t bq, std::int64_t d, std::int64_t vs) {
 
 bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, const AttentionDevice& device,
                     AttentionLaunch* out, std::string* why) {
-  const ir::Node* op = nullptr;
-  for (const auto& n : k.body.nodes()) {
-    if (n.op == ir::OpKind::Input) continue;
-    if (op) return *why = fmt::format("the kernel also computes {}", ir::op_name(n.op)), false;
-    op = &n;
-  }
-  if (!op || op->op != ir::OpKind::Attention) return *why = "no attention in the kernel", false;
-  if (k.outputs.size() != 1 || k.body.outputs().size() != 1 || k.body.outputs()[0].node != op->id)
-    return *why = "the kernel's output is not the op's result", false;
   std::vector<compile::BufferId> ins;
-  for (auto in : op->inputs) {
-    const ir::Node& n = k.body.node(in);
-    if (n.op != ir::OpKind::Input) return *why = "an operand is computed inside the kernel", false;
-    ins.push_back(k.input_buffer(n));
-  }
+  const ir::Node* op = sole_op(k, &ins, why);
+  if (!op) return false;
+  if (op->op != ir::OpKind::Attention) return *why = "no attention in the kernel", false;
   const auto& qb = lir.buffer(ins[0]);
   const auto& kb = lir.buffer(ins[1]);
   const auto& vb = lir.buffer(ins[2]);

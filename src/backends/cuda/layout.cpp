@@ -86,4 +86,23 @@ codegen::c::CudaModule emit(const compile::LirModule& lir, std::int64_t bytes) {
   return codegen::c::emit_cuda(lir, cuda_options(lay_out(lir), bytes));
 }
 
+const ir::Node* sole_op(const compile::Kernel& k, std::vector<compile::BufferId>* ins, std::string* why) {
+  const ir::Node* op = nullptr;
+  for (const auto& n : k.body.nodes()) {
+    if (n.op == ir::OpKind::Input) continue;
+    if (op) return *why = "the kernel also computes " + std::string(ir::op_name(n.op)), nullptr;
+    op = &n;
+  }
+  if (!op) return *why = "the kernel computes nothing", nullptr;
+  if (k.outputs.size() != 1 || k.body.outputs().size() != 1 || k.body.outputs()[0].node != op->id)
+    return *why = "the kernel's output is not the op's result", nullptr;
+  ins->clear();
+  for (auto in : op->inputs) {
+    const ir::Node& n = k.body.node(in);
+    if (n.op != ir::OpKind::Input) return *why = "an operand is computed inside the kernel", nullptr;
+    ins->push_back(k.input_buffer(n));
+  }
+  return op;
+}
+
 }  // namespace rlx::backends::cuda

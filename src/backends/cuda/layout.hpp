@@ -2,6 +2,7 @@
 // Where the CUDA backend puts each LIR buffer in device memory, and what that makes known of each buffer's
 // alignment (the facts the generated kernels' 16-byte accesses rest on). Needs no GPU.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "rlx/codegen/c.hpp"
@@ -41,5 +42,10 @@ std::int64_t offset_alignment(std::uint64_t offset);
 // The emitter's facts for `layout`: each buffer's alignment, the products' scratch at its allocation's start,
 // `vector_bytes` per thread and step, and vector_unroll() grid steps per trip.
 codegen::c::CudaOptions cuda_options(const Layout& layout, std::int64_t vector_bytes);
+
+// The one op a kernel computes, for the kernels the backend runs as its own op kernels (attention, the GGUF
+// block types): its operands must all be kernel inputs (their buffers go to *ins) and its result the kernel's
+// one output. nullptr, with the reason in *why, otherwise.
+const ir::Node* sole_op(const compile::Kernel& k, std::vector<compile::BufferId>* ins, std::string* why);
 
 }  // namespace rlx::backends::cuda

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string_view>
 
+#include "backends/cuda/layout.hpp"
 #include "rlx/ir/dtype.hpp"
 
 namespace rlx::backends::cuda {
@@ -245,23 +246,11 @@ const std::string& quant_program(ir::DType t) {
 }
 
 bool plan_quant(const compile::LirModule& lir, const compile::Kernel& k, QuantLaunch* out, std::string* why) {
-  const ir::Node* op = nullptr;
-  for (const auto& n : k.body.nodes()) {
-    if (n.op == ir::OpKind::Input) continue;
-    if (op) return *why = fmt::format("the kernel also computes {}", ir::op_name(n.op)), false;
-    op = &n;
-  }
-  if (!op ||
-      (op->op != ir::OpKind::QuantizedMatmul && op->op != ir::OpKind::Dequantize && op->op != ir::OpKind::Embedding))
-    return *why = "no quantized_matmul, dequantize or embedding in the kernel", false;
-  if (k.outputs.size() != 1 || k.body.outputs().size() != 1 || k.body.outputs()[0].node != op->id)
-    return *why = "the kernel's output is not the op's result", false;
   std::vector<compile::BufferId> ins;
-  for (auto in : op->inputs) {
-    const ir::Node& n = k.body.node(in);
-    if (n.op != ir::OpKind::Input) return *why = "an operand is computed inside the kernel", false;
-    ins.push_back(k.input_buffer(n));
-  }
+  const ir::Node* op = sole_op(k, &ins, why);
+  if (!op) return false;
+  if (op->op != ir::OpKind::QuantizedMatmul && op->op != ir::OpKind::Dequantize && op->op != ir::OpKind::Embedding)
+    return *why = "no quantized_matmul, dequantize or embedding in the kernel", false;
   for (auto id : ins)
     if (!lir.buffer(id).shape.empty() && lir.buffer(id).numel() == 0) return *why = "an empty operand", false;
   auto shape = [&](std::size_t i) -> const std::vector<std::int64_t>& { return lir.buffer(ins[i]).shape; };
