@@ -32,15 +32,22 @@ TEST(Precision, MatmulsRunInBf16WhereTheBackendIsFasterAndNothingElseDoes) {
   EXPECT_EQ(r.precision.policy, Precision::Bf16);
   int lowered = 0;
   for (const auto& e : r.precision.entries) {
-    EXPECT_EQ(e.op, ir::OpKind::MatMul) << e.reason;  // the encoder's attention decomposes on CUDA
+    if (e.op == ir::OpKind::Attention) {  // CUDA's own flash attention is f32 only: it stays, and says why
+      EXPECT_EQ(e.dtype, ir::DType::F32);
+      EXPECT_NE(e.reason.find("no bf16 attention faster"), std::string::npos) << e.reason;
+      continue;
+    }
+    EXPECT_EQ(e.op, ir::OpKind::MatMul) << e.reason;
     EXPECT_EQ(e.dtype, ir::DType::BF16) << e.reason;
     lowered += e.dtype == ir::DType::BF16;
   }
-  EXPECT_EQ(lowered, 8) << r.precision.to_text();  // q, k, v, o, the two of attention, and the FFN's two
+  EXPECT_EQ(lowered, 6) << r.precision.to_text();  // q, k, v, o and the FFN's two
   // Reductions (the norms' and softmax's), exp and erf stay f32.
-  for (const auto& n : r.mir.nodes())
-    if (ir::op_info(n.op).cls == ir::OpClass::Reduce || n.op == ir::OpKind::Exp || n.op == ir::OpKind::Erf)
+  for (const auto& n : r.mir.nodes()) {
+    if (ir::op_info(n.op).cls == ir::OpClass::Reduce || n.op == ir::OpKind::Exp || n.op == ir::OpKind::Erf) {
       EXPECT_EQ(n.dtype, ir::DType::F32) << ir::op_name(n.op) << " %" << n.id;
+    }
+  }
   // Every matmul kernel reads bf16 operands as stored (the widening casts are its prologue).
   int kernels = 0;
   for (const auto& k : r.lir.kernels) {
@@ -56,7 +63,7 @@ TEST(Precision, MatmulsRunInBf16WhereTheBackendIsFasterAndNothingElseDoes) {
       }
     }
   }
-  EXPECT_EQ(kernels, 8);
+  EXPECT_EQ(kernels, 6);
 }
 
 TEST(Precision, ABackendWithoutFasterKernelsKeepsF32AndSaysWhy) {
