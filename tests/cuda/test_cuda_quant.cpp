@@ -98,7 +98,11 @@ TEST(CudaQuant, PartsDequantizeEveryTypeBitForBit) {
           const int at = e[j >> 2] + (j & 3);
           ASSERT_TRUE(at >= 0 && at < int(elems)) << "part " << p << " element " << at;
           ++seen[std::size_t(at)];
-          EXPECT_EQ(std::bit_cast<std::uint32_t>(v[j]), std::bit_cast<std::uint32_t>(want[b * elems + std::size_t(at)]))
+          // Random bytes make some scales inf or NaN: a NaN's sign and payload depend on the instruction that made
+          // it (x86's default NaN is negative, a GPU's positive), so NaN only has to stay NaN.
+          const float w = want[b * elems + std::size_t(at)];
+          if (std::isnan(w) && std::isnan(v[j])) continue;
+          EXPECT_EQ(std::bit_cast<std::uint32_t>(v[j]), std::bit_cast<std::uint32_t>(w))
               << "block " << b << " part " << p << " element " << at << ": " << v[j] << " vs "
               << want[b * elems + std::size_t(at)];
         }
