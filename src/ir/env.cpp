@@ -62,6 +62,9 @@ const std::vector<Var>& catalog() {
       {"RLX_CUDA_FLASH_ATTENTION", Type::Bool, "1",
        "0: the CUDA backend decomposes attention (matmuls through cuBLASLt, the native softmax) instead of running "
        "its flash-attention kernel; to compare the two."},
+      {"RLX_CUDA_GEMM_EPILOGUE", Type::Bool, "1",
+       "0: a matmul's bias, residual and relu run as a kernel of their own after cuBLASLt instead of in its "
+       "epilogue; to compare the two."},
       {"RLX_DISPATCH_REPORT", Type::Bool, "0",
        "1: print each compile's dispatch report (every op's tier on the backend, and why) to stderr."},
       {"RLX_SMOLLM2_GGUF", Type::String, "",

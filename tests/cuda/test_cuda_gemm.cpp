@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <map>
 #include <random>
 
 #include "backends/cuda/gemm_shape.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/compile/pipeline.hpp"
+#include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
 #include "support/testing.hpp"
 
@@ -142,6 +145,79 @@ TEST(CudaGemm, NarrowOperandsAreReadAsStored) {
   std::string why;
   EXPECT_FALSE(gemm_shape(k, &why));
   EXPECT_EQ(why, "operands of two types");
+}
+
+// cuBLASLt's epilogue, D = relu?(A B + C + bias): the kernels whose rest is only a bias row, a residual (as C)
+// and a relu map with it, and computed as the call computes them they match the reference on the kernel's
+// body; any other rest keeps the product and the epilogue kernel.
+TEST(CudaGemm, BiasResidualAndReluRunInCuBlasLtsEpilogue) {
+  using Rest = std::function<ir::NodeId(ir::Graph&, ir::NodeId product)>;
+  struct EpilogueCase {
+    const char* name;
+    Rest rest;
+    bool fuses, bias, residual, relu;
+  };
+  const ir::Shape rows{2, 4, 16};  // a batched A against one weight: one GEMM of 8 rows
+  auto bias = [](ir::Graph& g) { return g.param("bias", {16}); };
+  auto residual = [&](ir::Graph& g) { return g.input("r", rows); };
+  const EpilogueCase cases[] = {
+      {"bias", [&](ir::Graph& g, ir::NodeId p) { return g.add(p, bias(g)); }, true, true, false, false},
+      {"bias, relu", [&](ir::Graph& g, ir::NodeId p) { return g.relu(g.add(p, bias(g))); }, true, true, false, true},
+      {"residual + (bias)", [&](ir::Graph& g, ir::NodeId p) { return g.add(residual(g), g.add(p, bias(g))); }, true,
+       true, true, false},
+      {"relu(residual then bias)",
+       [&](ir::Graph& g, ir::NodeId p) { return g.relu(g.add(g.add(p, residual(g)), bias(g))); }, true, true, true,
+       true},
+      {"residual", [&](ir::Graph& g, ir::NodeId p) { return g.add(p, residual(g)); }, true, false, true, false},
+      {"relu", [&](ir::Graph& g, ir::NodeId p) { return g.relu(p); }, true, false, false, true},
+      {"gelu after the bias", [&](ir::Graph& g, ir::NodeId p) { return g.unary(ir::OpKind::Gelu, g.add(p, bias(g))); },
+       false},
+      {"relu before the bias", [&](ir::Graph& g, ir::NodeId p) { return g.add(g.relu(p), bias(g)); }, false},
+      {"two biases", [&](ir::Graph& g, ir::NodeId p) { return g.add(g.add(p, bias(g)), g.param("c", {16})); }, false},
+      {"a column, not a row",
+       [&](ir::Graph& g, ir::NodeId p) {
+         return g.add(p, g.param("col", {4, 1}));
+       },
+       false},
+      {"scaled", [&](ir::Graph& g, ir::NodeId p) { return g.mul(p, g.scalar(2.0)); }, false},
+  };
+  std::mt19937_64 rng(testing::test_seed() + 2);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ir::Graph g("epilogue");
+    g.add_output(c.rest(g, g.matmul(g.input("x", {2, 4, 8}), g.param("w", {8, 16}))));
+    const auto r = compile::compile(g, traits(), {});
+    const compile::Kernel* kernel = nullptr;
+    for (const auto& k : r.lir.kernels)
+      if (k.kind == compile::KernelKind::MatMul) kernel = &k;
+    ASSERT_NE(kernel, nullptr);
+    std::string why;
+    const auto shape = gemm_shape(*kernel, &why);
+    ASSERT_TRUE(shape) << why;
+    ASSERT_EQ(shape->epilogue.has_value(), c.fuses) << ir::to_text(kernel->body);
+    if (!c.fuses) continue;
+    const auto& e = *shape->epilogue;
+    EXPECT_EQ(e.bias.has_value(), c.bias);
+    EXPECT_EQ(e.residual.has_value(), c.residual);
+    EXPECT_EQ(e.relu, c.relu);
+    EXPECT_EQ(shape->rows, 8);
+    EXPECT_EQ(shape->batches, 1);
+    // Every Input of the body random in f32; the call's operands widened to double.
+    reference::TensorMap in;
+    std::map<ir::NodeId, std::vector<double>> wide;
+    for (const auto& n : kernel->body.nodes()) {
+      if (n.op != ir::OpKind::Input) continue;
+      const auto t = testing::random_tensor(ir::DType::F32, n.shape.extents(), rng);
+      in.emplace(n.attrs.get_str("name"), t);
+      auto& w = wide[n.id];
+      for (std::int64_t i = 0; i < t.numel(); ++i) w.push_back(t.get(i));
+    }
+    const auto want = reference::run(kernel->body, in).at(0);
+    std::vector<double> got(std::size_t(want.numel()), std::nan(""));
+    gemm_on_host(*shape, wide[shape->a].data(), wide[shape->b].data(), got.data(),
+                 e.bias ? wide[*e.bias].data() : nullptr, e.residual ? wide[*e.residual].data() : nullptr);
+    for (std::int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got[std::size_t(i)], want.get(i), 1e-5) << i;
+  }
 }
 
 TEST(CudaGemm, OnlyFloatMatmulsMap) {

@@ -185,6 +185,10 @@ struct Gemm {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
   cublasLtMatmulAlgo_t algo{};
   bool f64 = false;
+  // Its epilogue's operands (gemm_shape.hpp): the residual as C with beta 1, and the bias, whose pointer is an
+  // attribute of the shared descriptor, set under `bias_mutex` right before each clone's capture of the call.
+  bool residual = false, bias = false;
+  mutable std::mutex bias_mutex;
   Gemm() = default;
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -537,10 +541,18 @@ CUgraphExec CudaExecutable::capture(std::size_t s, std::byte* staging) {
         const float one = 1, zero = 0;
         const double one64 = 1, zero64 = 0;
         const void* alpha = g->f64 ? static_cast<const void*>(&one64) : &one;
-        const void* beta = g->f64 ? static_cast<const void*>(&zero64) : &zero;
-        const auto& a = args_[li];  // our A, our B, the product
+        const void* beta = g->f64 ? static_cast<const void*>(&zero64) : g->residual ? &one : &zero;
+        const auto& a = args_[li];  // our A, our B, the product, C (the residual) and the bias
+        std::unique_lock<std::mutex> bias_lock;
+        if (g->bias) {
+          bias_lock = std::unique_lock(g->bias_mutex);
+          void* bias = pointer(a[4]);
+          g->lt->check(
+              g->lt->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+              "the bias pointer");
+        }
         g->lt->check(g->lt->cublasLtMatmul(lt_, g->desc, alpha, pointer(a[1]), g->a, pointer(a[0]), g->b, beta,
-                                           pointer(a[2]), g->c, pointer(a[2]), g->c, &g->algo,
+                                           pointer(a[3]), g->c, pointer(a[2]), g->c, &g->algo,
                                            pointer(workspace_.get()), kGemmWorkspace, stream_),
                      "cublasLtMatmul");
       } else {
@@ -760,7 +772,8 @@ std::vector<KernelTime> CudaExecutable::kernel_times() const {
 // bf16 and f16 operands with f32 accumulation; null with the reason in *why (the generated nest runs it then).
 // `offsets` are the byte offsets of our A, our B and the product from 256-byte aligned bases: cuBLASLt picks
 // an algorithm for the alignment they have.
-std::shared_ptr<const Gemm> plan_gemm(const GemmShape& shape, std::array<std::uint64_t, 3> offsets, bool tf32,
+// `offsets`: our A's, our B's, the product's and C's (the residual's, or the product's again).
+std::shared_ptr<const Gemm> plan_gemm(const GemmShape& shape, std::array<std::uint64_t, 4> offsets, bool tf32,
                                       std::string* why) {
   const bool f64 = shape.f64;
   const std::int64_t n = shape.n, kd = shape.k, rows = shape.rows, batches = shape.batches;
@@ -786,6 +799,14 @@ std::shared_ptr<const Gemm> plan_gemm(const GemmShape& shape, std::array<std::ui
                                       : tf32 && shape.operands == ir::DType::F32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                                  : CUBLAS_COMPUTE_32F;
   lt->check(lt->cublasLtMatmulDescCreate(&g->desc, compute, scale), "cublasLtMatmulDescCreate");
+  if (const auto& e = shape.epilogue) {
+    const cublasLtEpilogue_t epilogue = e->bias ? (e->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                                : (e->relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    lt->check(lt->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+              "the epilogue");
+    g->bias = e->bias.has_value();
+    g->residual = e->residual.has_value();
+  }
   auto layout = [&](cublasLtMatrixLayout_t* l, ir::DType type, std::int64_t rows_, std::int64_t cols,
                     std::int64_t stride) {
     const cudaDataType_t dt = data_type(type);
@@ -814,11 +835,12 @@ std::shared_ptr<const Gemm> plan_gemm(const GemmShape& shape, std::array<std::ui
     return a;
   };
   // cuBLASLt's A is our B, its B our A; C and D are the product.
-  const std::uint32_t al_a = alignment(offsets[1]), al_b = alignment(offsets[0]), al_c = alignment(offsets[2]);
+  const std::uint32_t al_a = alignment(offsets[1]), al_b = alignment(offsets[0]), al_d = alignment(offsets[2]),
+                      al_c = alignment(offsets[3]);
   lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
   lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
   lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c);
-  lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
+  lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
   cublasLtHandle_t h = nullptr;
   lt->check(lt->cublasLtCreate(&h), "cublasLtCreate");
   cublasLtMatmulHeuristicResult_t result{};
@@ -883,15 +905,31 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
       const ir::Node* mm = nullptr;
       std::optional<GemmShape> shape;
       if (k.kind == compile::KernelKind::MatMul) shape = gemm_shape(k, &no_gemm);
-      // The product lands in the output (as it is, or through the output's narrowing cast) or in scratch,
-      // which the epilogue reads.
-      const bool direct = shape && (code.product_is_output || shape->cast_output);
-      if (shape && (direct || !code.epilogue.empty())) {
-        mm = &k.body.node(shape->matmul);
-        const Loc a = locs[std::size_t(k.input_buffer(k.body.node(shape->a)))];
-        const Loc b = locs[std::size_t(k.input_buffer(k.body.node(shape->b)))];
+      auto loc_of = [&](ir::NodeId input) { return locs[std::size_t(k.input_buffer(k.body.node(input)))]; };
+      // cuBLASLt reads the bias from a pointer it aligns to 16 bytes; a view elsewhere keeps the epilogue kernel.
+      if (shape && shape->epilogue && shape->epilogue->bias &&
+          offset_alignment(loc_of(*shape->epilogue->bias).offset) < 16)
+        shape->epilogue.reset();
+      // The product lands in the output (as it is, through the output's narrowing cast, or through cuBLASLt's
+      // epilogue) or in scratch, which the epilogue kernel reads.
+      auto plan_it = [&] {
+        const bool direct = code.product_is_output || shape->cast_output || shape->epilogue;
+        if (!direct && code.epilogue.empty()) return false;
+        const Loc a = loc_of(shape->a), b = loc_of(shape->b);
         const std::uint64_t c = direct ? locs[std::size_t(k.outputs.at(0))].offset : 0;
-        gemm = plan_gemm(*shape, {a.offset, b.offset, c}, options.tf32, &no_gemm);
+        const std::uint64_t r =
+            shape->epilogue && shape->epilogue->residual ? loc_of(*shape->epilogue->residual).offset : c;
+        gemm = plan_gemm(*shape, {a.offset, b.offset, c, r}, options.tf32, &no_gemm);
+        return direct;
+      };
+      bool direct = false;
+      if (shape) {
+        mm = &k.body.node(shape->matmul);
+        direct = plan_it();
+        if (!gemm && shape->epilogue) {  // no algorithm with that epilogue: the product and an epilogue kernel
+          shape->epilogue.reset();
+          direct = plan_it();
+        }
       }
       const std::vector<codegen::c::CudaPhase>* phases = &code.phases;
       if (gemm) {
@@ -899,14 +937,19 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
         Launch l;
         l.kernel = ki;
         l.gemm = gemm;
-        l.operands = {locs[std::size_t(k.input_buffer(k.body.node(shape->a)))],
-                      locs[std::size_t(k.input_buffer(k.body.node(shape->b)))]};
+        l.operands = {loc_of(shape->a), loc_of(shape->b)};
         if (direct) {
-          l.operands.push_back(locs[std::size_t(k.outputs.at(0))]);
+          const Loc out = locs[std::size_t(k.outputs.at(0))];
+          const auto& e = shape->epilogue;
+          l.operands.push_back(out);
+          l.operands.push_back(e && e->residual ? loc_of(*e->residual) : out);  // C
+          l.operands.push_back(e && e->bias ? loc_of(*e->bias) : out);          // the bias, when there is one
           phases = nullptr;
         } else {
           const auto bytes = std::uint64_t(mm->shape.numel()) * ir::dtype_size(mm->dtype);
           plan->product_bytes = std::max(plan->product_bytes, align(bytes));
+          l.operands.push_back({Where::Product, 0});
+          l.operands.push_back({Where::Product, 0});
           l.operands.push_back({Where::Product, 0});
           operands.push_back({Where::Product, 0});
           phases = &code.epilogue;

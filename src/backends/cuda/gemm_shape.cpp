@@ -4,7 +4,63 @@
 #include <limits>
 #include <vector>
 
+#include "rlx/env.hpp"
+
 namespace rlx::backends::cuda {
+
+namespace {
+
+// The kernel's rest as cuBLASLt's epilogue: from its one output back to the product, an optional relu, then
+// adds of one Input each, a row of n (the bias) or the product's shape (the residual), at most one of each, and
+// nothing else computed in the body.
+std::optional<GemmEpilogue> gemm_epilogue(const compile::Kernel& kernel, const ir::Node& mm, std::int64_t n) {
+  const auto& body = kernel.body;
+  if (body.outputs().size() != 1 || mm.dtype != ir::DType::F32) return std::nullopt;
+  GemmEpilogue e;
+  const ir::Node* at = &body.node(body.outputs()[0].node);
+  std::size_t chain = 0;  // the nodes after the product, the output included
+  if (at->op == ir::OpKind::Relu) {
+    e.relu = true;
+    at = &body.node(at->inputs[0]);
+    ++chain;
+  }
+  while (at->id != mm.id) {
+    if (at->op != ir::OpKind::Add || at->dtype != ir::DType::F32 || at->shape != mm.shape) return std::nullopt;
+    const auto& x = body.node(at->inputs[0]);
+    const auto& y = body.node(at->inputs[1]);
+    if ((x.op == ir::OpKind::Input) == (y.op == ir::OpKind::Input)) return std::nullopt;  // one is the chain
+    const ir::Node& operand = x.op == ir::OpKind::Input ? x : y;
+    if (operand.dtype != ir::DType::F32) return std::nullopt;
+    const auto oe = operand.shape.extents();
+    if (operand.shape == mm.shape) {
+      if (e.residual) return std::nullopt;
+      e.residual = operand.id;
+    } else if (!oe.empty() && oe.back() == n && operand.shape.numel() == n) {
+      if (e.bias) return std::nullopt;
+      e.bias = operand.id;
+    } else {
+      return std::nullopt;
+    }
+    at = &body.node(operand.id == x.id ? y.id : x.id);
+    ++chain;
+  }
+  if (chain == 0) return std::nullopt;  // the product is the output: nothing to fuse
+  // Nothing else computed, and each computed node used once (no other reader of the product or a partial sum):
+  // the matmul and the chain, beside Inputs and the operands' widening casts.
+  std::size_t computed = 0;
+  for (const auto& x : body.nodes()) {
+    if (x.op == ir::OpKind::Input || x.op == ir::OpKind::Cast) continue;
+    ++computed;
+    std::size_t uses = 0;
+    for (const auto& y : body.nodes())
+      for (auto in : y.inputs) uses += in == x.id;
+    if (uses > 1) return std::nullopt;
+  }
+  if (computed != chain + 1) return std::nullopt;
+  return e;
+}
+
+}  // namespace
 
 std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* why) {
   auto no = [&](const char* reason) -> std::optional<GemmShape> {
@@ -76,10 +132,13 @@ std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* 
     s.stride_b = *b_batched ? k * n : 0;
     s.stride_c = m * n;
   }
+  if (!s.cast_output && !s.f64 && s.batches == 1 && env::get_bool("RLX_CUDA_GEMM_EPILOGUE"))
+    s.epilogue = gemm_epilogue(kernel, *mm, n);
   return s;
 }
 
-void gemm_on_host(const GemmShape& s, const double* a, const double* b, double* c) {
+void gemm_on_host(const GemmShape& s, const double* a, const double* b, double* c, const double* bias,
+                  const double* residual) {
   for (std::int64_t bi = 0; bi < s.batches; ++bi) {
     // cuBLAS's operands, column-major: A' = our B (n x k, ld n), B' = our A (k x rows, ld k), C' (n x rows, ld n).
     const double* ap = b + bi * s.stride_b;
@@ -89,6 +148,9 @@ void gemm_on_host(const GemmShape& s, const double* a, const double* b, double* 
       for (std::int64_t i = 0; i < s.n; ++i) {
         double acc = 0;
         for (std::int64_t l = 0; l < s.k; ++l) acc += ap[i + l * s.n] * bp[l + j * s.k];
+        if (residual) acc += residual[bi * s.stride_c + i + j * s.n];
+        if (bias) acc += bias[i];
+        if (s.epilogue && s.epilogue->relu) acc = std::max(acc, 0.0);
         cp[i + j * s.n] = acc;
       }
   }
