@@ -28,6 +28,14 @@ ir::Tensor random_tensor(const Ints& shape, std::mt19937_64& rng) {
   return t;
 }
 
+// The compiled graph's (last) MatMul kernel, or null.
+const compile::Kernel* matmul_kernel(const compile::CompileResult& r) {
+  const compile::Kernel* kernel = nullptr;
+  for (const auto& k : r.lir.kernels)
+    if (k.kind == compile::KernelKind::MatMul) kernel = &k;
+  return kernel;
+}
+
 struct Case {
   Ints a, b;
   bool maps;  // one strided GEMM (else the generated nest runs it)
@@ -51,9 +59,7 @@ TEST(CudaGemm, TheCuBlasLtMappingComputesTheProduct) {
     ir::Graph g("mm");
     g.add_output(g.matmul(g.input("a", ir::Shape(c.a), ir::DType::F64), g.input("b", ir::Shape(c.b), ir::DType::F64)));
     const auto r = compile::compile(g, traits(), {});
-    const compile::Kernel* kernel = nullptr;
-    for (const auto& k : r.lir.kernels)
-      if (k.kind == compile::KernelKind::MatMul) kernel = &k;
+    const compile::Kernel* kernel = matmul_kernel(r);
     ASSERT_NE(kernel, nullptr);
     std::string why;
     const auto shape = gemm_shape(*kernel, &why);
@@ -187,9 +193,7 @@ TEST(CudaGemm, BiasResidualAndReluRunInCuBlasLtsEpilogue) {
     ir::Graph g("epilogue");
     g.add_output(c.rest(g, g.matmul(g.input("x", {2, 4, 8}), g.param("w", {8, 16}))));
     const auto r = compile::compile(g, traits(), {});
-    const compile::Kernel* kernel = nullptr;
-    for (const auto& k : r.lir.kernels)
-      if (k.kind == compile::KernelKind::MatMul) kernel = &k;
+    const compile::Kernel* kernel = matmul_kernel(r);
     ASSERT_NE(kernel, nullptr);
     std::string why;
     const auto shape = gemm_shape(*kernel, &why);
