@@ -91,7 +91,13 @@ double Tensor::get(std::int64_t i) const {
     case DType::I32: return load(std::int32_t{});
     case DType::I64: return static_cast<double>(load(std::int64_t{}));
     case DType::Bool: return load(std::uint8_t{}) != 0;
-    default: break;  // the block types: above
+    case DType::I16: return load(std::int16_t{});
+    case DType::U16: return load(std::uint16_t{});
+    case DType::U32: return load(std::uint32_t{});
+    case DType::U64: return static_cast<double>(load(std::uint64_t{}));
+    default:
+      if (is_storage_only(dtype_)) return storage_decode(dtype_, load(std::uint8_t{}));
+      break;  // the block types: above
   }
   return 0;
 }
@@ -113,7 +119,14 @@ void Tensor::set(std::int64_t i, double v) {
     case DType::I32: store(static_cast<std::int32_t>(r)); break;
     case DType::I64: store(static_cast<std::int64_t>(r)); break;
     case DType::Bool: store(static_cast<std::uint8_t>(r != 0)); break;
-    default: break;  // the block types: refused above
+    case DType::I16: store(static_cast<std::int16_t>(r)); break;
+    case DType::U16: store(static_cast<std::uint16_t>(r)); break;
+    case DType::U32: store(static_cast<std::uint32_t>(r)); break;
+    // A negative value wrapped to [0, 2^64) may round up to 2^64 as a double, which is 0 in u64.
+    case DType::U64: store(r >= 18446744073709551616.0 ? std::uint64_t(0) : static_cast<std::uint64_t>(r)); break;
+    default:
+      if (is_storage_only(dtype_)) store(storage_encode(dtype_, r));
+      break;  // the block types: refused above
   }
 }
 

@@ -113,8 +113,11 @@ std::string format_element(const Tensor& t, std::int64_t i) {
     case DType::BF16: return format_g(t.get(i), 9);
     case DType::F64: return format_g(t.get(i), 17);
     case DType::I64: return std::to_string(t.data_as<std::int64_t>()[i]);  // beyond 2^53 doubles are inexact
+    case DType::U64: return std::to_string(t.data_as<std::uint64_t>()[i]);
     case DType::Bool: return t.get(i) != 0 ? "true" : "false";
-    default: return std::to_string(static_cast<std::int64_t>(t.get(i)));
+    default:
+      if (is_storage_float(t.dtype())) return format_g(t.get(i), 9);
+      return std::to_string(static_cast<std::int64_t>(t.get(i)));
   }
 }
 
@@ -279,12 +282,12 @@ struct Literal {
 };
 
 std::pair<std::int64_t, std::int64_t> int_range(DType t) {
-  switch (t) {
-    case DType::I8: return {-128, 127};
-    case DType::U8: return {0, 255};
-    case DType::I32: return {std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()};
-    default: return {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
-  }
+  // i64 and u64 parse as int64 (a u64 constant past 2^63 - 1 is out of reach of the text form); the others
+  // have ranges a double holds exactly.
+  if (t == DType::I64 || t == DType::U64)
+    return {t == DType::U64 ? 0 : std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
+  const auto [lo, hi] = integer_range(t);
+  return {std::int64_t(lo), std::int64_t(hi)};
 }
 
 class Parser {
@@ -625,10 +628,12 @@ class Parser {
       const auto at = static_cast<std::int64_t>(i);
       if (n.dtype == DType::Bool)
         t->set(at, to_bool(values[i]));
-      else if (is_float(n.dtype))
+      else if (is_float(n.dtype) || is_storage_float(n.dtype))
         t->set(at, to_float(values[i]));
       else if (n.dtype == DType::I64)
         t->data_as<std::int64_t>()[i] = to_int(values[i]);
+      else if (n.dtype == DType::U64)
+        t->data_as<std::uint64_t>()[i] = std::uint64_t(to_int(values[i], n.dtype));
       else
         t->set(at, static_cast<double>(to_int(values[i], n.dtype)));
     }

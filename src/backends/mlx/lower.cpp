@@ -113,6 +113,8 @@ std::string host_reason(const compile::Kernel& k) {
       // MLX runs f64 on its CPU device only; RLX's f64 promises float64 results everywhere.
       if (t == DType::F64) return "f64 runs on the host";
       if (ir::is_block_quantized(t)) return "block-quantized values run on the host";
+      if (!traits().native_dtypes.contains(t))
+        return fmt::format("{} is not a dtype MLX computes here", ir::dtype_name(t));
     }
     if (n.op == OpKind::MatMul && !float_dtype(n.dtype)) return "MLX's matmul takes floats only";
   }
