@@ -360,7 +360,10 @@ double round_to_dtype(double v, DType t) {
   // Wrap around like a two's complement store of the truncated integer: into [-2^63, 2^63), exactly (a double
   // that large is a multiple of 2^11), before the conversion, which is undefined outside that range.
   constexpr double k2p63 = 9223372036854775808.0, k2p64 = 18446744073709551616.0;
-  if (t == DType::U64) {  // into [0, 2^64)
+  if (t == DType::U64) {  // into [0, 2^64]
+    // A negative value wraps to 2^64 - k, which a double may round to 2^64; 2^64 itself stays, so that
+    // rounding twice gives what rounding once did (it stores as 2^64 - 1: ir::Tensor::set).
+    if (v == k2p64) return v;
     double w = std::fmod(std::trunc(v), k2p64);
     return w < 0 ? w + k2p64 : w;
   }

@@ -1,5 +1,6 @@
 #include "rlx/ir/tensor.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -102,6 +103,19 @@ double Tensor::get(std::int64_t i) const {
   return 0;
 }
 
+namespace {
+
+// A u64 element: a negative integer wraps exactly through int64 (-5 is 2^64 - 5, which a double rounds to
+// 2^64); `r` is round_to_dtype's value for the others, where 2^64 stands for such a wrapped value and keeps its
+// nearest, 2^64 - 1.
+std::uint64_t to_u64(double v, double r) {
+  const double t = std::isfinite(v) ? std::trunc(v) : 0.0;
+  if (t < 0 && t >= -9223372036854775808.0) return std::uint64_t(std::int64_t(t));
+  return r >= 18446744073709551616.0 ? ~std::uint64_t(0) : static_cast<std::uint64_t>(r);
+}
+
+}  // namespace
+
 void Tensor::set(std::int64_t i, double v) {
   if (is_block_quantized(dtype_))
     throw Error("set element " + std::to_string(i) + " of a " + std::string(dtype_name(dtype_)) +
@@ -122,8 +136,7 @@ void Tensor::set(std::int64_t i, double v) {
     case DType::I16: store(static_cast<std::int16_t>(r)); break;
     case DType::U16: store(static_cast<std::uint16_t>(r)); break;
     case DType::U32: store(static_cast<std::uint32_t>(r)); break;
-    // A negative value wrapped to [0, 2^64) may round up to 2^64 as a double, which is 0 in u64.
-    case DType::U64: store(r >= 18446744073709551616.0 ? std::uint64_t(0) : static_cast<std::uint64_t>(r)); break;
+    case DType::U64: store(to_u64(v, r)); break;
     default:
       if (is_storage_only(dtype_)) store(storage_encode(dtype_, r));
       break;  // the block types: refused above

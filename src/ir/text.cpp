@@ -282,10 +282,10 @@ struct Literal {
 };
 
 std::pair<std::int64_t, std::int64_t> int_range(DType t) {
-  // i64 and u64 parse as int64 (a u64 constant past 2^63 - 1 is out of reach of the text form); the others
-  // have ranges a double holds exactly.
+  // i64's range is int64's (u64's constants parse apart: Parser::to_u64); the others have ranges a double
+  // holds exactly.
   if (t == DType::I64 || t == DType::U64)
-    return {t == DType::U64 ? 0 : std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
+    return {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
   const auto [lo, hi] = integer_range(t);
   return {std::int64_t(lo), std::int64_t(hi)};
 }
@@ -396,6 +396,17 @@ class Parser {
     if (word && lit.minus && lit.tok->text != "inf" && lit.tok->text != "nan")
       fail(lit.where(), fmt::format("bad value '{}'", lit.str()));
     return lit;
+  }
+
+  // u64's elements, past int64's range too.
+  static std::uint64_t to_u64(const Literal& lit) {
+    if (lit.tok->kind != Tok::Int) fail(lit.where(), fmt::format("expected an integer, got '{}'", lit.str()));
+    std::uint64_t v = 0;
+    const std::string& s = lit.tok->text;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (lit.minus || ec != std::errc() || end != s.data() + s.size())
+      fail(lit.where(), fmt::format("integer '{}' out of range for u64", lit.str()));
+    return v;
   }
 
   static std::int64_t to_int(const Literal& lit, DType range = DType::I64) {
@@ -633,7 +644,7 @@ class Parser {
       else if (n.dtype == DType::I64)
         t->data_as<std::int64_t>()[i] = to_int(values[i]);
       else if (n.dtype == DType::U64)
-        t->data_as<std::uint64_t>()[i] = std::uint64_t(to_int(values[i], n.dtype));
+        t->data_as<std::uint64_t>()[i] = to_u64(values[i]);
       else
         t->set(at, static_cast<double>(to_int(values[i], n.dtype)));
     }

@@ -217,9 +217,32 @@ NodeId pool(Ctx& c, Pool kind, std::optional<NodeId>* argmax = nullptr) {
   return c.g.div(*acc, *cnt);
 }
 
+// A 3-D convolution as 2-D ones, one per kernel depth kd: the input's depth slices kd*dil, kd*dil + stride, ...
+// become images of a batch N*OD, convolved with the weight's slice at kd and summed. x's depth is padded
+// already; `pads` are the symmetric pads of height and width.
+NodeId conv3d(Ctx& c, NodeId x, NodeId wt, std::optional<NodeId> bias, const I64s& strides, const I64s& pads,
+              const I64s& dil, std::int64_t groups) {
+  const auto sh = ext(c, x), wsh = ext(c, wt);
+  const std::int64_t n = sh[0], ch = sh[1], depth = sh[2], kd = wsh[2], o = wsh[0];
+  const std::int64_t od = (depth - dil[0] * (kd - 1) - 1) / strides[0] + 1;
+  if (od <= 0) c.fail(fmt::format("the kernel's depth {} (dilation {}) exceeds the input's {}", kd, dil[0], depth));
+  std::optional<NodeId> acc;
+  for (std::int64_t k = 0; k < kd; ++k) {
+    auto slab = c.g.slice(x, {2}, {k * dil[0]}, {k * dil[0] + (od - 1) * strides[0] + 1}, {strides[0]});
+    auto images = c.g.reshape(c.g.permute(slab, {0, 2, 1, 3, 4}), I64s{n * od, ch, sh[3], sh[4]});
+    auto wk = c.g.reshape(c.g.slice(wt, {2}, {k}, {k + 1}), I64s{o, wsh[1], wsh[3], wsh[4]});
+    auto y = c.g.conv2d(images, wk, std::nullopt, {strides[1], strides[2]}, pads, {dil[1], dil[2]}, groups);
+    acc = acc ? c.g.add(*acc, y) : y;
+  }
+  const auto ys = ext(c, *acc);
+  auto y = c.g.permute(c.g.reshape(*acc, I64s{n, od, o, ys[2], ys[3]}), {0, 2, 1, 3, 4});
+  if (bias) y = c.g.add(y, c.g.reshape(*bias, I64s{o, 1, 1, 1}));
+  return y;
+}
+
 NodeId conv(Ctx& c, NodeId x, NodeId wt, std::optional<NodeId> bias) {
   const auto sh = ext(c, x), wsh = ext(c, wt);
-  if (sh.size() != 3 && sh.size() != 4) c.fail("only 1-D and 2-D convolutions are supported");
+  if (sh.size() < 3 || sh.size() > 5) c.fail("only 1-D, 2-D and 3-D convolutions are supported");
   if (wsh.size() != sh.size()) c.fail("the weight's rank differs from the input's");
   const std::size_t s = sh.size() - 2;
   const I64s kernel(wsh.begin() + 2, wsh.end());
@@ -241,6 +264,14 @@ NodeId conv(Ctx& c, NodeId x, NodeId wt, std::optional<NodeId> bias) {
     x = c.g.pad(x, p, 0);
   }
   if (s == 1) return c.g.conv1d(x, wt, bias, w.strides[0], sym[0], w.dilations[0], groups);
+  if (s == 3) {  // the depth's padding explicit, the rest conv2d's
+    if (sym[0] > 0) {
+      I64s p(2 * sh.size(), 0);
+      p[2] = p[sh.size() + 2] = sym[0];
+      x = c.g.pad(x, p, 0);
+    }
+    return conv3d(c, x, wt, bias, w.strides, {sym[1], sym[2]}, w.dilations, groups);
+  }
   return c.g.conv2d(x, wt, bias, w.strides, sym, w.dilations, groups);
 }
 
@@ -604,7 +635,7 @@ void register_nn(Table& t) {
     // dilation * (k - 1) less the pads, with the kernel flipped and its in/out channels swapped.
     auto x = c.in(0);
     const auto sh = c.shape(0), wsh = c.shape(1);
-    if (sh.size() != 3 && sh.size() != 4) c.fail("only 1-D and 2-D transposed convolutions are supported");
+    if (sh.size() < 3 || sh.size() > 5) c.fail("only 1-D, 2-D and 3-D transposed convolutions are supported");
     if (c.rank(1) != sh.size()) c.fail("the weight's rank differs from the input's");
     const std::size_t s = sh.size() - 2;
     const I64s kernel(wsh.begin() + 2, wsh.end());
@@ -668,6 +699,7 @@ void register_nn(Table& t) {
     std::optional<NodeId> bias;
     if (c.has(2)) bias = c.in(2);
     if (s == 1) return {c.g.conv1d(x, w, bias, 1, 0, dil[0], group)};
+    if (s == 3) return {conv3d(c, x, w, bias, {1, 1, 1}, {0, 0}, dil, group)};
     return {c.g.conv2d(x, w, bias, {1, 1}, {0, 0}, dil, group)};
   }};
   t["MaxPool"] = {[](Ctx& c) -> Outs {

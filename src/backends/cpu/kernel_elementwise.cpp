@@ -1,4 +1,5 @@
 // Elementwise kernels and the helpers every kernel builder shares.
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/kernels.hpp"
@@ -67,8 +68,11 @@ void write_scalar(std::byte* p, ir::DType t, double v) {
       std::memcpy(p, &x, 4);
       break;
     }
-    case ir::DType::U64: {
-      auto x = r >= 18446744073709551616.0 ? std::uint64_t(0) : std::uint64_t(r);
+    case ir::DType::U64: {  // a negative integer wraps exactly through int64 (as ir::Tensor::set)
+      const double t = std::isfinite(v) ? std::trunc(v) : 0.0;
+      auto x = t < 0 && t >= -9223372036854775808.0 ? std::uint64_t(std::int64_t(t))
+               : r >= 18446744073709551616.0        ? ~std::uint64_t(0)
+                                                    : std::uint64_t(r);
       std::memcpy(p, &x, 8);
       break;
     }
