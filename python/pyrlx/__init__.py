@@ -971,7 +971,8 @@ class CompiledGraph:
         self._inputs = {n: d for n, d, _ in ins}
         self._params = {n: d for n, d, _ in params}
         self._out_dtypes = [d for _, d, _ in outs]
-        self._bf16_outputs = "bf16" in self._out_dtypes
+        # Outputs numpy has no dtype for come back as raw bits and are viewed as ml_dtypes' types.
+        self._bf16_outputs = any(d == "bf16" or d in _STORAGE for d in self._out_dtypes)
         self.input_specs, self.param_specs, self.output_specs = ins, params, outs
 
     def set_param(self, name: str, value: Any) -> None:
@@ -986,7 +987,7 @@ class CompiledGraph:
         for name, value in inputs.items():
             # Fast path: a C-contiguous array of a plain dtype goes straight to C++, no copy.
             dtype = _NP_TO_RLX.get(value.dtype) if type(value) is np.ndarray and value.flags.c_contiguous else None
-            if dtype is None or dtype == "bf16":
+            if dtype is None or dtype == "bf16" or dtype in _STORAGE:
                 value, dtype = _to_device_array(value)
             items.append((name, value, dtype))
         outs = self._c.run(items)

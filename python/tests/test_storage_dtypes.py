@@ -54,7 +54,9 @@ def test_small_int_casts_match_ml_dtypes(device, name, ml, rng):
     # Floats past the range give 0 in both (ml_dtypes'; ONNX's reference follows it).
     x = np.concatenate([rng.uniform(-20, 20, 100), np.arange(-9, 17)]).astype(np.float32)
     back, _ = cast_round_trip(device, x, name)
-    np.testing.assert_array_equal(back, x.astype(t).astype(np.float32))
+    with np.errstate(invalid="ignore"):  # numpy warns of the out-of-range casts it makes 0
+        want = x.astype(t).astype(np.float32)
+    np.testing.assert_array_equal(back, want)
 
 
 def test_saturation_and_overflow():
