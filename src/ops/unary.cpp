@@ -193,36 +193,38 @@ RLX_OP_FAMILY(unary) {
       unary_partial([](Expr x, Expr, Expr v) { return v * apply(OpKind::Sigmoid, x); }));
   formula(OpKind::Mish, "x tanh(softplus(x))", [](Expr x) { return x * tanh(apply(OpKind::Softplus, x)); });
   // `rlx new-op --builtin NAME` adds a unary op's formula above this line.
-  rlx::ir::define_op({.kind = OpKind::Cast,
-                      .doc = "convert to dtype `to` (bool: x != 0)",
-                      .operands = {"x"},
-                      .storage_operands = {0},
-                      .storage = rlx::ir::StorageKind::Element,
-                      // ONNX's Cast attributes, for the storage-only floats (rlx::ir::cast_mode): absent, a cast
-                      // saturates float8 and rounds float8e8m0 up, so other casts print as they always did.
-                      .attrs = {{"to", T::DType, true}, {"saturate", T::Bool, false}, {"round_mode", T::String, false}},
-                      .infer = cast_infer,
-                      // The interpreter's rounding of every result to its node's dtype is the cast, except where
-                      // the cast's mode rounds a storage-only float otherwise (that rounding then keeps it).
-                      .reference =
-                          [](const ReferenceArgs& c) {
-                            F64Value r = c.x(0);
-                            if (rlx::ir::is_storage_float(c.n.dtype)) {
-                              const rlx::ir::CastMode m = rlx::ir::cast_mode(c.attrs());
-                              for (auto& v : r.v) v = rlx::ir::round_to_dtype(v, c.n.dtype, m);
-                            } else if (rlx::ir::is_storage_only(c.n.dtype) && from_float(c.x(0).dtype)) {
-                              for (auto& v : r.v) v = float_to_small_int(v, c.n.dtype);
-                            }
-                            return r;
-                          },
-                      .vjp = [](const DerivativeArgs& s, NodeId ct, const std::vector<bool>&) -> std::vector<Tangent> {
-                        return {s.g.cast(ct, s.in(0).dtype)};
-                      },
-                      .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) -> Tangent {
-                        if (!t[0]) return std::nullopt;
-                        return s.g.cast(*t[0], s.n.dtype);
-                      },
-                      .vmap = batch_elementwise});
+  rlx::ir::define_op(
+      {.kind = OpKind::Cast,
+       .doc =
+           "convert to dtype `to` (bool: x != 0; float8 saturates unless saturate=false; e8m0 rounds by `round_mode`)",
+       .operands = {"x"},
+       .storage_operands = {0},
+       .storage = rlx::ir::StorageKind::Element,
+       // ONNX's Cast attributes, for the storage-only floats (rlx::ir::cast_mode): absent, a cast
+       // saturates float8 and rounds float8e8m0 up, so other casts print as they always did.
+       .attrs = {{"to", T::DType, true}, {"saturate", T::Bool, false}, {"round_mode", T::String, false}},
+       .infer = cast_infer,
+       // The interpreter's rounding of every result to its node's dtype is the cast, except where
+       // the cast's mode rounds a storage-only float otherwise (that rounding then keeps it).
+       .reference =
+           [](const ReferenceArgs& c) {
+             F64Value r = c.x(0);
+             if (rlx::ir::is_storage_float(c.n.dtype)) {
+               const rlx::ir::CastMode m = rlx::ir::cast_mode(c.attrs());
+               for (auto& v : r.v) v = rlx::ir::round_to_dtype(v, c.n.dtype, m);
+             } else if (rlx::ir::is_storage_only(c.n.dtype) && from_float(c.x(0).dtype)) {
+               for (auto& v : r.v) v = float_to_small_int(v, c.n.dtype);
+             }
+             return r;
+           },
+       .vjp = [](const DerivativeArgs& s, NodeId ct, const std::vector<bool>&) -> std::vector<Tangent> {
+         return {s.g.cast(ct, s.in(0).dtype)};
+       },
+       .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) -> Tangent {
+         if (!t[0]) return std::nullopt;
+         return s.g.cast(*t[0], s.n.dtype);
+       },
+       .vmap = batch_elementwise});
   rlx::ir::define_op({.kind = OpKind::Clamp,
                       .doc = "numpy's clip: min(max(x, min), max); a NaN bound gives NaN",
                       .operands = {"x"},
