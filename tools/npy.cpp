@@ -20,16 +20,19 @@ struct Descr {
   const char* text;
   ir::DType dtype;
 };
-constexpr std::array<Descr, 10> kDescrs{{{"<f4", ir::DType::F32},
+constexpr std::array<Descr, 13> kDescrs{{{"<f4", ir::DType::F32},
                                          {"<f8", ir::DType::F64},
                                          {"<f2", ir::DType::F16},
                                          {"<i8", ir::DType::I64},
                                          {"<i4", ir::DType::I32},
+                                         {"<i2", ir::DType::I16},
                                          {"|i1", ir::DType::I8},
                                          {"|u1", ir::DType::U8},
+                                         {"<u2", ir::DType::U16},
+                                         {"<u4", ir::DType::U32},
+                                         {"<u8", ir::DType::U64},
                                          {"|b1", ir::DType::Bool},
-                                         {"<V2", ir::DType::BF16},  // ml_dtypes' bfloat16 saves as raw 2 bytes
-                                         {"<u2", ir::DType::BF16}}};
+                                         {"<V2", ir::DType::BF16}}};  // ml_dtypes' bfloat16 saves as raw 2 bytes
 
 // The value of 'key' in the header's Python dict literal, as text.
 std::string field(const std::string& header, const std::string& key, const std::filesystem::path& path) {
@@ -104,6 +107,10 @@ void write_npy(const std::filesystem::path& path, const ir::Tensor& t) {
   const char* descr = nullptr;
   for (const auto& d : kDescrs)
     if (d.dtype == t.dtype() && !descr) descr = d.text;
+  // The storage-only types save as ml_dtypes' do, one raw byte an element (numpy has no name for them, so
+  // read_npy cannot tell them apart and refuses '|V1').
+  if (!descr && ir::is_storage_only(t.dtype())) descr = "|V1";
+  if (!descr) throw Error(fmt::format("{}: .npy has no dtype for {}", path.string(), ir::dtype_name(t.dtype())));
   std::string shape = fmt::format("{}", fmt::join(t.shape(), ", "));
   if (t.shape().size() == 1) shape += ",";
   std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", descr, shape);

@@ -52,12 +52,23 @@ except ImportError:  # pragma: no cover - depends on the environment
 _NP_TO_RLX = {
     np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.float64): "f64",
     np.dtype(np.int8): "i8", np.dtype(np.uint8): "u8", np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
+    np.dtype(np.int16): "i16", np.dtype(np.uint16): "u16", np.dtype(np.uint32): "u32", np.dtype(np.uint64): "u64",
     np.dtype(np.bool_): "bool",
 }
 _RLX_TO_NP = {v: k for k, v in _NP_TO_RLX.items()}
 _RLX_TO_NP["bf16"] = _BF16 if _BF16 is not None else np.dtype(np.uint16)
 if _BF16 is not None:
     _NP_TO_RLX[_BF16] = "bf16"
+# The storage-only types (float8, float4, int4, int2): one byte an element, as ml_dtypes' types, else the
+# raw bytes as uint8 (which only they produce, so a uint8 array given for one of them is its bytes).
+_STORAGE = {"f8e4m3fn": "float8_e4m3fn", "f8e4m3fnuz": "float8_e4m3fnuz", "f8e5m2": "float8_e5m2",
+            "f8e5m2fnuz": "float8_e5m2fnuz", "f8e8m0": "float8_e8m0fnu", "f4e2m1": "float4_e2m1fn",
+            "i4": "int4", "u4": "uint4", "i2": "int2", "u2": "uint2"}
+for _name, _ml in _STORAGE.items():
+    _np = getattr(_ml_dtypes, _ml, None) if _BF16 is not None else None
+    _RLX_TO_NP[_name] = np.dtype(_np) if _np is not None else np.dtype(np.uint8)
+    if _np is not None:
+        _NP_TO_RLX[np.dtype(_np)] = _name
 
 ShapeLike = Sequence[Union[int, str]]
 DTypeLike = Union[str, np.dtype, type]
@@ -78,17 +89,22 @@ def _to_device_array(value: Any, dtype: Optional[str] = None) -> tuple[np.ndarra
     name = dtype or _NP_TO_RLX.get(arr.dtype)
     if name is None:
         raise Error(f"unsupported numpy dtype {arr.dtype}")
-    if dtype is not None and arr.dtype != _RLX_TO_NP[dtype] and not (dtype == "bf16" and arr.dtype == np.uint16):
+    raw = (dtype == "bf16" and arr.dtype == np.uint16) or (dtype in _STORAGE and arr.dtype == np.uint8)
+    if dtype is not None and arr.dtype != _RLX_TO_NP[dtype] and not raw:
         raise Error(f"expected a {dtype} array, got {arr.dtype}")
     arr = np.require(arr, requirements="C")  # ascontiguousarray would turn rank 0 into rank 1
     if name == "bf16" and arr.dtype != np.uint16:
         arr = arr.view(np.uint16)
+    if name in _STORAGE and arr.dtype != np.uint8:
+        arr = arr.view(np.uint8)
     return arr, name
 
 
 def _from_device_array(arr: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bf16" and _BF16 is not None:
         return arr.view(_BF16)
+    if dtype in _STORAGE and _RLX_TO_NP[dtype] != np.uint8:
+        return arr.view(_RLX_TO_NP[dtype])
     return arr
 
 
@@ -99,7 +115,8 @@ _DEFAULT_FLOAT = "f32"  # where numpy makes float64 out of integers, RLX makes i
 
 def _promote_types(a: str, b: str) -> str:
     """numpy's promote_types for two tensors, except that an integer beside a float tensor takes the float's
-    dtype (numpy widens i32 and i64 to f64) and i8 with u8 gives i32 (RLX has no i16)."""
+    dtype (numpy widens i32 and i64 to f64), and u64 beside a signed integer takes RLX's default float where numpy
+    makes float64."""
     if a == b:
         return a
     if a == "bool" or b == "bool":
@@ -109,7 +126,10 @@ def _promote_types(a: str, b: str) -> str:
         return "f64" if "f64" in (a, b) else "f32"  # f16 and bf16 meet at f32
     if fa or fb:
         return a if fa else b
-    return "i64" if "i64" in (a, b) else "i32"
+    if a in _STORAGE or b in _STORAGE:
+        raise Error(f"{a} and {b}: a storage-only type computes nothing; cast it first (astype)")
+    both = np.promote_types(_RLX_TO_NP[a], _RLX_TO_NP[b])  # i8 with u8 gives i16, u32 with i32 gives i64
+    return _NP_TO_RLX.get(both, _DEFAULT_FLOAT)
 
 
 def _weak_dtype(v: Any, beside: Optional[str]) -> str:
@@ -327,7 +347,9 @@ class Node:
 
     def _accumulator(self) -> "Node":
         """numpy's sum, prod and cumsum accumulate bool and integers narrower than 64 bits in int64."""
-        return self._as("i64") if self.dtype in ("bool", "i8", "u8", "i32") else self
+        if self.dtype in ("u8", "u16", "u32"):  # numpy accumulates unsigned integers in uint64
+            return self._as("u64")
+        return self._as("i64") if self.dtype in ("bool", "i8", "i16", "i32") else self
 
     def _floating(self) -> "Node":
         """numpy's mean, var and std of integers are float64; RLX's default float here."""
@@ -459,7 +481,7 @@ class Node:
         return (self[i] for i in range(len(self)))
 
 
-_INT_DTYPES = ("i8", "u8", "i32", "i64")
+_INT_DTYPES = ("i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")
 
 
 def _index_items(x: Node, key) -> list:
@@ -949,7 +971,8 @@ class CompiledGraph:
         self._inputs = {n: d for n, d, _ in ins}
         self._params = {n: d for n, d, _ in params}
         self._out_dtypes = [d for _, d, _ in outs]
-        self._bf16_outputs = "bf16" in self._out_dtypes
+        # Outputs numpy has no dtype for come back as raw bits and are viewed as ml_dtypes' types.
+        self._bf16_outputs = any(d == "bf16" or d in _STORAGE for d in self._out_dtypes)
         self.input_specs, self.param_specs, self.output_specs = ins, params, outs
 
     def set_param(self, name: str, value: Any) -> None:
@@ -964,7 +987,7 @@ class CompiledGraph:
         for name, value in inputs.items():
             # Fast path: a C-contiguous array of a plain dtype goes straight to C++, no copy.
             dtype = _NP_TO_RLX.get(value.dtype) if type(value) is np.ndarray and value.flags.c_contiguous else None
-            if dtype is None or dtype == "bf16":
+            if dtype is None or dtype == "bf16" or dtype in _STORAGE:
                 value, dtype = _to_device_array(value)
             items.append((name, value, dtype))
         outs = self._c.run(items)

@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _C, _NP_TO_RLX, Error, Graph, Node, _to_device_array
+from . import _C, _NP_TO_RLX, _STORAGE, Error, Graph, Node, _to_device_array
 
 __all__ = ["cross_entropy", "mse", "SGD", "Adam", "AdamW", "Optimizer", "LossScaling", "Trainer", "train_step"]
 
@@ -97,7 +97,7 @@ def _named_arrays(values: dict) -> list:
     for name, value in values.items():
         # C-contiguous arrays of a plain dtype are passed without a copy, as in CompiledGraph.run.
         dtype = _NP_TO_RLX.get(value.dtype) if type(value) is np.ndarray and value.flags.c_contiguous else None
-        if dtype is None or dtype == "bf16":
+        if dtype is None or dtype == "bf16" or dtype in _STORAGE:
             value, dtype = _to_device_array(value)
         items.append((name, value, dtype))
     return items

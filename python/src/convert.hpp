@@ -83,7 +83,14 @@ inline nb::dlpack::dtype dl_dtype(ir::DType t) {
     case ir::DType::I32: return nb::dtype<std::int32_t>();
     case ir::DType::I64: return nb::dtype<std::int64_t>();
     case ir::DType::Bool: return nb::dtype<bool>();
+    case ir::DType::I16: return nb::dtype<std::int16_t>();
+    case ir::DType::U16: return nb::dtype<std::uint16_t>();
+    case ir::DType::U32: return nb::dtype<std::uint32_t>();
+    case ir::DType::U64: return nb::dtype<std::uint64_t>();
+    default: break;
   }
+  // The storage-only types come back as their bytes (uint8); the Python layer views them as ml_dtypes' types.
+  if (ir::is_storage_only(t)) return nb::dtype<std::uint8_t>();
   return nb::dtype<float>();
 }
 

@@ -113,23 +113,25 @@ def test_numpy_scalars_are_weak(device, rng):
 
 
 # (lhs, rhs, RLX's result dtype): numpy's promote_types, but an int beside a float takes the float's dtype
-# (numpy: f64 for i32/i64) and i8 with u8 gives i32 (numpy: i16, which RLX lacks).
+# (numpy: f64 for i32/i64); integers promote as numpy's do (i8 with u8 gives i16, u32 with i32 gives i64).
 MIXED = [("f16", "f32", "f32"), ("f32", "f16", "f32"), ("f32", "f64", "f64"), ("f16", "f64", "f64"),
          ("bf16", "f16", "f32"), ("bf16", "f32", "f32"), ("i32", "f32", "f32"), ("i64", "f16", "f16"),
-         ("u8", "f32", "f32"), ("i8", "u8", "i32"), ("i32", "i64", "i64"), ("u8", "i32", "i32"), ("bool", "i32", "i32"),
-         ("bool", "f16", "f16")]
+         ("u8", "f32", "f32"), ("i8", "u8", "i16"), ("i32", "i64", "i64"), ("u8", "i32", "i32"), ("bool", "i32", "i32"),
+         ("bool", "f16", "f16"), ("u8", "u16", "u16"), ("u16", "i16", "i32"), ("u32", "i32", "i64"),
+         ("u32", "u64", "u64")]
 
 
 @pytest.mark.parametrize("lhs,rhs,result", MIXED, ids=["-".join(m) for m in MIXED])
 def test_mixed_tensor_dtypes_promote(device, lhs, rhs, result, rng):
     np_of = lambda d: np.dtype(ml_dtypes.bfloat16) if d == "bf16" else np.dtype({"f16": np.float16, "f32": np.float32,
-        "f64": np.float64, "i8": np.int8, "u8": np.uint8, "i32": np.int32, "i64": np.int64, "bool": np.bool_}[d])
+        "f64": np.float64, "i8": np.int8, "u8": np.uint8, "i32": np.int32, "i64": np.int64, "bool": np.bool_,
+        "i16": np.int16, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64}[d])
     if "bf16" in (lhs, rhs) and ml_dtypes is None:
         pytest.skip("ml_dtypes is not installed")
     a = rng.integers(0, 4, (3, 4)).astype(np_of(lhs))
     b = rng.integers(1, 4, (4,)).astype(np_of(rhs))
     got_add, got_mul, got_lt = build(device, lambda x, y: [x + y, y * x, x < y], [a, b])
-    wide = np.float64 if result in ("f16", "f32", "f64") else np.int64
+    wide = np.float64 if result in ("f16", "f32", "f64") else np.int64  # small values: exact in both
     for got, want in [(got_add, a.astype(wide) + b.astype(wide)), (got_mul, b.astype(wide) * a.astype(wide))]:
         assert got.dtype == np_of(result)
         np.testing.assert_allclose(got.astype(np.float64), want)  # small integers: exact in every dtype
@@ -361,7 +363,7 @@ def test_reduction_dtypes_follow_numpy(device, rng):
     wants = [ai.mean(), ai.mean(1), mask.sum(), mask.sum((0, 2)), mask.mean(-1), ai.sum(0),
              (ai.astype(np.int8) + 100).sum(), ai.prod(2), mask.max(1), mask.min(), ai.astype(np.uint8).sum()]
     for got, want in zip(outs, wants):
-        assert_same(got, as_f32(want).astype(np.int64) if want.dtype == np.uint64 else as_f32(want))
+        assert_same(got, as_f32(want))  # numpy's u8 sum is u64, which RLX has
 
 
 @pytest.mark.parametrize("axis,keepdims", [(None, False), (0, False), (-1, True), ((0, 2), False), (None, True)])

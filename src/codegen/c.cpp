@@ -1374,8 +1374,9 @@ compile::BackendTraits traits() {
 
 Source emit(const compile::LirModule& lir, const Options& options) {
   if (lir.outputs.empty()) throw Error("codegen::c: graph '" + lir.name + "' has no outputs");
+  const auto native = traits().native_dtypes;
   for (const Buffer& b : lir.buffers)
-    if (b.dtype == DType::F16 || b.dtype == DType::BF16)
+    if (!native.contains(b.dtype))
       throw Error("codegen::c: buffer b" + std::to_string(b.id) + " '" + b.name + "': dtype " +
                   std::string(ir::dtype_name(b.dtype)) +
                   " is not supported by the C target (f32, f64, i8, u8, i32, i64 and bool are)");
@@ -1384,8 +1385,9 @@ Source emit(const compile::LirModule& lir, const Options& options) {
 
 Source emit(const ir::Graph& g, const Options& options) {
   if (g.outputs().empty()) throw Error("codegen::c: graph '" + g.name() + "' has no outputs");
+  const auto native = traits().native_dtypes;
   for (const Node& n : g.nodes()) {
-    if (n.dtype == DType::F16 || n.dtype == DType::BF16)
+    if (!native.contains(n.dtype))
       throw Error("codegen::c: " + ir::describe_node(g, n) + ": dtype " + std::string(ir::dtype_name(n.dtype)) +
                   " is not supported by the C target (f32, f64, i8, u8, i32, i64 and bool are)");
     if (!n.shape.is_static())

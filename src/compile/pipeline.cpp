@@ -351,7 +351,7 @@ CompileResult compile(const ir::Graph& hir, const BackendTraits& backend, const 
       pm.run("legalize_f32_compute", g,
              [&](const ir::Graph& x) { return passes::legalize_f32_compute(x, backend.f32_compute_ops); });
     if (std::any_of(std::begin(ir::kAllDTypes), std::end(ir::kAllDTypes),
-                    [&](ir::DType t) { return !backend.native_dtypes.contains(t); }))
+                    [&](ir::DType t) { return ir::is_float(t) && !backend.native_dtypes.contains(t); }))
       pm.run("legalize_dtypes", g,
              [&](const ir::Graph& x) { return passes::legalize_dtypes(x, backend.native_dtypes); });
     pm.run("legalize_broadcast", g, passes::legalize_broadcast);

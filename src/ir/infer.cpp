@@ -61,11 +61,21 @@ TypeInfo infer_unchecked(const Graph& g, OpKind op, std::span<const NodeId> inpu
       if (spec.required && !attrs.has(spec.key)) require(false, "missing attribute '" + std::string(spec.key) + "'");
 
     const OpDef& def = op_def(op);
-    for (int i = 0; i < n_in; ++i)
-      if (is_block_quantized(in(i).dtype) &&
-          std::find(def.block_operands.begin(), def.block_operands.end(), std::size_t(i)) == def.block_operands.end())
-        require(false, "operand " + std::to_string(i) + " is " + std::string(dtype_name(in(i).dtype)) +
+    for (int i = 0; i < n_in; ++i) {
+      const DType t = in(i).dtype;
+      if (!is_block_quantized(t) && !is_storage_only(t)) continue;
+      const auto& ops = def.storage_operands;
+      const bool listed = std::find(ops.begin(), ops.end(), std::size_t(i)) != ops.end() ||
+                          std::find(ops.begin(), ops.end(), kAnyOperand) != ops.end();
+      const StorageKind kind = is_block_quantized(t) ? StorageKind::Block : StorageKind::Element;
+      if (listed && def.storage == kind) continue;
+      if (kind == StorageKind::Block)
+        require(false, "operand " + std::to_string(i) + " is " + std::string(dtype_name(t)) +
                            ", a block-quantized type: only dequantize, quantized_matmul and embedding read one");
+      require(false, "operand " + std::to_string(i) + " is " + std::string(dtype_name(t)) +
+                         ", a storage-only type: only cast and the movement ops take one (cast it to a type " +
+                         op_name(op).data() + " computes with)");
+    }
     const auto& rule = def.infer;
     require(bool(rule), "has no inference rule in the op table");
     std::vector<TypeInfo> ins;

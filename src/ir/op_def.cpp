@@ -101,4 +101,11 @@ NodeId expand_op(Graph& g, const Node& n, std::span<const NodeId> in) {
   return g.node(r).dtype == n.dtype ? r : g.cast(r, n.dtype);
 }
 
+CastMode cast_mode(const Attrs& attrs) {
+  CastMode m;
+  m.saturate = attrs.bool_or("saturate", true);
+  if (attrs.has("round_mode")) m.round = parse_e8m0_round(attrs.get_str("round_mode"));
+  return m;
+}
+
 }  // namespace rlx::ir

@@ -1,5 +1,6 @@
 #include "rlx/ir/tensor.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -91,10 +92,29 @@ double Tensor::get(std::int64_t i) const {
     case DType::I32: return load(std::int32_t{});
     case DType::I64: return static_cast<double>(load(std::int64_t{}));
     case DType::Bool: return load(std::uint8_t{}) != 0;
-    default: break;  // the block types: above
+    case DType::I16: return load(std::int16_t{});
+    case DType::U16: return load(std::uint16_t{});
+    case DType::U32: return load(std::uint32_t{});
+    case DType::U64: return static_cast<double>(load(std::uint64_t{}));
+    default:
+      if (is_storage_only(dtype_)) return storage_decode(dtype_, load(std::uint8_t{}));
+      break;  // the block types: above
   }
   return 0;
 }
+
+namespace {
+
+// A u64 element: a negative integer wraps exactly through int64 (-5 is 2^64 - 5, which a double rounds to
+// 2^64); `r` is round_to_dtype's value for the others, where 2^64 stands for such a wrapped value and keeps its
+// nearest, 2^64 - 1.
+std::uint64_t to_u64(double v, double r) {
+  const double t = std::isfinite(v) ? std::trunc(v) : 0.0;
+  if (t < 0 && t >= -9223372036854775808.0) return std::uint64_t(std::int64_t(t));
+  return r >= 18446744073709551616.0 ? ~std::uint64_t(0) : static_cast<std::uint64_t>(r);
+}
+
+}  // namespace
 
 void Tensor::set(std::int64_t i, double v) {
   if (is_block_quantized(dtype_))
@@ -113,7 +133,13 @@ void Tensor::set(std::int64_t i, double v) {
     case DType::I32: store(static_cast<std::int32_t>(r)); break;
     case DType::I64: store(static_cast<std::int64_t>(r)); break;
     case DType::Bool: store(static_cast<std::uint8_t>(r != 0)); break;
-    default: break;  // the block types: refused above
+    case DType::I16: store(static_cast<std::int16_t>(r)); break;
+    case DType::U16: store(static_cast<std::uint16_t>(r)); break;
+    case DType::U32: store(static_cast<std::uint32_t>(r)); break;
+    case DType::U64: store(to_u64(v, r)); break;
+    default:
+      if (is_storage_only(dtype_)) store(storage_encode(dtype_, r));
+      break;  // the block types: refused above
   }
 }
 

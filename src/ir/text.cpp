@@ -113,8 +113,11 @@ std::string format_element(const Tensor& t, std::int64_t i) {
     case DType::BF16: return format_g(t.get(i), 9);
     case DType::F64: return format_g(t.get(i), 17);
     case DType::I64: return std::to_string(t.data_as<std::int64_t>()[i]);  // beyond 2^53 doubles are inexact
+    case DType::U64: return std::to_string(t.data_as<std::uint64_t>()[i]);
     case DType::Bool: return t.get(i) != 0 ? "true" : "false";
-    default: return std::to_string(static_cast<std::int64_t>(t.get(i)));
+    default:
+      if (is_storage_float(t.dtype())) return format_g(t.get(i), 9);
+      return std::to_string(static_cast<std::int64_t>(t.get(i)));
   }
 }
 
@@ -279,12 +282,12 @@ struct Literal {
 };
 
 std::pair<std::int64_t, std::int64_t> int_range(DType t) {
-  switch (t) {
-    case DType::I8: return {-128, 127};
-    case DType::U8: return {0, 255};
-    case DType::I32: return {std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()};
-    default: return {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
-  }
+  // i64's range is int64's (u64's constants parse apart: Parser::to_u64); the others have ranges a double
+  // holds exactly.
+  if (t == DType::I64 || t == DType::U64)
+    return {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
+  const auto [lo, hi] = integer_range(t);
+  return {std::int64_t(lo), std::int64_t(hi)};
 }
 
 class Parser {
@@ -393,6 +396,17 @@ class Parser {
     if (word && lit.minus && lit.tok->text != "inf" && lit.tok->text != "nan")
       fail(lit.where(), fmt::format("bad value '{}'", lit.str()));
     return lit;
+  }
+
+  // u64's elements, past int64's range too.
+  static std::uint64_t to_u64(const Literal& lit) {
+    if (lit.tok->kind != Tok::Int) fail(lit.where(), fmt::format("expected an integer, got '{}'", lit.str()));
+    std::uint64_t v = 0;
+    const std::string& s = lit.tok->text;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (lit.minus || ec != std::errc() || end != s.data() + s.size())
+      fail(lit.where(), fmt::format("integer '{}' out of range for u64", lit.str()));
+    return v;
   }
 
   static std::int64_t to_int(const Literal& lit, DType range = DType::I64) {
@@ -625,10 +639,12 @@ class Parser {
       const auto at = static_cast<std::int64_t>(i);
       if (n.dtype == DType::Bool)
         t->set(at, to_bool(values[i]));
-      else if (is_float(n.dtype))
+      else if (is_float(n.dtype) || is_storage_float(n.dtype))
         t->set(at, to_float(values[i]));
       else if (n.dtype == DType::I64)
         t->data_as<std::int64_t>()[i] = to_int(values[i]);
+      else if (n.dtype == DType::U64)
+        t->data_as<std::uint64_t>()[i] = to_u64(values[i]);
       else
         t->set(at, static_cast<double>(to_int(values[i], n.dtype)));
     }

@@ -26,6 +26,20 @@ std::optional<ir::DType> dtype_of(std::int64_t onnx_type) {
     case T::FLOAT16: return ir::DType::F16;
     case T::DOUBLE: return ir::DType::F64;
     case T::BFLOAT16: return ir::DType::BF16;
+    case T::INT16: return ir::DType::I16;
+    case T::UINT16: return ir::DType::U16;
+    case T::UINT32: return ir::DType::U32;
+    case T::UINT64: return ir::DType::U64;
+    case T::FLOAT8E4M3FN: return ir::DType::F8E4M3FN;
+    case T::FLOAT8E4M3FNUZ: return ir::DType::F8E4M3FNUZ;
+    case T::FLOAT8E5M2: return ir::DType::F8E5M2;
+    case T::FLOAT8E5M2FNUZ: return ir::DType::F8E5M2FNUZ;
+    case T::FLOAT8E8M0: return ir::DType::F8E8M0;
+    case T::FLOAT4E2M1: return ir::DType::F4E2M1;
+    case T::INT4: return ir::DType::I4;
+    case T::UINT4: return ir::DType::U4;
+    case T::INT2: return ir::DType::I2;
+    case T::UINT2: return ir::DType::U2;
     default: return std::nullopt;
   }
 }
@@ -90,6 +104,28 @@ std::vector<std::byte> read_external(const ::onnx::TensorProto& t, const std::st
   return out;
 }
 
+// Elements per byte of ONNX's packed sub-byte types (low bits first); 1 for every other type.
+int packed_per_byte(ir::DType t) {
+  switch (t) {
+    case ir::DType::I4:
+    case ir::DType::U4:
+    case ir::DType::F4E2M1: return 2;
+    case ir::DType::I2:
+    case ir::DType::U2: return 4;
+    default: return 1;
+  }
+}
+
+// ONNX packs 4- and 2-bit elements into bytes, the first element in the low bits; RLX holds one a byte.
+ir::Tensor unpacked(ir::DType dt, std::vector<std::int64_t> shape, std::span<const std::uint8_t> packed,
+                    std::int64_t n) {
+  const int per = packed_per_byte(dt), bits = 8 / per;
+  std::vector<std::byte> out(std::size_t(n), std::byte{0});
+  for (std::int64_t i = 0; i < n; ++i)
+    out[std::size_t(i)] = std::byte((packed[std::size_t(i / per)] >> (bits * (i % per))) & ((1 << bits) - 1));
+  return ir::Tensor(dt, std::move(shape), out);
+}
+
 }  // namespace
 
 ir::Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& base_dir, const std::string& what) {
@@ -105,20 +141,40 @@ ir::Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& ba
   const std::size_t esize = ir::dtype_size(*dt);
   const std::size_t want = std::size_t(ir::limits::checked_mul(n, std::int64_t(esize), what));
   ir::limits::check_allocation(std::int64_t(want), what);
-  if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
-    auto bytes = read_external(t, base_dir, what, want);
-    return ir::Tensor(*dt, shape, bytes);
-  }
+  const int per = packed_per_byte(*dt);
+  // The bytes the file holds: packed sub-byte elements take a byte per `per` of them.
+  const std::size_t file_bytes = per == 1 ? want : (std::size_t(n) + std::size_t(per) - 1) / std::size_t(per);
+  auto from_file = [&](std::span<const std::byte> bytes) {
+    if (per == 1) return ir::Tensor(*dt, shape, bytes);
+    return unpacked(*dt, shape, {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, n);
+  };
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
+    return from_file(read_external(t, base_dir, what, file_bytes));
   if (t.has_raw_data()) {
     const auto& raw = t.raw_data();
-    if (raw.size() != want)
-      throw Error(fmt::format("onnx: {} holds {} bytes of raw data, its shape needs {}", what, raw.size(), want));
-    return ir::Tensor(*dt, shape, std::as_bytes(std::span<const char>(raw.data(), raw.size())));
+    if (raw.size() != file_bytes)
+      throw Error(fmt::format("onnx: {} holds {} bytes of raw data, its shape needs {}", what, raw.size(), file_bytes));
+    return from_file(std::as_bytes(std::span<const char>(raw.data(), raw.size())));
   }
   ir::Tensor out(*dt, shape);
   auto check_count = [&](std::int64_t have, const char* field) {
     if (have != n) throw Error(fmt::format("onnx: {} has {} values in {}, its shape needs {}", what, have, field, n));
   };
+  if (per > 1) {  // int32_data holds one packed byte an entry
+    const std::int64_t have = t.int32_data_size();
+    if (have != std::int64_t(file_bytes))
+      throw Error(
+          fmt::format("onnx: {} has {} values in int32_data, its shape needs {} packed bytes", what, have, file_bytes));
+    std::vector<std::uint8_t> packed(file_bytes);
+    for (std::size_t i = 0; i < file_bytes; ++i) packed[i] = std::uint8_t(t.int32_data(int(i)));
+    return unpacked(*dt, shape, packed, n);
+  }
+  if (ir::is_storage_only(*dt)) {  // float8: one bit pattern an int32_data entry
+    check_count(t.int32_data_size(), "int32_data");
+    auto* p = out.data_as<std::uint8_t>();
+    for (std::int64_t i = 0; i < n; ++i) p[i] = std::uint8_t(t.int32_data(int(i)));
+    return out;
+  }
   switch (*dt) {
     case ir::DType::F32:
       check_count(t.float_data_size(), "float_data");
@@ -144,7 +200,19 @@ ir::Tensor tensor_from_proto(const ::onnx::TensorProto& t, const std::string& ba
       for (std::int64_t i = 0; i < n; ++i) p[i] = std::uint16_t(t.int32_data(int(i)));
       break;
     }
-    default: {  // i8 u8 bool: one per int32_data entry
+    case ir::DType::U32:
+    case ir::DType::U64: {
+      check_count(t.uint64_data_size(), "uint64_data");
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::uint64_t v = t.uint64_data(int(i));
+        if (*dt == ir::DType::U32)
+          out.data_as<std::uint32_t>()[i] = std::uint32_t(v);
+        else
+          out.data_as<std::uint64_t>()[i] = v;
+      }
+      break;
+    }
+    default: {  // i8 u8 i16 u16 bool: one per int32_data entry
       check_count(t.int32_data_size(), "int32_data");
       for (std::int64_t i = 0; i < n; ++i) out.set(i, double(t.int32_data(int(i))));
       break;

@@ -79,6 +79,17 @@ NodeId asin(Ctx& c, NodeId x) {
   return atan(c, c.g.div(x, d));
 }
 
+// A cast with ONNX's `saturate` (float8, from opset 19) and `round_mode` (float8e8m0, opset 25) when they
+// are not the defaults; other casts are plain.
+NodeId cast_with_mode(Ctx& c, NodeId x, ir::DType to) {
+  if (!ir::is_storage_float(to) || c.g.node(x).dtype == to) return cast_to(c, x, to);
+  ir::Attrs a;
+  a.set("to", to);
+  if (c.attr_int("saturate", 1) == 0) a.set("saturate", false);
+  if (const auto mode = c.attr_str("round_mode", "up"); mode != "up") a.set("round_mode", mode);
+  return c.g.add(OpKind::Cast, {x}, a);
+}
+
 }  // namespace
 
 void register_elementwise(Table& t) {
@@ -226,10 +237,26 @@ void register_elementwise(Table& t) {
     // RIGHT divides by 2^s rounding down (an arithmetic shift). Shifts outside [0, width) give 0, or -1
     // for a negative value shifted right, as ONNX's reference.
     const auto dt = c.dtype(0);
-    const int width = dt == ir::DType::U8 || dt == ir::DType::I8 ? 8 : dt == ir::DType::I32 ? 32 : 0;
-    if (width == 0) c.fail(fmt::format("{} is not supported (uint8, int8, int32)", ir::dtype_name(dt)));
+    const int width = dt == ir::DType::U8 || dt == ir::DType::I8 ? 8
+                      : dt == ir::DType::I16                     ? 16
+                      : dt == ir::DType::I32                     ? 32
+                      : dt == ir::DType::I64                     ? 64
+                                                                 : 0;
     const auto dir = c.attr_str("direction", "");
     if (dir != "LEFT" && dir != "RIGHT") c.fail(fmt::format("direction '{}' is not LEFT or RIGHT", dir));
+    if (dt == ir::DType::U16 || dt == ir::DType::U32 || dt == ir::DType::U64) {
+      // In the unsigned type itself (u64 has no wider type): a product wraps to it and a quotient is the
+      // logical shift.
+      const int w = int(ir::dtype_size(dt)) * 8;
+      auto x = c.in(0), sh = cast_to(c, c.in(1), dt);
+      auto kt = [&](double v) { return c.g.scalar(v, dt); };
+      auto valid = c.g.binary(OpKind::Lt, sh, kt(w));
+      auto p = c.g.binary(OpKind::Pow, kt(2), c.g.where(valid, sh, kt(0)));
+      return {c.g.where(valid, dir == "LEFT" ? c.g.mul(x, p) : c.g.div(x, p), kt(0))};
+    }
+    if (width == 0)
+      c.fail(fmt::format("{} is not supported (uint8, uint16, uint32, uint64, int8, int16, int32, int64)",
+                         ir::dtype_name(dt)));
     auto i64 = [&](double v) { return c.g.scalar(v, ir::DType::I64); };
     auto x = c.g.cast(c.in(0), ir::DType::I64), sh = c.g.cast(c.in(1), ir::DType::I64);
     auto valid = c.g.binary(OpKind::And, c.g.binary(OpKind::Ge, sh, i64(0)), c.g.binary(OpKind::Lt, sh, i64(width)));
@@ -241,7 +268,9 @@ void register_elementwise(Table& t) {
       auto floor_div = c.g.div(c.g.sub(x, c.g.binary(OpKind::Mod, x, p)), p);
       y = c.g.where(valid, floor_div, c.g.where(c.g.binary(OpKind::Lt, x, i64(0)), i64(-1), i64(0)));
     }
-    // Wrap to the type's width first: a cast of an out-of-range integer is not defined everywhere.
+    // Wrap to the type's width first: a cast of an out-of-range integer is not defined everywhere. (int64 wraps
+    // as it computes; 2^63, a shift of 63, is the one shift whose power it cannot hold.)
+    if (width == 64) return {y};
     const double span = double(std::int64_t(1) << width);
     y = c.g.binary(OpKind::Mod, y, i64(span));
     if (ir::is_signed(dt)) y = c.g.where(c.g.binary(OpKind::Ge, y, i64(span / 2)), c.g.sub(y, i64(span)), y);
@@ -252,9 +281,9 @@ void register_elementwise(Table& t) {
     const auto to = c.attr_int("to");
     auto dt = dtype_of(to);
     if (!dt) c.fail(fmt::format("attribute 'to' is {}, which RLX has no dtype for", onnx_type_name(to)));
-    return {cast_to(c, c.in(0), *dt)};
+    return {cast_with_mode(c, c.in(0), *dt)};
   }};
-  t["CastLike"] = {[](Ctx& c) -> Outs { return {cast_to(c, c.in(0), c.dtype(1))}; }};
+  t["CastLike"] = {[](Ctx& c) -> Outs { return {cast_with_mode(c, c.in(0), c.dtype(1))}; }};
   t["Clip"] = {[](Ctx& c) -> Outs {
     auto x = c.in(0);
     if (c.opset() < 11) {

@@ -217,9 +217,32 @@ NodeId pool(Ctx& c, Pool kind, std::optional<NodeId>* argmax = nullptr) {
   return c.g.div(*acc, *cnt);
 }
 
+// A 3-D convolution as 2-D ones, one per kernel depth kd: the input's depth slices kd*dil, kd*dil + stride, ...
+// become images of a batch N*OD, convolved with the weight's slice at kd and summed. x's depth is padded
+// already; `pads` are the symmetric pads of height and width.
+NodeId conv3d(Ctx& c, NodeId x, NodeId wt, std::optional<NodeId> bias, const I64s& strides, const I64s& pads,
+              const I64s& dil, std::int64_t groups) {
+  const auto sh = ext(c, x), wsh = ext(c, wt);
+  const std::int64_t n = sh[0], ch = sh[1], depth = sh[2], kd = wsh[2], o = wsh[0];
+  const std::int64_t od = (depth - dil[0] * (kd - 1) - 1) / strides[0] + 1;
+  if (od <= 0) c.fail(fmt::format("the kernel's depth {} (dilation {}) exceeds the input's {}", kd, dil[0], depth));
+  std::optional<NodeId> acc;
+  for (std::int64_t k = 0; k < kd; ++k) {
+    auto slab = c.g.slice(x, {2}, {k * dil[0]}, {k * dil[0] + (od - 1) * strides[0] + 1}, {strides[0]});
+    auto images = c.g.reshape(c.g.permute(slab, {0, 2, 1, 3, 4}), I64s{n * od, ch, sh[3], sh[4]});
+    auto wk = c.g.reshape(c.g.slice(wt, {2}, {k}, {k + 1}), I64s{o, wsh[1], wsh[3], wsh[4]});
+    auto y = c.g.conv2d(images, wk, std::nullopt, {strides[1], strides[2]}, pads, {dil[1], dil[2]}, groups);
+    acc = acc ? c.g.add(*acc, y) : y;
+  }
+  const auto ys = ext(c, *acc);
+  auto y = c.g.permute(c.g.reshape(*acc, I64s{n, od, o, ys[2], ys[3]}), {0, 2, 1, 3, 4});
+  if (bias) y = c.g.add(y, c.g.reshape(*bias, I64s{o, 1, 1, 1}));
+  return y;
+}
+
 NodeId conv(Ctx& c, NodeId x, NodeId wt, std::optional<NodeId> bias) {
   const auto sh = ext(c, x), wsh = ext(c, wt);
-  if (sh.size() != 3 && sh.size() != 4) c.fail("only 1-D and 2-D convolutions are supported");
+  if (sh.size() < 3 || sh.size() > 5) c.fail("only 1-D, 2-D and 3-D convolutions are supported");
   if (wsh.size() != sh.size()) c.fail("the weight's rank differs from the input's");
   const std::size_t s = sh.size() - 2;
   const I64s kernel(wsh.begin() + 2, wsh.end());
@@ -241,14 +264,26 @@ NodeId conv(Ctx& c, NodeId x, NodeId wt, std::optional<NodeId> bias) {
     x = c.g.pad(x, p, 0);
   }
   if (s == 1) return c.g.conv1d(x, wt, bias, w.strides[0], sym[0], w.dilations[0], groups);
+  if (s == 3) {  // the depth's padding explicit, the rest conv2d's
+    if (sym[0] > 0) {
+      I64s p(2 * sh.size(), 0);
+      p[2] = p[sh.size() + 2] = sym[0];
+      x = c.g.pad(x, p, 0);
+    }
+    return conv3d(c, x, wt, bias, w.strides, {sym[1], sym[2]}, w.dilations, groups);
+  }
   return c.g.conv2d(x, wt, bias, w.strides, sym, w.dilations, groups);
 }
 
-// The integer range of a quantized type.
+// The integer range of a quantized integer type.
 std::pair<double, double> qrange(Ctx& c, ir::DType t) {
-  if (t == ir::DType::U8) return {0, 255};
-  if (t == ir::DType::I8) return {-128, 127};
-  c.fail(fmt::format("quantized type {} is not supported (uint8, int8)", ir::dtype_name(t)));
+  const bool small = t == ir::DType::I4 || t == ir::DType::U4 || t == ir::DType::I2 || t == ir::DType::U2;
+  if (small || t == ir::DType::U8 || t == ir::DType::I8 || t == ir::DType::I16 || t == ir::DType::U16)
+    return ir::integer_range(t);
+  c.fail(
+      fmt::format("quantized type {} is not supported (uint8, int8, uint16, int16, uint4, int4, uint2, int2, "
+                  "float8, float4e2m1)",
+                  ir::dtype_name(t)));
 }
 
 // A per-tensor scalar or a per-axis [C] vector reshaped to broadcast along `axis` of `x`. With
@@ -259,6 +294,8 @@ NodeId along(Ctx& c, NodeId v, std::int64_t axis, NodeId x, std::int64_t block =
   const auto xs = ext(c, x);
   const auto r = xs.size();
   if (vs.rank() == 0 && block <= 0) return v;
+  // A [1] scale or zero point is per tensor, as ONNX's reference broadcasts it (the axis is not read).
+  if (vs.rank() == 1 && vs[0].is_static() && vs[0].size == 1 && block <= 0) return c.g.reshape(v, ir::Shape{});
   const auto a = std::size_t(axis_of(c, axis, r));
   if (block <= 0) {
     if (vs.rank() != 1) c.fail("a scale or zero point of rank 2 or more needs block_size (blocked quantization)");
@@ -287,11 +324,20 @@ NodeId along(Ctx& c, NodeId v, std::int64_t axis, NodeId x, std::int64_t block =
   return c.g.slice(rep, {std::int64_t(a)}, {0}, {xs[a]});
 }
 
-// round-half-even(x / scale) + zero point, saturated and cast to the quantized type.
-NodeId quantize(Ctx& c, NodeId x, NodeId scale, std::optional<NodeId> zp, ir::DType qt) {
-  auto [lo, hi] = qrange(c, qt);
+// round-half-even(x / scale) + zero point, saturated and cast to the quantized type. A float8 or float4 type
+// takes x / scale + zero point as it is, cast with its own rounding (`saturate`: ONNX's attribute).
+NodeId quantize(Ctx& c, NodeId x, NodeId scale, std::optional<NodeId> zp, ir::DType qt, bool saturate = true) {
   auto xf = cast_to(c, x, ir::DType::F32);
-  auto y = c.g.unary(OpKind::Round, c.g.div(xf, cast_to(c, scale, ir::DType::F32)));
+  auto y = c.g.div(xf, cast_to(c, scale, ir::DType::F32));
+  if (ir::is_storage_float(qt)) {
+    if (zp) y = c.g.add(y, cast_to(c, *zp, ir::DType::F32));
+    ir::Attrs a;
+    a.set("to", qt);
+    if (!saturate) a.set("saturate", false);
+    return c.g.add(OpKind::Cast, {y}, a);
+  }
+  auto [lo, hi] = qrange(c, qt);
+  y = c.g.unary(OpKind::Round, y);
   if (zp) y = c.g.add(y, cast_to(c, *zp, ir::DType::F32));
   return c.g.cast(c.g.clamp(y, lo, hi), qt);
 }
@@ -589,7 +635,7 @@ void register_nn(Table& t) {
     // dilation * (k - 1) less the pads, with the kernel flipped and its in/out channels swapped.
     auto x = c.in(0);
     const auto sh = c.shape(0), wsh = c.shape(1);
-    if (sh.size() != 3 && sh.size() != 4) c.fail("only 1-D and 2-D transposed convolutions are supported");
+    if (sh.size() < 3 || sh.size() > 5) c.fail("only 1-D, 2-D and 3-D transposed convolutions are supported");
     if (c.rank(1) != sh.size()) c.fail("the weight's rank differs from the input's");
     const std::size_t s = sh.size() - 2;
     const I64s kernel(wsh.begin() + 2, wsh.end());
@@ -653,6 +699,7 @@ void register_nn(Table& t) {
     std::optional<NodeId> bias;
     if (c.has(2)) bias = c.in(2);
     if (s == 1) return {c.g.conv1d(x, w, bias, 1, 0, dil[0], group)};
+    if (s == 3) return {conv3d(c, x, w, bias, {1, 1, 1}, {0, 0}, dil, group)};
     return {c.g.conv2d(x, w, bias, {1, 1}, {0, 0}, dil, group)};
   }};
   t["MaxPool"] = {[](Ctx& c) -> Outs {
@@ -717,13 +764,18 @@ void register_nn(Table& t) {
     }
     std::optional<NodeId> zp;
     if (c.has(2)) zp = along(c, c.in(2), axis, c.in(0), block);
-    return {quantize(c, c.in(0), along(c, c.in(1), axis, c.in(0), block), zp, qt)};
+    return {quantize(c, c.in(0), along(c, c.in(1), axis, c.in(0), block), zp, qt, c.attr_int("saturate", 1) != 0)};
   }};
   t["DequantizeLinear"] = {[](Ctx& c) -> Outs {
     const auto axis = c.attr_int("axis", 1), block = c.attr_int("block_size", 0);
     if (block < 0) c.fail(fmt::format("block_size is {}; it must be >= 0", block));
-    if (!ir::is_integer(c.dtype(0)) || c.dtype(0) == ir::DType::I64)  // int32 too: a quantized bias
-      c.fail(fmt::format("x is {}; it must be uint8, int8 or int32", ir::dtype_name(c.dtype(0))));
+    const auto xt = c.dtype(0);
+    // int32 too: a quantized bias. The storage-only types (float8, float4, int4, int2) cast like the others.
+    if ((!ir::is_integer(xt) && !ir::is_storage_only(xt)) || xt == ir::DType::I64 || xt == ir::DType::U64)
+      c.fail(
+          fmt::format("x is {}; it must be an 8-, 16- or 32-bit integer, int4, int2 (signed or not), float8 or "
+                      "float4e2m1",
+                      ir::dtype_name(xt)));
     auto scale = along(c, c.in(1), axis, c.in(0), block);
     const auto ft = c.g.node(scale).dtype;
     if (!ir::is_float(ft)) c.fail("the scale must be a float tensor");

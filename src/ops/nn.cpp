@@ -1225,7 +1225,7 @@ RLX_OP_FAMILY(nn) {
   define_op({.kind = OpKind::Embedding,
              .doc = "rows of `table` picked by `ids`",
              .operands = {"table", "ids"},
-             .block_operands = {0},
+             .storage_operands = {0},
              .selector_operands = {1},
              .infer = embedding_infer,
              .decompose = via([](const Ctx& c) {

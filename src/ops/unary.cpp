@@ -24,7 +24,24 @@ ir::TypeInfo bool_unary(const ir::InferArgs& a) {
   return a.inputs[0];
 }
 
-ir::TypeInfo cast_infer(const ir::InferArgs& a) { return {a.attrs.get_dtype("to"), a.inputs[0].shape}; }
+bool from_float(ir::DType t) { return ir::is_float(t) || ir::is_storage_float(t); }
+
+// A float cast to int4, uint4, int2 or uint2 as ml_dtypes (and so ONNX's reference) casts it: truncated, and 0
+// when that is outside the type (NaN too), where an integer source wraps. The CPU's Narrow does the same
+// (backends/cpu/isa/elementwise_impl.inc).
+double float_to_small_int(double v, ir::DType t) {
+  const auto [lo, hi] = ir::integer_range(t);
+  const double w = std::trunc(v);
+  return w >= lo && w <= hi ? w : 0.0;
+}
+
+ir::TypeInfo cast_infer(const ir::InferArgs& a) {
+  const ir::DType to = a.attrs.get_dtype("to");
+  a.require(!ir::is_block_quantized(to),
+            "cannot cast to " + std::string(ir::dtype_name(to)) + ", a block-quantized type: use quantize");
+  if (a.attrs.has("round_mode")) (void)ir::parse_e8m0_round(a.attrs.get_str("round_mode"));
+  return {to, a.inputs[0].shape};
+}
 
 ir::TypeInfo clamp_infer(const ir::InferArgs& a) {
   a.require(a.inputs[0].dtype != ir::DType::Bool, "does not take bool");
@@ -176,21 +193,38 @@ RLX_OP_FAMILY(unary) {
       unary_partial([](Expr x, Expr, Expr v) { return v * apply(OpKind::Sigmoid, x); }));
   formula(OpKind::Mish, "x tanh(softplus(x))", [](Expr x) { return x * tanh(apply(OpKind::Softplus, x)); });
   // `rlx new-op --builtin NAME` adds a unary op's formula above this line.
-  rlx::ir::define_op({.kind = OpKind::Cast,
-                      .doc = "convert to dtype `to` (bool: x != 0)",
-                      .operands = {"x"},
-                      .attrs = {{"to", T::DType, true}},
-                      .infer = cast_infer,
-                      // The interpreter's rounding of every result to its node's dtype is the cast.
-                      .reference = [](const ReferenceArgs& c) { return c.x(0); },
-                      .vjp = [](const DerivativeArgs& s, NodeId ct, const std::vector<bool>&) -> std::vector<Tangent> {
-                        return {s.g.cast(ct, s.in(0).dtype)};
-                      },
-                      .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) -> Tangent {
-                        if (!t[0]) return std::nullopt;
-                        return s.g.cast(*t[0], s.n.dtype);
-                      },
-                      .vmap = batch_elementwise});
+  rlx::ir::define_op(
+      {.kind = OpKind::Cast,
+       .doc =
+           "convert to dtype `to` (bool: x != 0; float8 saturates unless saturate=false; e8m0 rounds by `round_mode`)",
+       .operands = {"x"},
+       .storage_operands = {0},
+       .storage = rlx::ir::StorageKind::Element,
+       // ONNX's Cast attributes, for the storage-only floats (rlx::ir::cast_mode): absent, a cast
+       // saturates float8 and rounds float8e8m0 up, so other casts print as they always did.
+       .attrs = {{"to", T::DType, true}, {"saturate", T::Bool, false}, {"round_mode", T::String, false}},
+       .infer = cast_infer,
+       // The interpreter's rounding of every result to its node's dtype is the cast, except where
+       // the cast's mode rounds a storage-only float otherwise (that rounding then keeps it).
+       .reference =
+           [](const ReferenceArgs& c) {
+             F64Value r = c.x(0);
+             if (rlx::ir::is_storage_float(c.n.dtype)) {
+               const rlx::ir::CastMode m = rlx::ir::cast_mode(c.attrs());
+               for (auto& v : r.v) v = rlx::ir::round_to_dtype(v, c.n.dtype, m);
+             } else if (rlx::ir::is_storage_only(c.n.dtype) && from_float(c.x(0).dtype)) {
+               for (auto& v : r.v) v = float_to_small_int(v, c.n.dtype);
+             }
+             return r;
+           },
+       .vjp = [](const DerivativeArgs& s, NodeId ct, const std::vector<bool>&) -> std::vector<Tangent> {
+         return {s.g.cast(ct, s.in(0).dtype)};
+       },
+       .jvp = [](const DerivativeArgs& s, std::span<const Tangent> t) -> Tangent {
+         if (!t[0]) return std::nullopt;
+         return s.g.cast(*t[0], s.n.dtype);
+       },
+       .vmap = batch_elementwise});
   rlx::ir::define_op({.kind = OpKind::Clamp,
                       .doc = "numpy's clip: min(max(x, min), max); a NaN bound gives NaN",
                       .operands = {"x"},

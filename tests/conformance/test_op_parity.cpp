@@ -13,6 +13,7 @@
 #include "backends/cuda/quant.hpp"
 #include "conformance/harness.hpp"
 #include "conformance/parity_block_types.hpp"
+#include "conformance/parity_storage_types.hpp"
 #include "conformance/parity_variant.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
 #include "rlx/codegen/c.hpp"
@@ -216,6 +217,7 @@ Variants binary_variants(OpKind op) {
     for (const ShapePair& s :
          {ShapePair{{2, 3}, {3}}, ShapePair{{}, {4}}, ShapePair{{3, 1}, {1, 4}}, ShapePair{{64}, {64}}})
       add(t, s, int_binary_domain(op, t));
+  for (auto& v : wide_int_binary_variants(op)) r.push_back(std::move(v));
   return r;
 }
 
@@ -235,6 +237,7 @@ Variants compare_variants(OpKind op) {
       r.push_back(v.out({v.g().binary(op, a, b)}));
     }
   }
+  for (auto& v : wide_int_compare_variants(op)) r.push_back(std::move(v));
   return r;
 }
 
@@ -269,6 +272,8 @@ Gen cast_domain(DType from, DType to) {
   if (from == DType::Bool) return bools();
   if (from == DType::U8) return ints_in(0, 255);
   if (from == DType::I8) return ints_in(-128, 127);
+  // Unsigned values the float64 reference holds exactly (a negative one would wrap past 2^53).
+  if (ir::is_unsigned(from)) return to == DType::Bool ? ints_in(0, 2) : ints_in(0, 1000);
   if (ir::is_integer(from)) return to == DType::Bool ? ints_in(-2, 2) : ints_in(-1000, 1000);
   switch (to) {
     case DType::U8: return uniform(0, 250);
@@ -289,6 +294,7 @@ Variants cast_variants() {
     V v("cast f32 -> f16 " + str(s));
     r.push_back(v.out({v.g().cast(v.in("x", DType::F32, s), DType::F16)}));
   }
+  for (auto& v : storage_cast_variants()) r.push_back(std::move(v));
   return r;
 }
 
@@ -354,6 +360,7 @@ Variants reduce_variants(OpKind op) {
       r.push_back(v.tol({1e-4, 1e-3}).out({v.g().reduce(op, v.in("x", DType::F32, kLarge), {axis})}));
     }
   }
+  for (auto& v : wide_int_reduce_variants(op)) r.push_back(std::move(v));
   return r;
 }
 
@@ -1188,11 +1195,14 @@ INSTANTIATE_TEST_SUITE_P(Conformance, OpParity,
 // variants of one op are emitted first and built into one shared object by one
 // `cc` run, so the suite adds one compiler run per op.
 
-// The C target has no type for f16 and bf16 (include/rlx/codegen/c.hpp): a
-// variant using either must be rejected, for that reason, and is not run.
+// The C target has no type for f16, bf16, the 16-bit and unsigned wide integers and the storage-only types
+// (include/rlx/codegen/c.hpp; its traits' native_dtypes): a variant using one must be rejected, for that reason,
+// and is not run.
 bool uses_half(const Graph& g) {
+  const auto native = codegen::c::traits().native_dtypes;
+  // (The block types are kCGaps' entries.)
   return std::any_of(g.nodes().begin(), g.nodes().end(),
-                     [](const ir::Node& n) { return n.dtype == DType::F16 || n.dtype == DType::BF16; });
+                     [&](const ir::Node& n) { return !native.contains(n.dtype) && !ir::is_block_quantized(n.dtype); });
 }
 
 // What else the C target cannot emit: an op, or the variants of an op whose
@@ -1261,7 +1271,7 @@ TEST_P(CCodegen, MatchesReference) {
     }
     if (half || gap) {
       ADD_FAILURE() << v.label << ": the C target now emits it; "
-                    << (half ? "it takes f16/bf16: run these variants" : "remove the kCGaps entry");
+                    << (half ? "it takes a dtype C lacked: run these variants" : "remove the kCGaps entry");
       sources.pop_back();
       continue;
     }
@@ -1269,7 +1279,7 @@ TEST_P(CCodegen, MatchesReference) {
   }
   std::string why;
   for (auto r : gaps) why += (why.empty() ? "" : "; ") + std::string(r);
-  std::fprintf(stderr, "[rlx] %s: %zu variants through C, %zu with f16/bf16 not emitted, %zu in kCGaps%s%s\n",
+  std::fprintf(stderr, "[rlx] %s: %zu variants through C, %zu with a dtype C lacks not emitted, %zu in kCGaps%s%s\n",
                op.c_str(), emitted.size(), halves, variants.size() - emitted.size() - halves, why.empty() ? "" : ": ",
                why.c_str());
   if (!sources.empty()) {
@@ -1324,7 +1334,12 @@ TEST_P(CudaCodegen, EveryKernelCompiles) {
       const auto& kernel = r.lir.kernels[k];
       const auto& code = module.kernels[k];
       if (!code.why.empty()) {
-        EXPECT_TRUE(kernel.kind == compile::KernelKind::ControlFlow || kernel.kind == compile::KernelKind::Native)
+        // A dtype the CUDA C has no type for (i16, u16, u32, u64, the storage-only types) runs on the host too.
+        const auto native = backends::cuda::traits().native_dtypes;
+        const bool foreign = std::any_of(kernel.body.nodes().begin(), kernel.body.nodes().end(),
+                                         [&](const ir::Node& n) { return !native.contains(n.dtype); });
+        EXPECT_TRUE(kernel.kind == compile::KernelKind::ControlFlow || kernel.kind == compile::KernelKind::Native ||
+                    foreign)
             << v.label << ": kernel '" << kernel.name << "' has no CUDA C: " << code.why;
         // The block types' ops run as the backend's quantized kernels (src/backends/cuda/quant.hpp), never on
         // the host: their programs are compiled by CudaQuant.ProgramCompilesWithNvrtc.

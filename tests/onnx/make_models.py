@@ -87,6 +87,13 @@ save(model([helper.make_node("NonMaxSuppression", ["a", "b"], ["c"], name="nms")
            [vi("c", [1, 3], TensorProto.INT64)]), BAD, "unsupported_op.onnx")
 save(model([helper.make_node("Relu", ["a"], ["c"], name="relu")], [vi("a", [2, 3])], [vi("c", [3, 2])]),
      BAD, "declared_shape.onnx")
+# A storage-only type (float8) where the op computes: the error names the node, the op and the dtype.
+save(model([helper.make_node("Exp", ["a"], ["c"], name="exp8")], [vi("a", [4], TensorProto.FLOAT8E4M3FN)],
+           [vi("c", [4], TensorProto.FLOAT8E4M3FN)], opset=21), BAD, "float8_exp.onnx")
+# int4 packs two to a byte: five elements need three bytes of raw data, not five.
+int4 = TensorProto(name="w4", data_type=TensorProto.INT4, dims=[5], raw_data=b"\x01\x02\x03\x04\x05")
+save(model([helper.make_node("Cast", ["w4"], ["c"], to=TensorProto.FLOAT, name="cast4")], [], [vi("c", [5])], [int4],
+           opset=21), BAD, "int4_packed_size.onnx")
 bad_ext = onnx.load(os.path.join(GOOD, "external.onnx"), load_external_data=False)
 for e in bad_ext.graph.initializer[0].external_data:
     if e.key == "offset":

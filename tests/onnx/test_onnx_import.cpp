@@ -225,6 +225,8 @@ TEST(OnnxImport, MalformedFilesGiveClearErrors) {
       {"if_branch_shapes.onnx", {"node 'branch'", "(If", "then body gives f32[2]", "else body f32[4]"}},
       {"loop_carried_shape.onnx", {"node 'loop'", "(Loop", "loop-carried value 0 ('v0')", "f32[4]", "f32[2]"}},
       {"unsupported_op.onnx", {"node 'nms'", "NonMaxSuppression", "domain ai.onnx", "opset 17", "unsupported op"}},
+      {"float8_exp.onnx", {"node 'exp8'", "(Exp", "f8e4m3fn", "storage-only"}},
+      {"int4_packed_size.onnx", {"'w4'", "5 bytes of raw data", "needs 3"}},
   };
   for (const auto& [file, needles] : cases) {
     const auto e = error_of(kBad / file);

@@ -58,9 +58,15 @@ struct BackendTraits {
   // primitives; primitives not listed fall to the host (if host_fallback) or
   // fail with an error naming the op and the backend.
   NativeOps native_ops;
-  // dtypes the backend computes natively; others are legalized with casts to f32.
-  std::set<ir::DType> native_dtypes = {ir::DType::F32, ir::DType::F16, ir::DType::BF16, ir::DType::F64, ir::DType::I8,
-                                       ir::DType::U8,  ir::DType::I32, ir::DType::I64,  ir::DType::Bool};
+  // dtypes the backend computes natively (default: every element type, the storage-only ones included).
+  // Floats outside it are legalized with casts to f32; a kernel with any other dtype outside it runs on the
+  // host (a backend with host_fallback) or is refused naming the dtype.
+  std::set<ir::DType> native_dtypes = all_element_dtypes();
+  static std::set<ir::DType> all_element_dtypes() {
+    std::set<ir::DType> s(std::begin(ir::kAllDTypes), std::end(ir::kAllDTypes));
+    s.insert(std::begin(ir::kStorageDTypes), std::end(ir::kStorageDTypes));
+    return s;
+  }
   // Ops computed in f32 only: f16/bf16 operands get casts to f32 around them
   // (legalize_dtypes), and the casts fuse into neighbouring kernels.
   std::set<ir::OpKind> f32_compute_ops;

@@ -103,14 +103,21 @@ struct DecomposeArgs {
 // OpDef::selector_operands: every operand.
 inline constexpr std::size_t kAnyOperand = std::size_t(-1);
 
+// The storage types an op's storage_operands take.
+enum class StorageKind : std::uint8_t { Block, Element };
+
 struct OpDef {
   OpKind kind = OpKind::Input;
   // One line of semantics, for docs/op-coverage.md and error messages.
   std::string_view doc;
   // Operand names in order; a trailing '?' marks an optional one (docs, pyrlx's generated builders).
   std::vector<std::string_view> operands;
-  // The operands that may be block-quantized (rlx/ir/dtype.hpp); infer refuses a block type anywhere else.
-  std::vector<std::size_t> block_operands;
+  // The operands that may hold a storage type (rlx/ir/dtype.hpp) of the kinds `storage` names: GGUF's
+  // block-quantized types (dequantize, quantized_matmul, embedding) or the storage-only element types
+  // (float8, float4, int4, int2: cast, the movement ops). infer refuses a storage type anywhere else.
+  // kAnyOperand stands for every operand.
+  std::vector<std::size_t> storage_operands;
+  StorageKind storage = StorageKind::Block;
   // Operands that choose elements or steer control rather than compute with their values: indices, conditions,
   // a start, a bool mask, a loop's counters. Autodiff sends no derivative into such an operand when its dtype is
   // not a float one, whatever it depends on (elsewhere, a float value that became an integer is an error: its
@@ -158,6 +165,10 @@ struct OpDef {
 
   bool has_decomposition() const { return bool(formula) || bool(decompose); }
 };
+
+// A cast node's rounding mode from its optional `saturate` and `round_mode` attributes (absent: ONNX's
+// defaults, saturating and rounding float8e8m0 up); rlx::Error for an unknown round mode.
+CastMode cast_mode(const Attrs& attrs);
 
 // The registered definition of `k`. Every OpKind has one (the families under
 // src/ops/ register them at load time; a test checks none is missing).

@@ -18,8 +18,10 @@ namespace rlx::backends::cpu {
 inline constexpr std::int64_t kBlock = 1024;
 inline constexpr int kMaxRank = 16;
 
-// Compute types: f32 for f32/f16/bf16, f64, i32 for i32/i8/u8/bool, i64.
-enum class CT : std::uint8_t { F32, F64, I32, I64 };
+// Compute types: f32 for f32/f16/bf16 and the storage-only floats, f64, i32 for i32/i16/u16/i8/u8/bool and
+// i4/u4/i2/u2, i64 for i64/u32, u64 for u64 (whose division, comparisons and conversions i64 would get wrong
+// past 2^63).
+enum class CT : std::uint8_t { F32, F64, I32, I64, U64 };
 
 // clang-format off
 enum class Op : std::uint8_t {
@@ -31,7 +33,7 @@ enum class Op : std::uint8_t {
   Where,   // dst = a (i32 cond) ? b : c, in ct
   Clamp,   // dst = clamp(a, f0, f1) with NaN kept
   Cast,    // dst (ct2) = a (ct) converted like a store to `dtype` (bool: a != 0)
-  Narrow,  // dst = a rounded to `dtype` (f16, bf16 within f32; i8, u8, bool within i32)
+  Narrow,  // dst = a rounded to `dtype` (f16, bf16, storage floats within f32, i0 the CastMode; narrower ints)
   Fill,    // dst = constant (f0 for floats, i0 for ints)
   Load,    // dst = loads[io] at the block's indices
   Store,   // stores[io] at the block's indices = a

@@ -1,4 +1,5 @@
 // Elementwise kernels and the helpers every kernel builder shares.
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/kernels.hpp"
@@ -52,7 +53,32 @@ void write_scalar(std::byte* p, ir::DType t, double v) {
       std::memcpy(p, &x, 8);
       break;
     }
-    default: break;  // the block types: infer keeps them out of these kernels
+    case ir::DType::I16: {
+      auto x = std::int16_t(r);
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case ir::DType::U16: {
+      auto x = std::uint16_t(r);
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case ir::DType::U32: {
+      auto x = std::uint32_t(r);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case ir::DType::U64: {  // a negative integer wraps exactly through int64 (as ir::Tensor::set)
+      const double t = std::isfinite(v) ? std::trunc(v) : 0.0;
+      auto x = t < 0 && t >= -9223372036854775808.0 ? std::uint64_t(std::int64_t(t))
+               : r >= 18446744073709551616.0        ? ~std::uint64_t(0)
+                                                    : std::uint64_t(r);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    default:  // the storage-only types, one a byte (the block types: infer keeps them out of these kernels)
+      if (ir::is_storage_only(t)) *p = std::byte(ir::storage_encode(t, r));
+      break;
   }
 }
 

@@ -323,6 +323,10 @@ class ScatterAddKernel final : public CpuKernel {
       case ir::DType::U8: add_into<std::uint8_t>(d, s); break;
       case ir::DType::I32: add_into<std::int32_t>(d, s); break;
       case ir::DType::I64: add_into<std::int64_t>(d, s); break;
+      case ir::DType::I16: add_into<std::int16_t>(d, s); break;
+      case ir::DType::U16: add_into<std::uint16_t>(d, s); break;
+      case ir::DType::U32: add_into<std::uint32_t>(d, s); break;
+      case ir::DType::U64: add_into<std::uint64_t>(d, s); break;
       case ir::DType::F16:
       case ir::DType::BF16: {
         std::uint16_t a, b;

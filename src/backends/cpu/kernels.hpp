@@ -58,7 +58,10 @@ struct IndexReader {
       case ir::DType::I8: return reinterpret_cast<const std::int8_t*>(p)[i];
       case ir::DType::U8: return reinterpret_cast<const std::uint8_t*>(p)[i];
       case ir::DType::I32: return reinterpret_cast<const std::int32_t*>(p)[i];
-      default: return reinterpret_cast<const std::int64_t*>(p)[i];
+      case ir::DType::I16: return reinterpret_cast<const std::int16_t*>(p)[i];
+      case ir::DType::U16: return reinterpret_cast<const std::uint16_t*>(p)[i];
+      case ir::DType::U32: return reinterpret_cast<const std::uint32_t*>(p)[i];
+      default: return reinterpret_cast<const std::int64_t*>(p)[i];  // i64, and u64 (past 2^63: out of range)
     }
   }
   i64 operator()(const std::byte* p, i64 i, i64 extent, std::size_t axis) const {

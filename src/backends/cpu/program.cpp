@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "rlx/error.hpp"
+#include "rlx/ir/op_def.hpp"
 
 namespace rlx::backends::cpu {
 
@@ -15,12 +16,15 @@ using ir::NodeId;
 using ir::OpKind;
 
 CT compute_type(DType t) {
+  if (ir::is_storage_float(t)) return CT::F32;
   switch (t) {
     case DType::F32:
     case DType::F16:
     case DType::BF16: return CT::F32;
     case DType::F64: return CT::F64;
-    case DType::I64: return CT::I64;
+    case DType::I64:
+    case DType::U32: return CT::I64;
+    case DType::U64: return CT::U64;
     default: return CT::I32;
   }
 }
@@ -31,6 +35,7 @@ DType storage_of(CT t) {
     case CT::F64: return DType::F64;
     case CT::I32: return DType::I32;
     case CT::I64: return DType::I64;
+    case CT::U64: return DType::U64;
   }
   return DType::F32;
 }
@@ -48,7 +53,18 @@ int body_input_index(const ir::Node& n, int ordinal) {
 namespace {
 
 // dtypes narrower than their compute type: results are rounded to them.
-bool is_narrow(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::I8 || t == DType::U8; }
+bool is_narrow(DType t) {
+  return t == DType::F16 || t == DType::BF16 || t == DType::I8 || t == DType::U8 || t == DType::I16 ||
+         t == DType::U16 || t == DType::U32 || ir::is_storage_only(t);
+}
+
+// A cast's rounding mode as Instr::i0 of its Narrow (bit 0: not saturating; bits 1-2: the e8m0 round mode),
+// 0 for ONNX's defaults (elementwise/program_impl read it back with the same layout).
+std::int64_t cast_mode_bits(const ir::Node& n) {
+  if (n.op != OpKind::Cast) return 0;
+  const ir::CastMode m = ir::cast_mode(n.attrs);
+  return (m.saturate ? 0 : 1) | std::int64_t(m.round) << 1;
+}
 
 // Ops whose result is representable in the input dtype whenever the inputs are.
 bool is_closed(OpKind op, DType t) {
@@ -436,7 +452,9 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
       } else if (ct == out_ct) {
         if (is_narrow(to) && to != in_dtype && in_dtype != DType::Bool) {
           dst = alloc(uni);
-          emit_op(Instr{Op::Narrow, ct, ct, to, std::int16_t(dst), operand(0)});
+          Instr in{Op::Narrow, ct, ct, to, std::int16_t(dst), operand(0)};
+          in.i0 = cast_mode_bits(n);
+          emit_op(in);
         } else {
           // Same values in the same compute type: the cast is free.
           NodeId src = n.inputs[0];
@@ -452,10 +470,21 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
           }
           uniform[id] = uniform[src];
         }
+      } else if (ir::is_storage_only(to) && (ct == CT::F32 || ct == CT::F64)) {
+        // A float into int4/int2: Narrow on the float (truncated, 0 outside the type), then an exact cast.
+        const int tmp = alloc(uni);
+        emit_op(Instr{Op::Narrow, ct, ct, to, std::int16_t(tmp), operand(0)});
+        dst = alloc(uni);
+        emit(uni, Instr{Op::Cast, ct, out_ct, to, std::int16_t(dst), std::int16_t(tmp)});
+        if (!uni) free_regs.push_back(tmp);  // the truncated float is read once, just above
       } else {
         dst = alloc(uni);
         emit_op(Instr{Op::Cast, ct, out_ct, to, std::int16_t(dst), operand(0)});
-        if (is_narrow(to)) emit(uni, Instr{Op::Narrow, out_ct, out_ct, to, std::int16_t(dst), std::int16_t(dst)});
+        if (is_narrow(to)) {
+          Instr in{Op::Narrow, out_ct, out_ct, to, std::int16_t(dst), std::int16_t(dst)};
+          in.i0 = cast_mode_bits(n);
+          emit(uni, in);
+        }
       }
       need_narrow = false;
     } else if (n.op == OpKind::Where) {
@@ -537,7 +566,8 @@ std::unique_ptr<CompiledProgram> ProgramBuilder::build(const std::string& what) 
   bool wide = false;
   for (auto* list : {&cp->init, &cp->code})
     for (const auto& in : *list)
-      wide = wide || in.ct == CT::F64 || in.ct == CT::I64 || in.ct2 == CT::F64 || in.ct2 == CT::I64;
+      wide = wide || in.ct == CT::F64 || in.ct == CT::I64 || in.ct == CT::U64 || in.ct2 == CT::F64 ||
+             in.ct2 == CT::I64 || in.ct2 == CT::U64;
   p.reg_bytes = kBlock * (wide ? 8 : 4) + 192;
   p.result = result_slot;
   p.streams = std::any_of(cp->stores.begin(), cp->stores.end(), [](const StoreSpec& s) { return s.stream; });

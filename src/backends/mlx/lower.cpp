@@ -38,7 +38,12 @@ mx::Dtype storage_dtype(DType t) {
     case DType::I32: return mx::int32;
     case DType::I64: return mx::int64;
     case DType::Bool: return mx::bool_;
-    default: return mx::uint8;  // a block-quantized type's bytes
+    // Held for the host steps that compute with them (host_reason); MLX's own kernels never see them.
+    case DType::I16: return mx::int16;
+    case DType::U16: return mx::uint16;
+    case DType::U32: return mx::uint32;
+    case DType::U64: return mx::uint64;
+    default: return mx::uint8;  // a block-quantized type's bytes, a storage-only type's byte an element
   }
 }
 
@@ -70,7 +75,11 @@ mx::array from_bytes(const void* data, DType t, const std::vector<std::int64_t>&
     case DType::I32: return copy_of<std::int32_t>(data, s, mx::int32);
     case DType::I64: return copy_of<std::int64_t>(data, s, mx::int64);
     case DType::Bool: return copy_of<bool>(data, s, mx::bool_);
-    default: return copy_of<std::uint8_t>(data, s, mx::uint8);  // u8 and the block types' bytes
+    case DType::I16: return copy_of<std::int16_t>(data, s, mx::int16);
+    case DType::U16: return copy_of<std::uint16_t>(data, s, mx::uint16);
+    case DType::U32: return copy_of<std::uint32_t>(data, s, mx::uint32);
+    case DType::U64: return copy_of<std::uint64_t>(data, s, mx::uint64);
+    default: return copy_of<std::uint8_t>(data, s, mx::uint8);  // u8, the block and storage-only types' bytes
   }
 }
 
@@ -113,6 +122,8 @@ std::string host_reason(const compile::Kernel& k) {
       // MLX runs f64 on its CPU device only; RLX's f64 promises float64 results everywhere.
       if (t == DType::F64) return "f64 runs on the host";
       if (ir::is_block_quantized(t)) return "block-quantized values run on the host";
+      if (!traits().native_dtypes.contains(t))
+        return fmt::format("{} is not a dtype MLX computes here", ir::dtype_name(t));
     }
     if (n.op == OpKind::MatMul && !float_dtype(n.dtype)) return "MLX's matmul takes floats only";
   }

@@ -38,6 +38,10 @@ compile::BackendTraits traits() {
                     OpKind::Expand,      OpKind::Slice,      OpKind::Concat,    OpKind::Pad,       OpKind::Gather,
                     OpKind::IndexSelect, OpKind::ScatterAdd, OpKind::Squeeze,   OpKind::Unsqueeze, OpKind::Flip})
     t.native_ops.insert(op);
+  // The dtypes lower.cpp maps onto MLX's; a kernel with any other (i16, u16, u32, u64, the storage-only types)
+  // takes the host tier (host_reason).
+  t.native_dtypes = {ir::DType::F32, ir::DType::F16, ir::DType::BF16, ir::DType::F64, ir::DType::I8,
+                     ir::DType::U8,  ir::DType::I32, ir::DType::I64,  ir::DType::Bool};
   // Composites MLX has a kernel for, each lowered with the op table's exact semantics (lower.cpp): softmax onto
   // mx::softmax, the norms onto mx::fast, attention onto mx::fast::scaled_dot_product_attention. Rope is not:
   // mx::fast::rope computes its angles from positions and a base, where RLX's takes cos and sin as operands.

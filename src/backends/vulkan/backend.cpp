@@ -628,6 +628,9 @@ class VulkanBackend final : public runtime::Backend {
       t.f32_compute_ops.insert(op);
     }
     t.f32_compute_ops.insert(OpKind::MatMul);
+    // The dtypes the shaders compute; a kernel with any other (i16, u16, u32, u64, the storage-only types) runs
+    // on the host (generate refuses it).
+    t.native_dtypes = {vulkan_dtypes().begin(), vulkan_dtypes().end()};
     t.host_fallback = true;
     for (auto& n : runtime::vulkan_kernel_names()) t.custom_kernels.insert(std::move(n));
     for (auto& n : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(n));

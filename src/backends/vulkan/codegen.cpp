@@ -216,8 +216,11 @@ KernelCode gen_leaf(const GenCtx& c) {
 
 std::optional<KernelCode> generate(const GenCtx& c, std::string* why) {
   try {
-    for (const auto& nd : c.kernel.body.nodes())
+    for (const auto& nd : c.kernel.body.nodes()) {
       if (nd.dtype == DType::F64 && !c.caps.fp64) throw NoShader{"f64 needs shaderFloat64"};
+      if (std::find(vulkan_dtypes().begin(), vulkan_dtypes().end(), nd.dtype) == vulkan_dtypes().end())
+        throw NoShader{std::string(ir::dtype_name(nd.dtype)) + " is not a dtype the shaders compute"};
+    }
     switch (c.kernel.kind) {
       case compile::KernelKind::Elementwise: return gen_elementwise(c);
       case compile::KernelKind::Reduce: return gen_reduce(c);

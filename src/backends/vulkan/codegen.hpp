@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,8 @@ std::optional<KernelCode> generate(const GenCtx& c, std::string* why);
 // ---- shared by the generators (glsl.cpp) ----------------------------------
 
 enum class CT : std::uint8_t { F32, F64, I32, I64, Bool };  // compute types
+// The dtypes the shaders load, compute and store (BackendTraits::native_dtypes).
+std::span<const ir::DType> vulkan_dtypes();
 CT compute_type(ir::DType t);
 std::string_view ct_name(CT t);
 

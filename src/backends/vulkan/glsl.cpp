@@ -20,6 +20,12 @@ using ir::OpKind;
 
 std::string u(std::int64_t v) { return std::to_string(v) + "u"; }
 
+std::span<const DType> vulkan_dtypes() {
+  static constexpr DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I8,
+                                     DType::U8,  DType::I32, DType::I64,  DType::Bool};
+  return kTypes;
+}
+
 CT compute_type(DType t) {
   switch (t) {
     case DType::F32:
