@@ -24,6 +24,9 @@ const std::vector<Var>& catalog() {
        "Force the CPU f32 convolution's algorithm: direct (RLX's blocked direct kernel), winograd (F(2x2, 3x3)) or "
        "gemm (im2col and GEMM); one that cannot run the conv is an error saying why. Unset = chosen by shape, from "
        "measurements; for tests and benchmarks."},
+      {"RLX_CPU_INT8_EPILOGUE", Type::Bool, "1",
+       "0: a CPU int8 matmul's dequantize / bias / activation / requantize tail runs as the generic epilogue "
+       "program instead of the int8 GEMM's own vectorized store (lowp_chain.hpp); to compare the two."},
       {"RLX_TEST_SEED", Type::Int, "",
        "Seed for the tests' random inputs and graphs (printed by every test run), to replay a failure."},
       {"RLX_TEST_TIMING", Type::Bool, "0",
