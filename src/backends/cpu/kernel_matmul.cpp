@@ -62,9 +62,6 @@ void widen(const std::byte* src, ir::DType from, std::byte* dst, ir::DType to, i
       max_threads);
 }
 
-// The most steps a fused int8 store takes (PTQ's longest chain has six).
-constexpr int kMaxChainSteps = 16;
-
 class MatMulKernel final : public CpuKernel {
  public:
   ir::DType dtype = ir::DType::F32;
@@ -167,7 +164,7 @@ class MatMulKernel final : public CpuKernel {
     const std::size_t as = ir::dtype_size(a_dtype), bs = ir::dtype_size(b_dtype);
     const bool b_unsigned = b_dtype == ir::DType::U8, a_unsigned = a_dtype == ir::DType::U8;
     const std::byte* bp = nullptr;
-    I8EpiStep steps[kMaxChainSteps];
+    I8EpiStep steps[Int8Chain::kMaxSteps];
     I8Epilogue fused;
     if (chain) fused = chain->bind(c, steps);
     const std::size_t out_size = fused.out == I8Epilogue::F32 ? 4 : 1;
@@ -208,7 +205,7 @@ class MatMulKernel final : public CpuKernel {
           I8Epilogue e = fused;
           e.dst += std::size_t(bi * M * N) * out_size;
           e.ldd = N;
-          t.i8_epilogue(reinterpret_cast<const std::int32_t*>(cm), N, m0, m1, p0 * nr, std::min(N, p1 * nr), e);
+          t.i8_epilogue(cm, N, m0, m1, p0 * nr, std::min(N, p1 * nr), e);
           return;
         }
       } else {
@@ -424,10 +421,7 @@ void build_narrow(const BuildCtx& b, const ir::Node& mm, MatMulKernel& k, const 
   const bool int8 = k.lowp == MatMulKernel::Lowp::Int8;
   if (int8 && k.epi) {
     k.chain = match_int8_chain(b, mm);
-    if (k.chain && k.chain->steps.size() <= std::size_t(kMaxChainSteps))
-      k.epi.reset();
-    else
-      k.chain.reset();
+    if (k.chain) k.epi.reset();
   }
   const std::int32_t nr = int8 ? table.i8_nr : table.bf16_nr;
   const i64 panels = i64(lowp_panels(nr, k.N));

@@ -28,32 +28,27 @@ I8Epilogue Int8Chain::bind(const RunCtx& c, I8EpiStep* scratch) const {
     scratch[i] = steps[i];
     if (step_buf[i] >= 0) scratch[i].col = reinterpret_cast<const float*>(c.ptrs[step_buf[i]]);
   }
-  return {scratch, int(steps.size()), out, c.ptrs[out_buf], 0};
+  return {.steps = scratch, .n_steps = int(steps.size()), .out = out, .dst = c.ptrs[out_buf]};
 }
 
-std::optional<Int8Chain> match_int8_chain(const BuildCtx& b, const ir::Node& mm) {
-  if (!env::get_bool("RLX_CPU_INT8_EPILOGUE")) return std::nullopt;
+namespace {
+
+// The chain from body node `start` (the f32 value the steps begin with: the accumulator's cast, or an f32
+// input) to the kernel's one output, over rows of N columns.
+std::optional<Int8Chain> walk(const BuildCtx& b, ir::NodeId start, std::int64_t N) {
   const ir::Graph& body = b.kernel.body;
   const auto outs = body.output_ids();
-  if (outs.size() != 1 || b.kernel.outputs.size() != 1 || mm.dtype != DType::I32) return std::nullopt;
-  const auto mm_ext = mm.shape.extents();
-  const std::int64_t N = mm_ext.back();
-  if (b.out(0).shape != mm_ext) return std::nullopt;
   const auto readers = reader_counts(body);
   // The user of each chain node: the one node that reads it.
   std::vector<ir::NodeId> user(body.size(), -1);
   for (const auto& node : body.nodes())
     for (auto in : node.inputs) user[std::size_t(in)] = node.id;
-
   Int8Chain chain;
   chain.out_buf = b.out(0).id;
   auto next = [&](ir::NodeId id) -> const ir::Node* {
     if (readers[std::size_t(id)] != 1 || id == outs[0]) return nullptr;
     return &body.node(user[std::size_t(id)]);
   };
-  // The accumulator's cast to f32 starts the chain.
-  const ir::Node* n = next(mm.id);
-  if (!n || n->op != OpKind::Cast || n->dtype != DType::F32) return std::nullopt;
   // A binary op's other operand: a scalar constant, or an f32 vector of N (a constant, or a kernel input such
   // as a bias param) broadcast along the rows.
   auto operand = [&](ir::NodeId id, I8EpiStep& s, compile::BufferId& buf) {
@@ -74,22 +69,22 @@ std::optional<Int8Chain> match_int8_chain(const BuildCtx& b, const ir::Node& mm)
     }
     if (o.op != OpKind::Input || ext.empty() || ext.back() != N) return false;
     const auto& in = b.in_of(id);
-    if (in.dtype != DType::F32 || in.shape.empty() || in.shape.back() != N) return false;
+    if (in.dtype != DType::F32 || in.shape.empty() || in.shape.back() != N || numel(in.shape) != N) return false;
     buf = in.id;
     return true;
   };
-  ir::NodeId prev = n->id;
+  ir::NodeId prev = start;
   float lo = -INFINITY, hi = INFINITY;  // the range a clamp last left the values in
-  for (n = next(prev); n; prev = n->id, n = next(prev)) {
+  for (const ir::Node* n = next(prev); n; prev = n->id, n = next(prev)) {
     I8EpiStep s;
     compile::BufferId buf = -1;
     if (n->op == OpKind::Cast && (n->dtype == DType::U8 || n->dtype == DType::I8) && n->id == outs[0]) {
-      const double tlo = n->dtype == DType::U8 ? 0 : -128, thi = n->dtype == DType::U8 ? 255 : 127;
+      const float tlo = n->dtype == DType::U8 ? 0 : -128, thi = n->dtype == DType::U8 ? 255 : 127;
       if (!(lo >= tlo && hi <= thi) || b.out(0).dtype != n->dtype) return std::nullopt;
       chain.out = n->dtype == DType::U8 ? I8Epilogue::U8 : I8Epilogue::I8;
       return chain;
     }
-    if (n->dtype != DType::F32) return std::nullopt;
+    if (n->dtype != DType::F32 || chain.steps.size() == std::size_t(Int8Chain::kMaxSteps)) return std::nullopt;
     const bool commutes = n->op == OpKind::Add || n->op == OpKind::Mul || n->op == OpKind::Max || n->op == OpKind::Min;
     switch (n->op) {
       case OpKind::Add:
@@ -137,6 +132,66 @@ std::optional<Int8Chain> match_int8_chain(const BuildCtx& b, const ir::Node& mm)
     }
   }
   return std::nullopt;
+}
+
+// A standalone quantize: the chain from an f32 input to a u8 or i8 output, run by i8_epilogue over rows.
+class QuantizeChainKernel final : public CpuKernel {
+ public:
+  QuantizeChainKernel(Int8Chain chain, compile::BufferId in, std::int64_t rows, std::int64_t cols,
+                      const LowpTable& table)
+      : chain_(std::move(chain)), in_(in), rows_(rows), cols_(cols), table_(table) {}
+  void run(const RunCtx& c) const override {
+    I8EpiStep steps[Int8Chain::kMaxSteps];
+    I8Epilogue e = chain_.bind(c, steps);
+    e.f32_in = true;
+    e.ldd = cols_;
+    // Rows in tasks of at least kGrain elements: a few microseconds of work is not worth a second thread.
+    parallel_for(
+        rows_, std::max<std::int64_t>(1, kGrain / cols_),
+        [&](i64 m0, i64 m1) { table_.i8_epilogue(c.ptrs[in_], cols_, m0, m1, 0, cols_, e); }, c.max_threads);
+  }
+
+ private:
+  Int8Chain chain_;
+  compile::BufferId in_;
+  std::int64_t rows_, cols_;
+  const LowpTable& table_;
+};
+
+}  // namespace
+
+std::optional<Int8Chain> match_int8_chain(const BuildCtx& b, const ir::Node& mm) {
+  if (!env::get_bool("RLX_CPU_INT8_EPILOGUE")) return std::nullopt;
+  const ir::Graph& body = b.kernel.body;
+  if (body.output_ids().size() != 1 || b.kernel.outputs.size() != 1 || mm.dtype != DType::I32) return std::nullopt;
+  const auto mm_ext = mm.shape.extents();
+  if (b.out(0).shape != mm_ext) return std::nullopt;
+  // The accumulator's cast to f32 starts the chain.
+  const auto readers = reader_counts(body);
+  if (readers[std::size_t(mm.id)] != 1) return std::nullopt;
+  for (const auto& n : body.nodes())
+    if (n.inputs.size() == 1 && n.inputs[0] == mm.id && n.op == OpKind::Cast && n.dtype == DType::F32)
+      return walk(b, n.id, mm_ext.back());
+  return std::nullopt;
+}
+
+std::unique_ptr<CpuKernel> build_quantize_chain(const BuildCtx& b, const LowpTable& table) {
+  if (!env::get_bool("RLX_CPU_INT8_EPILOGUE")) return nullptr;
+  const ir::Graph& body = b.kernel.body;
+  if (body.output_ids().size() != 1 || b.kernel.outputs.size() != 1) return nullptr;
+  const auto& out = b.out(0);
+  if ((out.dtype != DType::U8 && out.dtype != DType::I8) || out.shape.empty() || out.shape.back() == 0) return nullptr;
+  // The f32 input of the output's shape that the chain starts from (others are its column operands).
+  for (const auto& n : body.nodes()) {
+    if (n.op != OpKind::Input || n.dtype != DType::F32) continue;
+    const auto& in = b.in_of(n.id);
+    if (in.dtype != DType::F32 || in.shape != out.shape) continue;
+    auto chain = walk(b, n.id, out.shape.back());
+    if (!chain || chain->out == I8Epilogue::F32) return nullptr;
+    const std::int64_t cols = out.shape.back();
+    return std::make_unique<QuantizeChainKernel>(std::move(*chain), in.id, numel(out.shape) / cols, cols, table);
+  }
+  return nullptr;
 }
 
 }  // namespace rlx::backends::cpu

@@ -16,6 +16,7 @@
 namespace rlx::backends::cpu {
 
 struct Int8Chain {
+  static constexpr int kMaxSteps = 16;  // PTQ's longest chain has six
   // The steps, their column operands resolved at run time: a constant's data (kept alive by `constants`), or
   // a kernel input buffer (a bias param) by id.
   std::vector<I8EpiStep> steps;
@@ -33,5 +34,10 @@ struct Int8Chain {
 // round; clamp; a final cast to u8 or i8 after a clamp within its range) and each feeds only the next;
 // nullopt otherwise, and always when RLX_CPU_INT8_EPILOGUE=0.
 std::optional<Int8Chain> match_int8_chain(const BuildCtx& b, const ir::Node& mm);
+
+// A standalone quantize (an elementwise kernel from one f32 input to a u8 or i8 output of its shape through
+// the same steps, such as PTQ's `cast(clamp(round(x * 1/s + zp)))`) as a kernel that runs the chain through
+// `table`'s i8_epilogue; null when the body is not one, and always when RLX_CPU_INT8_EPILOGUE=0.
+std::unique_ptr<CpuKernel> build_quantize_chain(const BuildCtx& b, const LowpTable& table);
 
 }  // namespace rlx::backends::cpu

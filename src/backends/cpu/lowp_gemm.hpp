@@ -23,7 +23,8 @@
 
 namespace rlx::backends::cpu {
 
-// The int8 GEMM's fused store (lowp_chain.hpp): y = steps(f32(acc)) per element of column n, each step on f32
+// The int8 GEMM's fused store (lowp_chain.hpp): y = steps(f32(acc)) per element of column n (or steps(x) of
+// an f32 input x: a standalone quantize), each step on f32
 // with the generic epilogue program's semantics (elementwise_impl.inc), then y stored as f32, or truncated to
 // i32 and its low byte stored (u8 or i8), as the program's cast and narrowing do.
 struct I8EpiStep {
@@ -35,6 +36,7 @@ struct I8EpiStep {
 struct I8Epilogue {
   const I8EpiStep* steps = nullptr;
   int n_steps = 0;
+  bool f32_in = false;  // the input is f32 (a standalone quantize), not the i32 accumulator
   enum Out : std::uint8_t { F32, U8, I8 } out = F32;
   std::byte* dst = nullptr;  // element [m, n] at dst + (m * ldd + n) * the output's size
   std::int64_t ldd = 0;
@@ -54,8 +56,9 @@ struct LowpTable {
   void (*i8_gemm)(const std::uint8_t* a, bool a_unsigned, std::int64_t lda, const std::byte* packed, bool b_unsigned,
                   std::int64_t K, std::int64_t N, std::int32_t* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1,
                   std::int64_t p0, std::int64_t p1, std::int32_t* rowsum);
-  // Rows [m0, m1) x columns [n0, n1) of C (ldc apart) through `epi` into its dst (same row and column indices).
-  void (*i8_epilogue)(const std::int32_t* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1, std::int64_t n0,
+  // Rows [m0, m1) x columns [n0, n1) of C (i32, or f32 when epi.f32_in; rows ldc elements apart) through `epi`
+  // into its dst (same row and column indices).
+  void (*i8_epilogue)(const void* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1, std::int64_t n0,
                       std::int64_t n1, const I8Epilogue& epi);
   // bf16 (nr 0: no kernel).
   std::int32_t bf16_nr;
