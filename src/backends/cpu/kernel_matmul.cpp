@@ -425,8 +425,8 @@ void build_narrow(const BuildCtx& b, const ir::Node& mm, MatMulKernel& k, const 
   }
   const std::int32_t nr = int8 ? table.i8_nr : table.bf16_nr;
   const i64 panels = i64(lowp_panels(nr, k.N));
-  const std::size_t packed_bytes = std::size_t(panels) * (int8 ? i8_panel_bytes(nr, k.K, table.i8_k_align)
-                                                               : bf16_panel_bytes(nr, k.K, table.bf16_k_align));
+  const std::size_t packed_bytes =
+      std::size_t(panels) * (int8 ? i8_panel_bytes(table, k.K) : bf16_panel_bytes(nr, k.K, table.bf16_k_align));
   std::tie(k.pm, k.pn) = packed_units(batch, k.M, panels, flops, b.threads);
   if (int8) {
     k.rowsum_offset = k.thread_bytes;

@@ -47,6 +47,7 @@ struct LowpTable {
   // int8 (nr 0: no kernel, the matmul widens its operands and runs the integer loop).
   std::int32_t i8_nr;
   std::int32_t i8_k_align;  // K rounded up to a multiple of this in the panels (AMX's tiles take 64 at a time)
+  std::int32_t i8_b_bytes;  // bytes a packed value of B takes: 1, or 2 where the kernel reads B as s16 (AVX2)
   // Packs panels [p0, p1) of B [K, N] (rows ldb bytes apart), or of B^T [N, K] (rows ldb bytes apart) when
   // `transposed`; `b_unsigned`: B holds u8.
   void (*i8_pack_b)(const std::uint8_t* b, bool b_unsigned, bool transposed, std::int64_t ldb, std::int64_t K,
@@ -78,8 +79,11 @@ struct LowpTable {
 };
 
 // Bytes of one packed panel and of a whole packed B.
-inline std::size_t i8_panel_bytes(std::int32_t nr, std::int64_t K, std::int32_t k_align) {
-  return std::size_t((K + k_align - 1) / k_align * k_align * nr + nr * 4);
+inline std::size_t i8_panel_bytes(std::int32_t nr, std::int64_t K, std::int32_t k_align, std::int32_t b_bytes = 1) {
+  return std::size_t((K + k_align - 1) / k_align * k_align * nr * b_bytes + nr * 4);
+}
+inline std::size_t i8_panel_bytes(const LowpTable& t, std::int64_t K) {
+  return i8_panel_bytes(t.i8_nr, K, t.i8_k_align, t.i8_b_bytes);
 }
 inline std::size_t bf16_panel_bytes(std::int32_t nr, std::int64_t K, std::int32_t k_align) {
   return std::size_t((K + k_align - 1) / k_align * k_align / 2 * nr * 4);
