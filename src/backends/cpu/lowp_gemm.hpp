@@ -76,6 +76,7 @@ struct LowpTable {
   // docs/precision.md).
   std::int64_t i8_min_macs;
   std::int64_t i8_min_n;
+  std::int64_t i8_min_row_macs;  // BackendTraits::int8_matmul_min_row_macs: the least K·N
 };
 
 // Bytes of one packed panel and of a whole packed B.
