@@ -2,7 +2,8 @@
 // Low-precision GEMMs: the products a matmul computes on operands that a widening cast brought up from a
 // narrower type (lower.cpp absorbs those casts into the matmul kernel, BackendTraits::matmul_widened_operands):
 //   int8: i32 C = A (u8 or i8) x B (u8 or i8), exactly, with AMX-INT8's TDPBUSD/TDPBSSD where the CPU and the
-//         kernel allow AMX, else AVX-512 VNNI's vpdpbusd;
+//         kernel allow AMX, else AVX-512 VNNI's vpdpbusd, else AVX2's vpmaddwd on operands widened to s16 (B's
+//         panels hold s16 pairs there: i8_b_bytes 2, no offsets, the colsum part zero);
 //   bf16: f32 C = A (bf16) x B (bf16), accumulated in f32, with AMX's TDPBF16PS where the CPU and the kernel
 //         allow AMX, else AVX512-BF16's vdpbf16ps (or, without it, the exact bf16 -> f32 widening and FMA).
 // A is read in place; B is packed (once when it is a weight, per run otherwise) into panels of `nr` columns:
@@ -106,7 +107,7 @@ const LowpTable& lowp_table();
 
 // The low-precision ISAs this CPU runs, best first ("avx512amx": avx512lowp with AMX tiles for bf16 and int8,
 // where the CPU has AMX-BF16 and AMX-INT8 and the kernel grants the process AMX's state; "avx512lowp": AVX-512 with
-// VNNI and BF16; "avx2": bf16 by widening, no int8 kernel; "generic": neither).
+// VNNI and BF16; "avx2": bf16 by widening, int8 on vpmaddwd; "generic": neither).
 std::vector<std::string> lowp_isas();
 // The table for one of lowp_isas(); rlx::Error when unknown or not supported here.
 const LowpTable& lowp_table(std::string_view isa);
