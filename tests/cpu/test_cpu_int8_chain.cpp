@@ -106,7 +106,7 @@ Fused count_fused(const Graph& g) {
 //   requant: PTQ's requantize between int8 layers (scale, offset per column; round, clamp at the zero point, u8);
 //   dequant: PTQ's dequantize of the last layer (minus the zero point's column term, times the scales, plus a
 //            bias param, relu), f32 out;
-//   steps:   every other step kind with scalars (max, min, scalar - x, division), clamp and an i8 out.
+//   steps:   every other step kind (scalar - x, division, max with a param holding NaNs, min), clamp, i8 out.
 Graph int8_linear(const std::string& kind, std::int64_t M, std::int64_t N, std::int64_t K, std::mt19937_64& rng) {
   Graph g("int8 linear " + kind);
   auto x = g.cast(g.input("x", {M, K}, DType::U8), DType::I32);
@@ -123,7 +123,7 @@ Graph int8_linear(const std::string& kind, std::int64_t M, std::int64_t N, std::
     g.add_output(g.relu(g.add(y, g.param("bias", {N}))), "y");
   } else {
     auto y = g.binary(ir::OpKind::Div, g.sub(g.scalar(7.0), g.mul(acc, g.constant(scale))), g.scalar(0.75));
-    y = g.binary(ir::OpKind::Min, g.binary(ir::OpKind::Max, y, g.scalar(-90.0)), g.scalar(200.0));
+    y = g.binary(ir::OpKind::Min, g.binary(ir::OpKind::Max, y, g.param("floor", {N})), g.scalar(200.0));
     y = g.unary(ir::OpKind::Round, g.add(y, g.constant(offset)));
     g.add_output(g.cast(g.clamp(y, -128, 127), DType::I8), "y");
   }
@@ -163,12 +163,16 @@ TEST(Int8Chain, FusedStoreMatchesTheEpilogueProgramBitForBit) {
         const std::string label =
             isa + " " + kind + " " + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
         const Graph g = int8_linear(kind, M, N, K, rng);
+        ir::Tensor floor = random_tensor(DType::F32, {N}, rng);
+        for (std::int64_t j = 0; j < N; j += 3) floor.set(j, std::nan(""));  // a NaN operand wins over a number
         const std::map<std::string, ir::Tensor, std::less<>> params{{"w", random_tensor(DType::I8, {K, N}, rng)},
-                                                                    {"bias", random_tensor(DType::F32, {N}, rng)}};
+                                                                    {"bias", random_tensor(DType::F32, {N}, rng)},
+                                                                    {"floor", floor}};
         const std::map<std::string, ir::Tensor, std::less<>> in{{"x", random_tensor(DType::U8, {M, K}, rng)}};
         std::map<std::string, ir::Tensor, std::less<>> used;
         for (const auto& [name, t] : params)
-          if (name == "w" || kind == "dequant") used.emplace(name, t);
+          if (name == "w" || (name == "bias" && kind == "dequant") || (name == "floor" && kind == "steps"))
+            used.emplace(name, t);
         const auto fused = run_poisoned(g, used, in);
         std::vector<ir::Tensor> plain;
         {
