@@ -111,7 +111,7 @@ void ptq_digits(const Session& session, int reps) {
   const auto q = compile::quantize(g, params, calib, session.backend().traits());
   // Both layers in int8 whatever the traits say (the 10-wide one too): what int8 gives at this size.
   auto all_traits = session.backend().traits();
-  all_traits.int8_matmul_min_macs = all_traits.int8_matmul_min_n = 0;
+  all_traits.int8_matmul_min_macs = all_traits.int8_matmul_min_n = all_traits.int8_matmul_min_row_macs = 0;
   const auto all = compile::quantize(g, params, calib, all_traits);
   const std::map<std::string, ir::Tensor, std::less<>> in{{"x", test::digits_x(data, n_train, b, b)}};
   Runner f32(session.compile(g), params, in), i8(session.compile(q.graph), q.params, in),

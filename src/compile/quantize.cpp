@@ -104,6 +104,11 @@ QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& para
     else if (const std::int64_t macs = n.shape.numel() * b.shape[0].size; macs < backend.int8_matmul_min_macs)
       why = fmt::format("left in f32: {} multiply-adds, below the {} at which backend '{}' gains from int8", macs,
                         backend.int8_matmul_min_macs, backend.name);
+    else if (const std::int64_t row = b.shape[0].size * b.shape[1].size; row < backend.int8_matmul_min_row_macs)
+      why = fmt::format(
+          "left in f32: {} multiply-adds a row ({} x {}), below the {} at which backend '{}' gains "
+          "from int8 (a row's quantize and dequantize cost more than its products save)",
+          row, b.shape[0].size, b.shape[1].size, backend.int8_matmul_min_row_macs, backend.name);
     else if (b.shape[1].size < backend.int8_matmul_min_n)
       why = fmt::format("left in f32: {} columns, narrower than backend '{}''s int8 panels ({})", b.shape[1].size,
                         backend.name, backend.int8_matmul_min_n);

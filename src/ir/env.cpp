@@ -24,6 +24,10 @@ const std::vector<Var>& catalog() {
        "Force the CPU f32 convolution's algorithm: direct (RLX's blocked direct kernel), winograd (F(2x2, 3x3)) or "
        "gemm (im2col and GEMM); one that cannot run the conv is an error saying why. Unset = chosen by shape, from "
        "measurements; for tests and benchmarks."},
+      {"RLX_CPU_INT8_EPILOGUE", Type::Bool, "1",
+       "0: a CPU int8 matmul's dequantize / bias / activation / requantize tail, and a standalone quantize to u8 "
+       "or i8, run as the generic elementwise program instead of the int8 GEMM's vectorized store "
+       "(lowp_chain.hpp), which computes the same bytes; to compare the two."},
       {"RLX_TEST_SEED", Type::Int, "",
        "Seed for the tests' random inputs and graphs (printed by every test run), to replay a failure."},
       {"RLX_TEST_TIMING", Type::Bool, "0",

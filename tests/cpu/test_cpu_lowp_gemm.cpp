@@ -75,8 +75,7 @@ TEST(LowpGemm, Int8KernelsAreExactOnEveryIsa) {
               return b_unsigned ? v : std::int8_t(v);
             };
             const auto panels = std::int64_t(lowp_panels(t.i8_nr, N));
-            std::vector<std::byte> packed(std::size_t(panels) * i8_panel_bytes(t.i8_nr, K, t.i8_k_align),
-                                          std::byte{0x5a});
+            std::vector<std::byte> packed(std::size_t(panels) * i8_panel_bytes(t, K), std::byte{0x5a});
             t.i8_pack_b(b.data(), b_unsigned, transposed, transposed ? K : N, K, N, packed.data(), 0, panels);
             std::vector<std::int32_t> c(std::size_t(M * N), std::numeric_limits<std::int32_t>::min());
             std::vector<std::int32_t> rowsum(static_cast<std::size_t>(M));

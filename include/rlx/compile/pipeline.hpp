@@ -96,6 +96,9 @@ struct BackendTraits {
   // The least work (M·K·N multiply-adds) at which PTQ's int8 matmul beats f32 once its input is quantized and
   // its output dequantized, and the least width N (its GEMM's panels are that wide): smaller ones stay f32.
   std::int64_t int8_matmul_min_macs = 0, int8_matmul_min_n = 0;
+  // The least K·N (multiply-adds per row) at which it does: a row's quantize (K values) and dequantize (N)
+  // cost the same however many rows there are, so a layer too thin to pay them back stays f32 at any batch.
+  std::int64_t int8_matmul_min_row_macs = 0;
   std::int64_t arena_alignment = 64;
   // false: a byte of the arena only ever holds buffers of one dtype (the C
   // target, where memory must not change its effective type).

@@ -607,6 +607,7 @@ class CpuBackend final : public runtime::Backend {
     // Where PTQ's int8 form of a matmul beats its f32 one: measured per lowp table (lowp_impl.inc).
     t.int8_matmul_min_macs = select_lowp_table().i8_min_macs;
     t.int8_matmul_min_n = select_lowp_table().i8_min_n;
+    t.int8_matmul_min_row_macs = select_lowp_table().i8_min_row_macs;
     for (auto& name : runtime::host_kernel_names()) t.custom_kernels.insert(std::move(name));
     t.arena_alignment = std::int64_t(kAlign);
     return t;

@@ -2,7 +2,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/kernels.hpp"
+#include "backends/cpu/lowp_chain.hpp"
 #include "rlx/error.hpp"
 
 namespace rlx::backends::cpu {
@@ -149,6 +151,8 @@ class ElementwiseKernel final : public CpuKernel {
 std::unique_ptr<CpuKernel> build_elementwise(const BuildCtx& b) {
   const auto& body = b.kernel.body;
   if (b.kernel.outputs.empty()) b.fail("has no outputs");
+  // A quantize to u8 or i8 runs as the int8 GEMM's store does (lowp_chain.hpp): vectorized end to end.
+  if (auto k = build_quantize_chain(b, b.packs && b.packs->lowp ? *b.packs->lowp : select_lowp_table())) return k;
   const auto& out0 = b.out(0);
   ProgramBuilder pb(body, out0.shape);
   b.bind_inputs(pb);

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/kernels.hpp"
+#include "backends/cpu/lowp_chain.hpp"
 #include "backends/cpu/lowp_gemm.hpp"
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
@@ -78,6 +79,8 @@ class MatMulKernel final : public CpuKernel {
   compile::BufferId a_buf = 0, b_buf = 0, out_buf = 0;
   bool c_in_out = true;  // the GEMM writes the output buffer (else shared scratch)
   std::unique_ptr<CompiledProgram> epi;
+  // An int8 matmul's epilogue as the GEMM's fused store (lowp_chain.hpp), in place of `epi`.
+  std::optional<Int8Chain> chain;
   i64 pm = 1, pn = 1;  // panels per matrix along M and N
   // Where the GEMM takes B from. The packed-B GEMM's units split each matrix
   // into pm row blocks x pn groups of gemm_nr-column panels.
@@ -161,6 +164,10 @@ class MatMulKernel final : public CpuKernel {
     const std::size_t as = ir::dtype_size(a_dtype), bs = ir::dtype_size(b_dtype);
     const bool b_unsigned = b_dtype == ir::DType::U8, a_unsigned = a_dtype == ir::DType::U8;
     const std::byte* bp = nullptr;
+    I8EpiStep steps[Int8Chain::kMaxSteps];
+    I8Epilogue fused;
+    if (chain) fused = chain->bind(c, steps);
+    const std::size_t out_size = fused.out == I8Epilogue::F32 ? 4 : 1;
     if (b_source == BSource::PackedPerRun) {
       std::byte* dst = c.shared + pack_offset;
       const i64 copies = b_per_batch ? i64(b_off.size()) : 1;
@@ -194,6 +201,13 @@ class MatMulKernel final : public CpuKernel {
         auto* rowsum = reinterpret_cast<std::int32_t*>(c.thread_scratch() + rowsum_offset);
         t.i8_gemm(reinterpret_cast<const std::uint8_t*>(a), a_unsigned, K, b, b_unsigned, K, N,
                   reinterpret_cast<std::int32_t*>(cm), N, m0, m1, p0, p1, rowsum);
+        if (chain) {
+          I8Epilogue e = fused;
+          e.dst += std::size_t(bi * M * N) * out_size;
+          e.ldd = N;
+          t.i8_epilogue(cm, N, m0, m1, p0 * nr, std::min(N, p1 * nr), e);
+          return;
+        }
       } else {
         t.bf16_gemm(reinterpret_cast<const std::uint16_t*>(a), K, b, K, N, reinterpret_cast<float*>(cm), N, m0, m1, p0,
                     p1);
@@ -372,8 +386,8 @@ std::pair<i64, i64> packed_units(i64 batch, i64 M, i64 panels, double flops, int
 
 // A matmul with a narrow operand: the table's int8 or bf16 GEMM when it has one for the pair, else the
 // operands widened per run into scratch for the GEMMs of the wide type.
-void build_narrow(const BuildCtx& b, MatMulKernel& k, const compile::Buffer& B, bool b_constant, bool b_shared,
-                  double flops) {
+void build_narrow(const BuildCtx& b, const ir::Node& mm, MatMulKernel& k, const compile::Buffer& B, bool b_constant,
+                  bool b_shared, double flops) {
   using ir::DType;
   const LowpTable& table = b.packs && b.packs->lowp ? *b.packs->lowp : select_lowp_table();
   auto is8 = [](DType t) { return t == DType::I8 || t == DType::U8; };
@@ -405,10 +419,14 @@ void build_narrow(const BuildCtx& b, MatMulKernel& k, const compile::Buffer& B, 
     return;
   }
   const bool int8 = k.lowp == MatMulKernel::Lowp::Int8;
+  if (int8 && k.epi) {
+    k.chain = match_int8_chain(b, mm);
+    if (k.chain) k.epi.reset();
+  }
   const std::int32_t nr = int8 ? table.i8_nr : table.bf16_nr;
   const i64 panels = i64(lowp_panels(nr, k.N));
-  const std::size_t packed_bytes = std::size_t(panels) * (int8 ? i8_panel_bytes(nr, k.K, table.i8_k_align)
-                                                               : bf16_panel_bytes(nr, k.K, table.bf16_k_align));
+  const std::size_t packed_bytes =
+      std::size_t(panels) * (int8 ? i8_panel_bytes(table, k.K) : bf16_panel_bytes(nr, k.K, table.bf16_k_align));
   std::tie(k.pm, k.pn) = packed_units(batch, k.M, panels, flops, b.threads);
   if (int8) {
     k.rowsum_offset = k.thread_bytes;
@@ -504,7 +522,7 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   const bool b_constant = b_root.role == compile::BufferRole::Param || b_root.role == compile::BufferRole::Constant;
   const GemmChoice choice = gemm_override();
   if (k->a_dtype != mm.dtype || k->b_dtype != mm.dtype) {
-    build_narrow(b, *k, B, b_constant, b_shared, flops);
+    build_narrow(b, mm, *k, B, b_constant, b_shared, flops);
     return k;
   }
   const bool f32 = b.packs && mm.dtype == ir::DType::F32 && B.dtype == ir::DType::F32 && k->K > 0;

@@ -2,7 +2,8 @@
 // Low-precision GEMMs: the products a matmul computes on operands that a widening cast brought up from a
 // narrower type (lower.cpp absorbs those casts into the matmul kernel, BackendTraits::matmul_widened_operands):
 //   int8: i32 C = A (u8 or i8) x B (u8 or i8), exactly, with AMX-INT8's TDPBUSD/TDPBSSD where the CPU and the
-//         kernel allow AMX, else AVX-512 VNNI's vpdpbusd;
+//         kernel allow AMX, else AVX-512 VNNI's vpdpbusd, else AVX2's vpmaddwd on operands widened to s16 (B's
+//         panels hold s16 pairs there: i8_b_bytes 2, no offsets, the colsum part zero);
 //   bf16: f32 C = A (bf16) x B (bf16), accumulated in f32, with AMX's TDPBF16PS where the CPU and the kernel
 //         allow AMX, else AVX512-BF16's vdpbf16ps (or, without it, the exact bf16 -> f32 widening and FMA).
 // A is read in place; B is packed (once when it is a weight, per run otherwise) into panels of `nr` columns:
@@ -23,11 +24,31 @@
 
 namespace rlx::backends::cpu {
 
+// The int8 GEMM's fused store (lowp_chain.hpp): y = steps(f32(acc)) per element of column n (or steps(x) of
+// an f32 input x: a standalone quantize), each step on f32
+// with the generic epilogue program's semantics (elementwise_impl.inc), then y stored as f32, or truncated to
+// i32 and its low byte stored (u8 or i8), as the program's cast and narrowing do.
+struct I8EpiStep {
+  enum Kind : std::uint8_t { Add, Sub, RSub, Mul, Div, Max, Min, Relu, Round, Clamp };
+  Kind kind = Add;
+  const float* col = nullptr;   // the operand per column (col[n]); null: the scalar `k`
+  float k = 0, lo = 0, hi = 0;  // Clamp's bounds in lo and hi
+};
+struct I8Epilogue {
+  const I8EpiStep* steps = nullptr;
+  int n_steps = 0;
+  bool f32_in = false;  // the input is f32 (a standalone quantize), not the i32 accumulator
+  enum Out : std::uint8_t { F32, U8, I8 } out = F32;
+  std::byte* dst = nullptr;  // element [m, n] at dst + (m * ldd + n) * the output's size
+  std::int64_t ldd = 0;
+};
+
 struct LowpTable {
   const char* name;
   // int8 (nr 0: no kernel, the matmul widens its operands and runs the integer loop).
   std::int32_t i8_nr;
   std::int32_t i8_k_align;  // K rounded up to a multiple of this in the panels (AMX's tiles take 64 at a time)
+  std::int32_t i8_b_bytes;  // bytes a packed value of B takes: 1, or 2 where the kernel reads B as s16 (AVX2)
   // Packs panels [p0, p1) of B [K, N] (rows ldb bytes apart), or of B^T [N, K] (rows ldb bytes apart) when
   // `transposed`; `b_unsigned`: B holds u8.
   void (*i8_pack_b)(const std::uint8_t* b, bool b_unsigned, bool transposed, std::int64_t ldb, std::int64_t K,
@@ -37,6 +58,10 @@ struct LowpTable {
   void (*i8_gemm)(const std::uint8_t* a, bool a_unsigned, std::int64_t lda, const std::byte* packed, bool b_unsigned,
                   std::int64_t K, std::int64_t N, std::int32_t* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1,
                   std::int64_t p0, std::int64_t p1, std::int32_t* rowsum);
+  // Rows [m0, m1) x columns [n0, n1) of C (i32, or f32 when epi.f32_in; rows ldc elements apart) through `epi`
+  // into its dst (same row and column indices).
+  void (*i8_epilogue)(const void* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1, std::int64_t n0,
+                      std::int64_t n1, const I8Epilogue& epi);
   // bf16 (nr 0: no kernel).
   std::int32_t bf16_nr;
   std::int32_t bf16_k_align;
@@ -52,11 +77,15 @@ struct LowpTable {
   // docs/precision.md).
   std::int64_t i8_min_macs;
   std::int64_t i8_min_n;
+  std::int64_t i8_min_row_macs;  // BackendTraits::int8_matmul_min_row_macs: the least K·N
 };
 
 // Bytes of one packed panel and of a whole packed B.
-inline std::size_t i8_panel_bytes(std::int32_t nr, std::int64_t K, std::int32_t k_align) {
-  return std::size_t((K + k_align - 1) / k_align * k_align * nr + nr * 4);
+inline std::size_t i8_panel_bytes(std::int32_t nr, std::int64_t K, std::int32_t k_align, std::int32_t b_bytes = 1) {
+  return std::size_t((K + k_align - 1) / k_align * k_align * nr * b_bytes + nr * 4);
+}
+inline std::size_t i8_panel_bytes(const LowpTable& t, std::int64_t K) {
+  return i8_panel_bytes(t.i8_nr, K, t.i8_k_align, t.i8_b_bytes);
 }
 inline std::size_t bf16_panel_bytes(std::int32_t nr, std::int64_t K, std::int32_t k_align) {
   return std::size_t((K + k_align - 1) / k_align * k_align / 2 * nr * 4);
@@ -78,7 +107,7 @@ const LowpTable& lowp_table();
 
 // The low-precision ISAs this CPU runs, best first ("avx512amx": avx512lowp with AMX tiles for bf16 and int8,
 // where the CPU has AMX-BF16 and AMX-INT8 and the kernel grants the process AMX's state; "avx512lowp": AVX-512 with
-// VNNI and BF16; "avx2": bf16 by widening, no int8 kernel; "generic": neither).
+// VNNI and BF16; "avx2": bf16 by widening, int8 on vpmaddwd; "generic": neither).
 std::vector<std::string> lowp_isas();
 // The table for one of lowp_isas(); rlx::Error when unknown or not supported here.
 const LowpTable& lowp_table(std::string_view isa);
