@@ -212,12 +212,14 @@ TrainStep train_step(const Graph& model, std::span<const std::string> params, co
   for (std::size_t i = 0; i < params.size(); ++i) grads.push_back(vg_outputs[i + 1].node);
   std::optional<NodeId> check;
   if (loss_scaled) {
-    // The loss and the gradients divided by the scale (exact for a power of two), and the sum of every
-    // gradient's |values|, an inf or a NaN when one of them holds one.
+    // The loss reported is the model's own, unscaled (value_and_grad keeps the forward graph's node ids):
+    // loss × scale / scale would be inf whenever the scaled loss overflows though the gradients, and the
+    // step, stay finite. The gradients are divided by the scale (exact for a power of two), and the sum of
+    // every gradient's |values| is an inf or a NaN when one of them holds one.
+    loss_out = model.outputs()[0].node;
     const NodeId sc = g.find_input(scale_name);
     const DType ldt = g.node(sc).dtype;
     const NodeId inv = g.div(g.scalar(1, ldt), sc);
-    loss_out = g.mul(loss_out, inv);
     for (auto& grad : grads) {
       const DType dt = g.node(grad).dtype;
       grad = g.mul(grad, dt == ldt ? inv : g.cast(inv, dt));

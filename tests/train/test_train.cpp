@@ -439,6 +439,21 @@ TEST(LossScaling, AnOverflowSkipsTheStepAndHalvesTheScale) {
   for (std::int64_t i = 0; i < kD * kO; ++i) EXPECT_TRUE(std::isfinite(t.param("w").get(i)));
 }
 
+// A loss whose scaled value overflows while its gradients stay finite: the step is taken, and the loss the
+// step reports is the model's own, not loss × scale / scale (inf; seen with the regression above for some seeds).
+TEST(LossScaling, TheReportedLossIsUnscaledWhereOnlyTheScaledLossOverflows) {
+  Graph g("offset_loss");
+  auto w = g.param("w", {4}, DType::F32);
+  g.add_output(g.add(g.sum(w, {0}), g.scalar(1e30, DType::F32)), "loss");
+  const TensorMap params{{"w", Tensor(DType::F32, {4})}};
+  train::Trainer t(g, params, train::Sgd{.lr = 0.5}, {.loss_scaling = train::LossScaling{.init_scale = 0x1p40}});
+  const double loss = t.step(TensorMap{});
+  EXPECT_EQ(t.skipped_steps(), 0);
+  EXPECT_EQ(t.steps(), 1);
+  EXPECT_EQ(loss, double(1e30f));
+  for (std::int64_t i = 0; i < 4; ++i) EXPECT_EQ(t.param("w").get(i), -0.5) << "w - lr * d loss / d w";
+}
+
 // f16 mixed precision scales the loss unless told otherwise; loss scaling needs the fused step.
 TEST(LossScaling, F16MixedPrecisionScalesByDefault) {
   auto r = rng();
