@@ -26,11 +26,15 @@ TARGETS = {("elementwise_chain8_16M", "memcpy"): 0.7, ("elementwise_chain8_16M",
 # are its peers, without targets yet (issue 19 asks for the figures).
 # Low-precision products against RLX's own f32 on the same workload (issue 17): the speed-up, f32 time over
 # the low-precision time, and its target.
+# None: the speed-up is reported without a target (the digits classifier with both layers forced to int8, beside
+# the compiler's own choice, which carries the target).
 SPEEDUPS = {("gemm_lowp_1024^3", "rlx_int8"): 2.0, ("gemm_lowp_1024^3", "rlx_bf16"): 1.6,
-            ("ptq_mlp_b256_w1024", "rlx_int8"): 1.8}
+            ("ptq_mlp_b256_w1024", "rlx_int8"): 1.8, ("ptq_digits_b256", "rlx_int8"): 1.8,
+            ("ptq_digits_b256", "rlx_int8_all"): None}
 # The implementation under test: RLX's C++ API, or pyrlx where a workload measures the bindings.
 SUBJECTS = ("rlx", "pyrlx", "rlx_mlx")
-ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemm_lowp_1024^3", "ptq_mlp_b256_w1024", "gemv_1x4096x4096", "elementwise_chain8_16M",
+ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemm_lowp_1024^3", "ptq_mlp_b256_w1024", "ptq_digits_b256",
+         "gemv_1x4096x4096", "elementwise_chain8_16M",
          "softmax_4096x4096", "layer_norm_4096x4096", "rms_norm_4096x4096", "conv2d_8x256x14x14_k3",
          "conv2d_1x256x14x14_k3", "conv2d_1x256x14x14_o1024_k1", "resnet_bottleneck_1x1024x14x14",
          "mlp_b64_w1024_l2", "encoder_s128_d512_h8", "mlx_mlp_b64_w1024_l2", "mlx_encoder_s128_d512_h8",
@@ -102,13 +106,22 @@ def build(samples, work, meta):
             r["pct_of_limit"] = round(100 * r["gbps"] / copy, 1)
             r["limit"] = "copy"
         records.append(r)
+    return {"machine": machine, "versions": meta["versions"],
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "records": records, "ratios": compare(records), "checks": meta["checks"]}
+
+
+def compare(records):
+    """The ratio rows: each subject against its peers, and each low-precision form against RLX's f32."""
     by = {(r["workload"], r["impl"]): r for r in records}
     ratios = []
     for (workload, impl), r in by.items():
         if (workload, impl) in SPEEDUPS and (workload, "rlx") in by:
-            ratios.append({"workload": workload, "peer": f"{impl} over rlx f32", "subject": impl,
-                           "speed_ratio": round(by[(workload, "rlx")]["median_s"] / r["median_s"], 3),
-                           "target": SPEEDUPS[(workload, impl)]})
+            ratio = {"workload": workload, "peer": f"{impl} over rlx f32", "subject": impl,
+                     "speed_ratio": round(by[(workload, "rlx")]["median_s"] / r["median_s"], 3)}
+            if SPEEDUPS[(workload, impl)] is not None:
+                ratio["target"] = SPEEDUPS[(workload, impl)]
+            ratios.append(ratio)
             continue
         subject = next((x for x in SUBJECTS if (workload, x) in by), None)
         if impl != subject:
@@ -121,9 +134,7 @@ def build(samples, work, meta):
                 if (workload, peer) in TARGETS:
                     ratio["target"] = TARGETS[(workload, peer)]
                 ratios.append(ratio)
-    return {"machine": machine, "versions": meta["versions"],
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "records": records, "ratios": ratios, "checks": meta["checks"]}
+    return ratios
 
 
 def fmt_time(s):
@@ -171,11 +182,22 @@ def table(result):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("raw", nargs="+")
+    p.add_argument("raw", nargs="*")
+    p.add_argument("--rerender", metavar="JSON",
+                   help="recompute the ratios of an earlier run's latest.json (after a change of targets or"
+                        " rows) and print its table, instead of reading raw records")
     p.add_argument("--out", default="bench/results/latest.json")
     p.add_argument("--doc", help="markdown file whose latest-run markers get the table")
     a = p.parse_args()
-    result = build(*load(a.raw))
+    if a.rerender:
+        with open(a.rerender) as f:
+            result = json.load(f)
+        result["records"].sort(key=lambda r: (order(r["workload"]), r["workload"], r["impl"] not in SUBJECTS))
+        result["ratios"] = compare(result["records"])
+    elif a.raw:
+        result = build(*load(a.raw))
+    else:
+        p.error("give the raw records of a run, or --rerender latest.json")
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
