@@ -113,5 +113,51 @@ TEST(CpuFused, StreamedOutputAtAnyAlignment) {
   }
 }
 
+// A kernel whose outputs are each under the threshold but together past it (an optimizer's update writes
+// three or four arrays of a weight's size) streams them all: every output, at any alignment, matches the
+// aligned run bit for bit and the formula, and nothing outside it is touched.
+TEST(CpuFused, OutputsStreamedTogetherAtAnyAlignment) {
+  const std::int64_t n = (std::int64_t(12) << 20) / 4 + 5;  // 3 x 12 MiB: past the (at most 32 MiB) threshold
+  Graph g("streamed_together");
+  auto x = g.input("x", {n});
+  auto y = g.input("y", {n});
+  auto m = g.add(g.mul(x, g.scalar(0.5)), y);  // as Adam's moments feed its new weight
+  auto v = g.sub(g.mul(m, g.scalar(2.0)), x);
+  g.add_output(m);
+  g.add_output(v);
+  g.add_output(g.mul(g.relu(v), y));
+  Session session;
+  auto cg = session.compile(g);
+  ASSERT_EQ(cg.compile_result().lir.kernels.size(), 1u) << "one kernel writes the three outputs";
+  ir::Tensor xs(ir::DType::F32, {n}), ys(ir::DType::F32, {n});
+  for (std::int64_t i = 0; i < n; ++i) {
+    xs.data_as<float>()[i] = float(i % 1001) * 0.01f - 5.0f;
+    ys.data_as<float>()[i] = float(i % 997) * 0.02f - 9.0f;
+  }
+  const std::vector<runtime::NamedTensor> inputs{{"x", ir::view(xs)}, {"y", ir::view(ys)}};
+  const auto count = static_cast<std::size_t>(n);
+  std::vector<std::vector<float>> want(3, std::vector<float>(count)), buf(3, std::vector<float>(count + 64));
+  cg.run_raw(inputs, std::vector<void*>{want[0].data(), want[1].data(), want[2].data()});
+  for (std::size_t off : {1u, 7u, 16u}) {
+    for (auto& b : buf) std::fill(b.begin(), b.end(), -1.0f);
+    cg.run_raw(inputs, std::vector<void*>{buf[0].data() + off, buf[1].data() + off + 1, buf[2].data() + off + 2});
+    for (std::size_t j = 0; j < 3; ++j) {
+      const std::size_t o = off + j;
+      EXPECT_EQ(std::memcmp(buf[j].data() + o, want[j].data(), count * sizeof(float)), 0)
+          << "output " << j << " at " << o;
+      EXPECT_EQ(buf[j][o - 1], -1.0f);
+      EXPECT_EQ(buf[j][o + count], -1.0f);
+    }
+  }
+  for (std::int64_t i = 0; i < n; i += 4099) {
+    const float a = xs.data_as<float>()[i], b = ys.data_as<float>()[i];
+    const auto k = std::size_t(i);
+    const float m = a * 0.5f + b, v = m * 2.0f - a;
+    ASSERT_EQ(want[0][k], m) << i;
+    ASSERT_EQ(want[1][k], v) << i;
+    ASSERT_EQ(want[2][k], std::max(v, 0.0f) * b) << i;
+  }
+}
+
 }  // namespace
 }  // namespace rlx::backends::cpu
