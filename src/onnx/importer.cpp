@@ -873,8 +873,17 @@ class Importer {
     const ir::Tensor* t = v->value.get();
     if (!t || t->shape().size() > 1 || t->numel() > 64 || !ir::is_integer(t->dtype())) return std::nullopt;
     detail::SymInts out{t->dtype(), t->shape().empty(), {}};
-    for (std::int64_t i = 0; i < t->numel(); ++i)
-      out.elems.emplace_back(t->dtype() == ir::DType::I64 ? t->data_as<std::int64_t>()[i] : std::int64_t(t->get(i)));
+    for (std::int64_t i = 0; i < t->numel(); ++i) {
+      if (t->dtype() == ir::DType::U64) {
+        // A u64 past i64's range is no dim, index or shape: not a shape value (the op converts as usual).
+        const std::uint64_t u = t->data_as<std::uint64_t>()[i];
+        if (u > std::uint64_t(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+        out.elems.emplace_back(std::int64_t(u));
+      } else {
+        // Every other integer type's values are i64's (i64 read as is: a double would round it).
+        out.elems.emplace_back(t->dtype() == ir::DType::I64 ? t->data_as<std::int64_t>()[i] : std::int64_t(t->get(i)));
+      }
+    }
     return out;
   }
 
