@@ -35,9 +35,14 @@ struct Shape3 {
 // Tails of every kind: K % 4 in 1..3 and odd K, N off the 16-lane vectors and the panels, M off the 6-row
 // tiles, and K = 2053 past the int8 kernel's 2048-value slice; for AMX's 32 x 32 blocks of 16 x 16 tiles and
 // 64-value k steps: whole blocks and steps (64 x 64 x 192: split in two, each half 32 rows), a block of 17
-// rows (one past the first tile's 16) and one of 16, K one past a step.
-constexpr Shape3 kShapes[] = {{1, 1, 1},      {7, 17, 3},  {6, 64, 4},    {13, 65, 5},  {5, 130, 31}, {3, 20, 2053},
-                              {12, 33, 1030}, {2, 200, 2}, {64, 64, 192}, {34, 96, 65}, {32, 40, 64}};
+// rows (one past the first tile's 16) and one of 16, K one past a step. The VNNI tile (6 rows x 4 vectors, its
+// k loop and its masked tail of K in assembly, stored straight to C unless the offsets' corrections or a later
+// K slice add to it): whole tiles with K a multiple of 4 (18 x 128 x 64, straight to C), every row count 1..5
+// after whole tiles (11, 23), one vector of 10 columns (PTQ's classes), and K slices of 2048 ending in a tail
+// of 1 and 2 values (2049, 4098).
+constexpr Shape3 kShapes[] = {{1, 1, 1},      {7, 17, 3},     {6, 64, 4},    {13, 65, 5},  {5, 130, 31}, {3, 20, 2053},
+                              {12, 33, 1030}, {2, 200, 2},    {64, 64, 192}, {34, 96, 65}, {32, 40, 64}, {18, 128, 64},
+                              {11, 10, 129},  {23, 192, 127}, {4, 49, 2049}, {9, 16, 4098}};
 
 // Runs rows [m0, m1) x panels [p0, p1) in two calls each way, so ranges that start inside the matrix are
 // covered; returns C.
