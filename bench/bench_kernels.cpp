@@ -156,6 +156,7 @@ void ptq_digits(const Session& session, int reps) {
     std::fprintf(stderr, "\n");
   };
   profile("f32", g, params);
+  profile("int8 (as the traits decide)", q.graph, q.params);
   profile("int8 (both layers)", all.graph, all.params);
   // The same without quant_propagate (in quantize and in the pipeline): the hidden activation through f32.
   const auto all_plain = compile::quantize(g, params, calib, all_traits, {.propagate = false});

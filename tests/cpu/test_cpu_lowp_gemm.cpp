@@ -35,9 +35,14 @@ struct Shape3 {
 // Tails of every kind: K % 4 in 1..3 and odd K, N off the 16-lane vectors and the panels, M off the 6-row
 // tiles, and K = 2053 past the int8 kernel's 2048-value slice; for AMX's 32 x 32 blocks of 16 x 16 tiles and
 // 64-value k steps: whole blocks and steps (64 x 64 x 192: split in two, each half 32 rows), a block of 17
-// rows (one past the first tile's 16) and one of 16, K one past a step.
-constexpr Shape3 kShapes[] = {{1, 1, 1},      {7, 17, 3},  {6, 64, 4},    {13, 65, 5},  {5, 130, 31}, {3, 20, 2053},
-                              {12, 33, 1030}, {2, 200, 2}, {64, 64, 192}, {34, 96, 65}, {32, 40, 64}};
+// rows (one past the first tile's 16) and one of 16, K one past a step. The VNNI tile (6 rows x 4 vectors, its
+// k loop and its masked tail of K in assembly, stored straight to C unless the offsets' corrections or a later
+// K slice add to it): whole tiles with K a multiple of 4 (18 x 128 x 64, straight to C), every row count 1..5
+// after whole tiles (11, 23), one vector of 10 columns (PTQ's classes), and K slices of 2048 ending in a tail
+// of 1 and 2 values (2049, 4098).
+constexpr Shape3 kShapes[] = {{1, 1, 1},      {7, 17, 3},     {6, 64, 4},    {13, 65, 5},  {5, 130, 31}, {3, 20, 2053},
+                              {12, 33, 1030}, {2, 200, 2},    {64, 64, 192}, {34, 96, 65}, {32, 40, 64}, {18, 128, 64},
+                              {11, 10, 129},  {23, 192, 127}, {4, 49, 2049}, {9, 16, 4098}};
 
 // Runs rows [m0, m1) x panels [p0, p1) in two calls each way, so ranges that start inside the matrix are
 // covered; returns C.
@@ -98,6 +103,70 @@ TEST(LowpGemm, Int8KernelsAreExactOnEveryIsa) {
           }
   }
   if (tables == 0) GTEST_SKIP() << "this CPU has no int8 GEMM table (needs AVX-512 VNNI and BF16)";
+}
+
+// The GEMM with its store fused (LowpTable::i8_gemm_fused, the chain applied to each tile in registers) writes
+// what the GEMM followed by the separate store writes, byte for byte, at every shape and sign combination
+// (the offsets' corrections before the chain), into poisoned outputs; past one slice of K it declines.
+TEST(LowpGemm, FusedStoreMatchesTheGemmThenTheStore) {
+  std::mt19937_64 rng(testing::test_seed() + 3);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.01f, 0.01f);
+  int tables = 0;
+  for (const auto& isa : lowp_isas()) {
+    const LowpTable& t = lowp_table(isa);
+    if (t.i8_nr == 0 || !t.i8_gemm_fused) continue;
+    ++tables;
+    for (auto [M, N, K] : kShapes)
+      for (int a_unsigned = 0; a_unsigned < 2; ++a_unsigned)
+        for (int b_unsigned = 0; b_unsigned < 2; ++b_unsigned)
+          for (int u8_out = 0; u8_out < 2; ++u8_out) {
+            std::vector<std::uint8_t> a(std::size_t(M * K)), b(std::size_t(K * N));
+            for (auto& v : a) v = std::uint8_t(byte(rng));
+            for (auto& v : b) v = std::uint8_t(byte(rng));
+            std::vector<float> mul(static_cast<std::size_t>(N)), add(static_cast<std::size_t>(N));
+            for (auto& v : mul) v = scale(rng);
+            for (auto& v : add) v = 100 * scale(rng) + 120;
+            // Requantize to u8 (mul, add, round, clamp), or dequantize to f32 (mul, add, relu).
+            I8EpiStep steps[4];
+            steps[0] = {.kind = I8EpiStep::Mul, .col = mul.data()};
+            steps[1] = {.kind = I8EpiStep::Add, .col = add.data()};
+            steps[2] = {.kind = u8_out ? I8EpiStep::Round : I8EpiStep::Relu};
+            steps[3] = {.kind = I8EpiStep::Clamp, .lo = 3, .hi = 255};
+            const auto panels = std::int64_t(lowp_panels(t.i8_nr, N));
+            std::vector<std::byte> packed(std::size_t(panels) * i8_panel_bytes(t, K));
+            t.i8_pack_b(b.data(), b_unsigned, false, N, K, N, packed.data(), 0, panels);
+            const std::size_t out_bytes = std::size_t(M * N) * (u8_out ? 1 : 4);
+            std::vector<std::byte> want(out_bytes, std::byte{0x7f}), got(out_bytes, std::byte{0x7f});
+            const I8Epilogue epi{.steps = steps,
+                                 .n_steps = u8_out ? 4 : 3,
+                                 .out = u8_out ? I8Epilogue::U8 : I8Epilogue::F32,
+                                 .dst = want.data(),
+                                 .ldd = N};
+            std::vector<std::int32_t> c(std::size_t(M * N)), rowsum(static_cast<std::size_t>(M));
+            t.i8_gemm(a.data(), a_unsigned, K, packed.data(), b_unsigned, K, N, c.data(), N, 0, M, 0, panels,
+                      rowsum.data());
+            t.i8_epilogue(c.data(), N, 0, M, 0, N, epi);
+            I8Epilogue fused = epi;
+            fused.dst = got.data();
+            bool ran = true;
+            split_calls(M, panels, [&](std::int64_t m0, std::int64_t m1, std::int64_t p0, std::int64_t p1) {
+              // rowsum has room for the rows of one call, from its first.
+              ran &= t.i8_gemm_fused(a.data(), a_unsigned, K, packed.data(), b_unsigned, K, N, m0, m1, p0, p1,
+                                     rowsum.data(), fused);
+            });
+            const std::string label = std::string(t.name) + " " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                      std::to_string(K) + (a_unsigned ? " u8" : " i8") +
+                                      (b_unsigned ? " x u8" : " x i8") + (u8_out ? " -> u8" : " -> f32");
+            if (K > 2048) {  // past the VNNI kernel's slice of K
+              EXPECT_FALSE(ran) << label;
+              continue;
+            }
+            EXPECT_TRUE(ran) << label;
+            EXPECT_TRUE(got == want) << label;
+          }
+  }
+  if (tables == 0) GTEST_SKIP() << "this CPU has no int8 GEMM with a fused store (needs AVX-512 VNNI)";
 }
 
 std::uint16_t to_bf16(float f) {  // round to nearest even

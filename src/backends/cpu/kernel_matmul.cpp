@@ -199,6 +199,14 @@ class MatMulKernel final : public CpuKernel {
       std::byte* cm = cbase + std::size_t(bi * M * N) * 4;
       if (int8) {
         auto* rowsum = reinterpret_cast<std::int32_t*>(c.thread_scratch() + rowsum_offset);
+        if (chain && t.i8_gemm_fused) {
+          I8Epilogue e = fused;
+          e.dst += std::size_t(bi * M * N) * out_size;
+          e.ldd = N;
+          if (t.i8_gemm_fused(reinterpret_cast<const std::uint8_t*>(a), a_unsigned, K, b, b_unsigned, K, N, m0, m1, p0,
+                              p1, rowsum, e))
+            return;
+        }
         t.i8_gemm(reinterpret_cast<const std::uint8_t*>(a), a_unsigned, K, b, b_unsigned, K, N,
                   reinterpret_cast<std::int32_t*>(cm), N, m0, m1, p0, p1, rowsum);
         if (chain) {

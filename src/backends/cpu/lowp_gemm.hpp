@@ -58,6 +58,11 @@ struct LowpTable {
   void (*i8_gemm)(const std::uint8_t* a, bool a_unsigned, std::int64_t lda, const std::byte* packed, bool b_unsigned,
                   std::int64_t K, std::int64_t N, std::int32_t* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1,
                   std::int64_t p0, std::int64_t p1, std::int32_t* rowsum);
+  // i8_gemm with `epi` applied to each tile as it leaves the registers, into epi's dst (C's rows and columns); C
+  // is not written. Null where the table has none; false, with nothing done, where it cannot (K past a slice).
+  bool (*i8_gemm_fused)(const std::uint8_t* a, bool a_unsigned, std::int64_t lda, const std::byte* packed,
+                        bool b_unsigned, std::int64_t K, std::int64_t N, std::int64_t m0, std::int64_t m1,
+                        std::int64_t p0, std::int64_t p1, std::int32_t* rowsum, const I8Epilogue& epi);
   // Rows [m0, m1) x columns [n0, n1) of C (i32, or f32 when epi.f32_in; rows ldc elements apart) through `epi`
   // into its dst (same row and column indices).
   void (*i8_epilogue)(const void* c, std::int64_t ldc, std::int64_t m0, std::int64_t m1, std::int64_t n0,
