@@ -1,5 +1,6 @@
 #include "rlx/ir/tensor.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -64,6 +65,8 @@ Tensor Tensor::scalar(DType dtype, double value) {
 }
 
 std::int64_t Tensor::numel() const {
+  // A zero extent first: the others may each be up to 2^48 (checked_numel), so their product can overflow.
+  if (std::find(shape_.begin(), shape_.end(), 0) != shape_.end()) return 0;
   std::int64_t n = 1;
   for (std::int64_t d : shape_) n *= d;
   return n;
