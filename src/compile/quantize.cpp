@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "rlx/compile/passes_extra.hpp"
 #include "rlx/compile/rewrite.hpp"
@@ -91,9 +92,38 @@ QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& para
 
   // The candidates: f32 matmuls of an activation by a 2-D param (the weights PTQ can fix).
   std::vector<ir::NodeId> candidates;
+  // The int8 candidate whose output, through a bias add and a relu, is this matmul's input: quant_propagate
+  // then folds this matmul's quantize into that one's epilogue (the activation is written as u8 and read as
+  // stored), so this one pays no quantize of its own.
+  auto requantizing_producer = [&](const ir::Node& n) -> std::optional<ir::NodeId> {
+    if (!options.propagate) return std::nullopt;
+    auto known = [&](ir::NodeId id) {
+      const auto op = g.node(id).op;
+      return op == ir::OpKind::Param || op == ir::OpKind::Constant;
+    };
+    ir::NodeId x = n.inputs[0];
+    for (;;) {
+      const ir::Node& p = g.node(x);
+      const bool binary_add = p.op == ir::OpKind::Add && p.inputs.size() == 2;
+      if (p.op == ir::OpKind::Relu || (binary_add && known(p.inputs[1]))) {
+        x = p.inputs[0];
+      } else if (binary_add && known(p.inputs[0])) {
+        x = p.inputs[1];
+      } else {
+        break;
+      }
+    }
+    if (std::find(candidates.begin(), candidates.end(), x) == candidates.end()) return std::nullopt;
+    return x;
+  };
+  std::map<ir::NodeId, ir::NodeId> requantized_by;  // a candidate -> the int8 matmul that requantizes its input
   for (const auto& n : g.nodes()) {
     if (n.op != ir::OpKind::MatMul) continue;
     const auto& b = g.node(n.inputs[1]);
+    // The per-row and panel-width thresholds weigh a layer's own quantize (K values a row) against its gain,
+    // measured with f32 inputs; a layer whose input arrives requantized skips that cost, and only the total
+    // work decides (docs/precision.md).
+    const auto producer = requantizing_producer(n);
     std::string why;
     if (n.dtype != ir::DType::F32)
       why = "left as written: not f32";
@@ -104,12 +134,13 @@ QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& para
     else if (const std::int64_t macs = n.shape.numel() * b.shape[0].size; macs < backend.int8_matmul_min_macs)
       why = fmt::format("left in f32: {} multiply-adds, below the {} at which backend '{}' gains from int8", macs,
                         backend.int8_matmul_min_macs, backend.name);
-    else if (const std::int64_t row = b.shape[0].size * b.shape[1].size; row < backend.int8_matmul_min_row_macs)
+    else if (const std::int64_t row = b.shape[0].size * b.shape[1].size;
+             !producer && row < backend.int8_matmul_min_row_macs)
       why = fmt::format(
           "left in f32: {} multiply-adds a row ({} x {}), below the {} at which backend '{}' gains "
           "from int8 (a row's quantize and dequantize cost more than its products save)",
           row, b.shape[0].size, b.shape[1].size, backend.int8_matmul_min_row_macs, backend.name);
-    else if (b.shape[1].size < backend.int8_matmul_min_n)
+    else if (!producer && b.shape[1].size < backend.int8_matmul_min_n)
       why = fmt::format("left in f32: {} columns, narrower than backend '{}''s int8 panels ({})", b.shape[1].size,
                         backend.name, backend.int8_matmul_min_n);
     if (!why.empty()) {
@@ -117,6 +148,7 @@ QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& para
       continue;
     }
     candidates.push_back(n.id);
+    if (producer) requantized_by[n.id] = *producer;
   }
 
   // Calibration: each candidate's activation, as an extra output, over every batch.
@@ -197,10 +229,17 @@ QuantizedGraph quantize(const ir::Graph& graph, const reference::TensorMap& para
       wscale.set(j, sx * wscale.get(j));
     }
     auto y = out.mul(out.sub(out.cast(acc, ir::DType::F32), out.constant(colsum)), out.constant(wscale));
-    q.report.push_back({n.id, n.op, ir::DType::I8,
-                        fmt::format("u8 activations in [{:.4g}, {:.4g}] per tensor, s8 weights per channel, i32 "
-                                    "accumulation, dequantized in its epilogue",
-                                    lo, hi)});
+    const auto by = requantized_by.find(n.id);
+    q.report.push_back(
+        {n.id, n.op, ir::DType::I8,
+         fmt::format("u8 activations in [{:.4g}, {:.4g}] per tensor, s8 weights per channel, i32 "
+                     "accumulation, dequantized in its epilogue{}",
+                     lo, hi,
+                     by == requantized_by.end()
+                         ? ""
+                         : fmt::format("; its input is requantized to u8 in matmul %{}'s epilogue, so it pays no "
+                                       "quantize of its own (the thresholds per row and on width do not apply)",
+                                       by->second))});
     return y;
   });
   std::sort(q.report.begin(), q.report.end(), [](const auto& a, const auto& b) { return a.node < b.node; });

@@ -118,24 +118,28 @@ TEST(Quantize, ABackendWithoutAFasterInt8MatmulKeepsF32AndSaysWhy) {
 }
 
 // Where int8 would be slower (the input's quantization costing more than the GEMM saves), the CPU keeps f32.
+// The 128 -> 10 layer alone (its own f32 input to quantize) gains from int8 on no CPU table: too few
+// multiply-adds, a row too thin, or narrower than the panels; the report says which.
 TEST(Quantize, MatmulsTooSmallToGainStayF32) {
   const auto cpu = runtime::make_backend(runtime::Device::Cpu)->traits();
   if (!cpu.fast_low_precision.contains({ir::OpKind::MatMul, ir::DType::I8}))
     GTEST_SKIP() << "this CPU has no int8 GEMM";
   std::mt19937_64 rng(testing::test_seed() + 4);
-  const auto q = quantize(classifier(256), classifier_params(rng), batches(256, 1, rng), cpu);
-  ASSERT_EQ(q.report.size(), 2u);
-  // The 128 -> 10 layer gains from int8 on no CPU table (too few multiply-adds, or a row too thin, or narrower
-  // than the panels); the 64 -> 128 one does where the table says so, and either way the report says why.
-  for (const auto& e : q.report)
-    if (e.dtype == ir::DType::F32)
-      EXPECT_TRUE(e.reason.find("at which backend 'cpu' gains from int8") != std::string::npos ||
-                  e.reason.find("narrower than backend 'cpu''s int8 panels") != std::string::npos)
-          << e.reason;
-  EXPECT_EQ(q.report.at(1).dtype, ir::DType::F32) << q.report.at(1).reason;
+  ir::Graph g("head");
+  auto x = g.input("x", {256, 128});
+  g.add_output(g.linear(x, g.param("w2", {128, 10}), g.param("b2", {10})), "logits");
+  const auto p = classifier_params(rng);
+  const std::vector<reference::TensorMap> calib{{{"x", testing::random_tensor(ir::DType::F32, {256, 128}, rng)}}};
+  const auto q = quantize(g, {{"w2", p.at("w2")}, {"b2", p.at("b2")}}, calib, cpu);
+  ASSERT_EQ(q.report.size(), 1u);
+  EXPECT_EQ(q.report[0].dtype, ir::DType::F32) << q.report[0].reason;
+  EXPECT_TRUE(q.report[0].reason.find("at which backend 'cpu' gains from int8") != std::string::npos ||
+              q.report[0].reason.find("narrower than backend 'cpu''s int8 panels") != std::string::npos)
+      << q.report[0].reason;
 }
 
-// int8_matmul_min_row_macs leaves a layer whose K·N is below it in f32 at any batch, and says why.
+// int8_matmul_min_row_macs leaves a layer whose K·N is below it in f32 at any batch, and says why, when the
+// layer quantizes its own input (here: without quant_propagate, which would requantize it in the first layer).
 TEST(Quantize, ThinLayersStayF32AtAnyBatch) {
   auto traits = runtime::make_backend(runtime::Device::Cpu)->traits();
   traits.fast_low_precision.insert({ir::OpKind::MatMul, ir::DType::I8});
@@ -143,13 +147,50 @@ TEST(Quantize, ThinLayersStayF32AtAnyBatch) {
   traits.int8_matmul_min_row_macs = 4096;
   for (std::int64_t batch : {16, 4096}) {
     std::mt19937_64 rng(testing::test_seed() + 6);
-    const auto q = quantize(classifier(batch), classifier_params(rng), batches(batch, 1, rng), traits);
+    const auto q =
+        quantize(classifier(batch), classifier_params(rng), batches(batch, 1, rng), traits, {.propagate = false});
     ASSERT_EQ(q.report.size(), 2u);
     EXPECT_EQ(q.report[0].dtype, ir::DType::I8) << q.report[0].reason;  // 64 x 128 = 8192 a row
     EXPECT_EQ(q.report[1].dtype, ir::DType::F32);                       // 128 x 10 = 1280 a row
     EXPECT_NE(q.report[1].reason.find("1280 multiply-adds a row (128 x 10), below the 4096"), std::string::npos)
         << q.report[1].reason;
   }
+}
+
+// A layer whose input the int8 layer before it requantizes (bias and relu between them, quant_propagate on)
+// pays no quantize of its own: the per-row and width thresholds don't apply to it, the total-work one still
+// does, and the report says why. Its activation is u8 between the layers.
+TEST(Quantize, ALayerFedRequantizedInputsSkipsTheQuantizeThresholds) {
+  auto traits = runtime::make_backend(runtime::Device::Cpu)->traits();
+  traits.fast_low_precision.insert({ir::OpKind::MatMul, ir::DType::I8});
+  traits.int8_matmul_min_macs = 0;
+  traits.int8_matmul_min_row_macs = 4096;
+  traits.int8_matmul_min_n = 16;
+  std::mt19937_64 rng(testing::test_seed() + 7);
+  const auto params = classifier_params(rng);
+  const auto calib = batches(64, 1, rng);
+  const auto q = quantize(classifier(64), params, calib, traits);
+  ASSERT_EQ(q.report.size(), 2u);
+  EXPECT_EQ(q.report[0].dtype, ir::DType::I8) << q.report[0].reason;
+  EXPECT_EQ(q.report[1].dtype, ir::DType::I8) << q.report[1].reason;
+  EXPECT_NE(q.report[1].reason.find("its input is requantized to u8 in matmul %"), std::string::npos)
+      << q.report[1].reason;
+  EXPECT_EQ(q.report[0].reason.find("requantized"), std::string::npos) << q.report[0].reason;
+  EXPECT_EQ(q.propagated.size(), 1u) << "the first layer's epilogue writes the second's u8 input";
+  // The total-work threshold still applies: the second layer's 64 x 128 x 10 = 81920 multiply-adds are below
+  // 100000, the first layer's 64 x 64 x 128 are not.
+  traits.int8_matmul_min_macs = 100000;
+  const auto small = quantize(classifier(64), params, calib, traits);
+  EXPECT_EQ(small.report[0].dtype, ir::DType::I8) << small.report[0].reason;
+  EXPECT_EQ(small.report[1].dtype, ir::DType::F32) << small.report[1].reason;
+  EXPECT_NE(small.report[1].reason.find("81920 multiply-adds, below the 100000"), std::string::npos)
+      << small.report[1].reason;
+  // And the first layer stays f32 where it does not gain: the second then quantizes its own input.
+  traits.int8_matmul_min_macs = 0;
+  traits.int8_matmul_min_row_macs = 10000;
+  const auto first_f32 = quantize(classifier(64), params, calib, traits);
+  EXPECT_EQ(first_f32.report[0].dtype, ir::DType::F32) << first_f32.report[0].reason;
+  EXPECT_EQ(first_f32.report[1].dtype, ir::DType::F32) << first_f32.report[1].reason;
 }
 
 TEST(Quantize, PercentileCalibrationClipsAnOutlier) {

@@ -16,6 +16,7 @@
 #include "backends/cpu/lowp_chain.hpp"
 #include "conformance/harness.hpp"
 #include "rlx/backends/cpu/cpu_backend.hpp"
+#include "rlx/env.hpp"
 #include "rlx/runtime/session.hpp"
 
 namespace rlx::backends::cpu {
@@ -25,26 +26,8 @@ using ir::DType;
 using ir::Graph;
 using runtime::Device;
 
-// Sets an environment variable for its lifetime, restoring the previous value.
-class Env {
- public:
-  Env(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~Env() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  Env(const Env&) = delete;
-  Env& operator=(const Env&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+// An RLX setting for the scope (every reader sees it through rlx::env; the process environment is untouched).
+using Env = rlx::env::ScopedOverride;
 
 ir::Tensor random_tensor(DType t, std::vector<std::int64_t> shape, std::mt19937_64& rng, bool specials = false) {
   ir::Tensor x(t, shape);

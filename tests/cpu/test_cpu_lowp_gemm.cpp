@@ -18,6 +18,7 @@
 #include "backends/cpu/lowp_gemm.hpp"
 #include "conformance/harness.hpp"
 #include "rlx/backends/cpu/cpu_backend.hpp"
+#include "rlx/env.hpp"
 #include "rlx/ir/quants.hpp"
 
 namespace rlx::backends::cpu {
@@ -218,26 +219,8 @@ TEST(LowpGemm, Bf16KernelsMatchAFloat64ProductOnEveryIsa) {
 
 // ---- end to end --------------------------------------------------------------------------------------------
 
-// Sets an environment variable for its lifetime, restoring the previous value.
-class Env {
- public:
-  Env(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~Env() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  Env(const Env&) = delete;
-  Env& operator=(const Env&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+// An RLX setting for the scope (every reader sees it through rlx::env; the process environment is untouched).
+using Env = rlx::env::ScopedOverride;
 
 Check check(const std::string& label) {
   Check c;
