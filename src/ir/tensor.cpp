@@ -119,14 +119,10 @@ std::uint64_t to_u64(double v, double r) {
 
 }  // namespace
 
-void Tensor::set(std::int64_t i, double v) {
-  if (is_block_quantized(dtype_))
-    throw Error("set element " + std::to_string(i) + " of a " + std::string(dtype_name(dtype_)) +
-                " tensor: a block type's elements quantize together (Tensor::from_f64, rlx::ir::quantize)");
-  std::byte* p = data_.data() + static_cast<std::size_t>(i) * dtype_size(dtype_);
+void write_element(std::byte* p, DType dtype, double v) {
   auto store = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
-  double r = round_to_dtype(v, dtype_);
-  switch (dtype_) {
+  const double r = round_to_dtype(v, dtype);
+  switch (dtype) {
     case DType::F32: store(static_cast<float>(r)); break;
     case DType::F64: store(r); break;
     case DType::F16: store(float_to_half(static_cast<float>(v))); break;
@@ -141,9 +137,16 @@ void Tensor::set(std::int64_t i, double v) {
     case DType::U32: store(static_cast<std::uint32_t>(r)); break;
     case DType::U64: store(to_u64(v, r)); break;
     default:
-      if (is_storage_only(dtype_)) store(storage_encode(dtype_, r));
-      break;  // the block types: refused above
+      if (is_storage_only(dtype)) store(storage_encode(dtype, r));
+      break;  // the block types: nothing (their elements quantize together)
   }
+}
+
+void Tensor::set(std::int64_t i, double v) {
+  if (is_block_quantized(dtype_))
+    throw Error("set element " + std::to_string(i) + " of a " + std::string(dtype_name(dtype_)) +
+                " tensor: a block type's elements quantize together (Tensor::from_f64, rlx::ir::quantize)");
+  write_element(data_.data() + static_cast<std::size_t>(i) * dtype_size(dtype_), dtype_, v);
 }
 
 std::vector<double> Tensor::to_f64() const {

@@ -56,9 +56,16 @@ void split_calls(std::int64_t M, std::int64_t panels, Gemm gemm) {
   gemm(mh, M, ph, panels);
 }
 
+// n uniformly random bytes: the operands' u8 or, read as int8_t, s8 values.
+std::vector<std::uint8_t> random_bytes(std::mt19937_64& rng, std::int64_t n) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(n));
+  for (auto& v : out) v = std::uint8_t(byte(rng));
+  return out;
+}
+
 TEST(LowpGemm, Int8KernelsAreExactOnEveryIsa) {
   std::mt19937_64 rng(testing::test_seed());
-  std::uniform_int_distribution<int> byte(0, 255);
   int tables = 0;
   for (const auto& isa : lowp_isas()) {
     const LowpTable& t = lowp_table(isa);
@@ -68,9 +75,7 @@ TEST(LowpGemm, Int8KernelsAreExactOnEveryIsa) {
       for (int a_unsigned = 0; a_unsigned < 2; ++a_unsigned)
         for (int b_unsigned = 0; b_unsigned < 2; ++b_unsigned)
           for (int transposed = 0; transposed < 2; ++transposed) {
-            std::vector<std::uint8_t> a(std::size_t(M * K)), b(std::size_t(K * N));
-            for (auto& v : a) v = std::uint8_t(byte(rng));
-            for (auto& v : b) v = std::uint8_t(byte(rng));
+            const auto a = random_bytes(rng, M * K), b = random_bytes(rng, K * N);
             auto av = [&](std::int64_t m, std::int64_t k) -> std::int64_t {
               const std::uint8_t v = a[std::size_t(m * K + k)];
               return a_unsigned ? v : std::int8_t(v);
@@ -111,7 +116,6 @@ TEST(LowpGemm, Int8KernelsAreExactOnEveryIsa) {
 // (the offsets' corrections before the chain), into poisoned outputs; past one slice of K it declines.
 TEST(LowpGemm, FusedStoreMatchesTheGemmThenTheStore) {
   std::mt19937_64 rng(testing::test_seed() + 3);
-  std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(-0.01f, 0.01f);
   int tables = 0;
   for (const auto& isa : lowp_isas()) {
@@ -122,9 +126,7 @@ TEST(LowpGemm, FusedStoreMatchesTheGemmThenTheStore) {
       for (int a_unsigned = 0; a_unsigned < 2; ++a_unsigned)
         for (int b_unsigned = 0; b_unsigned < 2; ++b_unsigned)
           for (int u8_out = 0; u8_out < 2; ++u8_out) {
-            std::vector<std::uint8_t> a(std::size_t(M * K)), b(std::size_t(K * N));
-            for (auto& v : a) v = std::uint8_t(byte(rng));
-            for (auto& v : b) v = std::uint8_t(byte(rng));
+            const auto a = random_bytes(rng, M * K), b = random_bytes(rng, K * N);
             std::vector<float> mul(static_cast<std::size_t>(N)), add(static_cast<std::size_t>(N));
             for (auto& v : mul) v = scale(rng);
             for (auto& v : add) v = 100 * scale(rng) + 120;

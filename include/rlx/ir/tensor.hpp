@@ -44,6 +44,10 @@ class Tensor {
   std::vector<std::byte> data_;
 };
 
+// One element of `dtype` at `p`: `v` rounded as the dtype rounds it (round_to_dtype) and encoded, as
+// Tensor::set stores it. Block types are left untouched (their elements quantize together).
+void write_element(std::byte* p, DType dtype, double v);
+
 // Non-owning views used for I/O across the Session API.
 struct TensorView {
   DType dtype = DType::F32;

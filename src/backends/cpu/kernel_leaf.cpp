@@ -31,7 +31,7 @@ class LeafKernel final : public CpuKernel {
                 break;
               default: v = a + b * ir::rng_normal(seed, std::uint64_t(i)); break;
             }
-            write_scalar(dst + std::size_t(i) * es, dtype, v);
+            ir::write_element(dst + std::size_t(i) * es, dtype, v);
           }
         },
         c.max_threads);

@@ -488,7 +488,7 @@ std::unique_ptr<CpuKernel> build_movement(const BuildCtx& b) {
       k->out_ext = ob.shape;
       k->before.assign(pads.begin(), pads.begin() + std::ptrdiff_t(rank));
       k->in_strides = cs;
-      write_scalar(k->value, ob.dtype, n.attrs.float_or("value", 0.0));
+      ir::write_element(k->value, ob.dtype, n.attrs.float_or("value", 0.0));
       return k;
     }
     case OpKind::Gather: {

@@ -96,8 +96,6 @@ struct BuildCtx {
 };
 
 std::int64_t numel(const std::vector<std::int64_t>& shape);
-// Writes `v` into one element of dtype `t` the way a store rounds (ir::round_to_dtype).
-void write_scalar(std::byte* p, ir::DType t, double v);
 
 std::unique_ptr<CpuKernel> build_elementwise(const BuildCtx& b);
 std::unique_ptr<CpuKernel> build_reduce(const BuildCtx& b);
