@@ -362,6 +362,77 @@ std::unique_ptr<runtime::ExecutableGraph> cpu_executable(const Graph& g) {
   return make_cpu_backend()->compile_lir(lir, {});
 }
 
+// The strategy of the one matmul kernel of `g` (kernel_matmul.cpp's MatMulKernel::strategy).
+std::string matmul_strategy(const Graph& g) {
+  for (const auto& s : kernel_strategies(*cpu_executable(g)))
+    if (!s.empty()) return s;
+  return "no matmul kernel";
+}
+
+// x @ y^T with y an activation (a backward pass's dX = dY W^T), and an epilogue that reads a residual and
+// masks like a relu's backward.
+Graph times_activation_transposed(std::int64_t M, std::int64_t N, std::int64_t K, bool epilogue) {
+  Graph g("x @ y^T");
+  auto c = g.matmul(g.input("x", {M, K}), g.permute(g.input("y", {N, K}), {1, 0}));
+  if (epilogue) {
+    auto r = g.input("r", {M, N});
+    c = g.where(g.binary(OpKind::Gt, r, g.scalar(0.0)), g.add(c, r), g.scalar(0.0));
+  }
+  g.add_output(c);
+  return g;
+}
+
+// With few rows of A (32 to 255), C = A B^T for an activation B^T runs as C^T = B^T A^T: B^T read in place as
+// the GEMM's A, A packed, C^T transposed into C before the epilogue. Odd sizes on every side, with and
+// without an epilogue, every ISA (the generic one never swaps and checks the same graphs), every unit split.
+TEST(CpuGemm, FewRowsTimesAnActivationTransposedRunSwappedOnEveryIsa) {
+  for (const auto& isa : available_isas()) {
+    Env env("RLX_CPU_ISA", isa);
+    for (std::int64_t M : {32, 37, 100, 255})
+      for (std::int64_t N : {64, 65, 257, 1000})
+        for (std::int64_t K : {2, 33, 130}) {
+          const bool epilogue = (M + N + K) % 2 == 0;
+          const Graph g = times_activation_transposed(M, N, K, epilogue);
+          const std::string label = isa + " " + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+                                    (epilogue ? " with epilogue" : "");
+          EXPECT_TRUE(conformance::matches_reference(Device::Cpu, g, packed_check(label)));
+          const std::string strategy = matmul_strategy(g);
+          if (isa != "generic")
+            EXPECT_EQ(strategy.rfind("swapped, B^T", 0), 0u) << label << ": " << strategy;
+          else
+            EXPECT_EQ(strategy.find("swapped"), std::string::npos) << label << ": " << strategy;
+        }
+  }
+  // Too few rows (tiles mostly padding) or enough to repay packing B^T, and a batch: not swapped.
+  for (std::int64_t M : {31, 256})
+    EXPECT_EQ(matmul_strategy(times_activation_transposed(M, 512, 64, false)).find("swapped"), std::string::npos) << M;
+  Graph batched("batched q @ k^T");
+  batched.add_output(
+      batched.matmul(batched.input("q", {2, 64, 33}), batched.permute(batched.input("k", {2, 300, 33}), {0, 2, 1})));
+  EXPECT_EQ(matmul_strategy(batched).find("swapped"), std::string::npos);
+  Env blas("RLX_CPU_GEMM", "blas");
+  EXPECT_EQ(matmul_strategy(times_activation_transposed(64, 512, 64, false)).rfind("blas", 0), 0u);
+}
+
+// An epilogue reading operands the size of the output (an optimizer's update of the weights) runs over units of
+// whole rows once they outgrow L2; the results match the reference at sizes whose rows split unevenly.
+TEST(CpuGemm, UpdateEpiloguesOfLargeOperandsRunOverWholeRows) {
+  for (auto [K, N] : {std::array<std::int64_t, 2>{64, 512}, {33, 1000}, {130, 700}}) {
+    Graph g("w - lr x^T dy");
+    auto grad = g.matmul(g.permute(g.input("x", {K, N}), {1, 0}), g.input("dy", {K, N}));
+    g.add_output(g.sub(g.input("w", {N, N}), g.mul(g.input("lr", {}), grad)), "w");
+    const std::string label = std::to_string(K) + " x " + std::to_string(N);
+    EXPECT_TRUE(conformance::matches_reference(Device::Cpu, g, packed_check(label)));
+    const std::string strategy = matmul_strategy(g);
+    EXPECT_NE(strategy.find("x1 units"), std::string::npos) << label << ": " << strategy;
+  }
+  // Operands that fit in L2 keep the split of columns that balances the threads.
+  Graph small("small update");
+  auto grad = small.matmul(small.permute(small.input("x", {64, 128}), {1, 0}), small.input("dy", {64, 128}));
+  small.add_output(small.sub(small.input("w", {128, 128}), grad), "w");
+  EXPECT_TRUE(conformance::matches_reference(Device::Cpu, small, packed_check("small update")));
+}
+
 TEST(CpuGemm, ConstantWeightsArePackedAtCompile) {
   Env gemm("RLX_CPU_GEMM", "packed");
   std::mt19937_64 rng(testing::test_seed());

@@ -528,6 +528,11 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   }
 
   std::size_t packed_operands() const { return plan_->packs.size(); }
+  std::vector<std::string> strategies() const {
+    std::vector<std::string> out;
+    for (const auto& k : plan_->kernels) out.push_back(k->strategy());
+    return out;
+  }
 
  private:
   std::shared_ptr<const Plan> plan_;
@@ -756,6 +761,12 @@ std::size_t packed_operand_count(const runtime::ExecutableGraph& exe) {
   const auto* cpu = dynamic_cast<const CpuExecutable*>(&exe);
   if (!cpu) throw Error("packed_operand_count: not an executable of the CPU backend");
   return cpu->packed_operands();
+}
+
+std::vector<std::string> kernel_strategies(const runtime::ExecutableGraph& exe) {
+  const auto* cpu = dynamic_cast<const CpuExecutable*>(&exe);
+  if (!cpu) throw Error("kernel_strategies: not an executable of the CPU backend");
+  return cpu->strategies();
 }
 
 std::vector<std::string> available_isas() { return supported_isas(); }

@@ -7,6 +7,7 @@
 // at index `n_buffers + operand index`, after the LIR buffers.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/isa.hpp"
@@ -64,5 +65,7 @@ inline std::size_t packed_bytes(const KernelTable& isa, const PackedOperand& op)
 
 // How many packed operands an executable of the CPU backend holds (tests).
 std::size_t packed_operand_count(const runtime::ExecutableGraph& exe);
+// Each kernel's CpuKernel::strategy(), in run order (tests).
+std::vector<std::string> kernel_strategies(const runtime::ExecutableGraph& exe);
 
 }  // namespace rlx::backends::cpu

@@ -89,13 +89,25 @@ class MatMulKernel final : public CpuKernel {
     PackedOnce,    // a weight packed ahead: pointer-table entry `packed` (gemm_pack.hpp)
     PackedPerRun,  // an activation packed by each run into shared scratch at pack_offset
     InPlace,       // an activation read where it is (its rows fill whole vectors)
+    // B^T [N, K] an activation and A few rows (a backward pass's dX = dY W^T): C^T = B^T A^T is computed with
+    // B^T as the GEMM's A, read in place, and A packed per run as its B (M columns, a small copy), then
+    // transposed into C. That spares packing all of B^T on every run (run_swapped).
+    Swapped,
   };
   BSource b_source = BSource::Blas;
   std::int32_t packed = -1;
   bool b_trans = false;      // b_buf holds B^T: [.., N, K]
   bool b_per_batch = false;  // PackedPerRun: one copy per batch (B is not shared)
   std::size_t pack_offset = 0, pack_floats = 0;
+  std::size_t ct_offset = 0;  // Swapped: C^T [N, M] in shared scratch
   std::size_t row_bytes() const { return (std::size_t(N) * 8 + 63) / 64 * 64; }
+
+  std::string strategy() const override {
+    static constexpr const char* kLowp[] = {"", "int8 ", "bf16 ", "widened "};
+    static constexpr const char* kSource[] = {"blas", "packed once", "packed per run", "in place", "swapped"};
+    return std::string(kLowp[int(lowp)]) + kSource[int(b_source)] + (b_trans ? ", B^T" : "") + ", " +
+           std::to_string(pm) + "x" + std::to_string(pn) + " units";
+  }
 
   // The epilogue over rows [m0, m1) x columns [n0, n1) of matrix bi.
   void epilogue(const RunCtx& c, std::byte* const* aux, i64 bi, i64 m0, i64 m1, i64 n0, i64 n1) const {
@@ -150,6 +162,33 @@ class MatMulKernel final : public CpuKernel {
         i64(a_off.size()) * pm * pn, 1,
         [&](i64 u0, i64 u1) {
           for (i64 u = u0; u < u1; ++u) unit(u);
+        },
+        c.max_threads);
+  }
+
+  // BSource::Swapped: units of pm row blocks of C^T (columns of C); batch 1.
+  void run_swapped(const RunCtx& c) const {
+    auto* cbase = reinterpret_cast<float*>(c_in_out ? c.ptrs[out_buf] : c.shared);
+    std::byte* aux[1] = {reinterpret_cast<std::byte*>(cbase)};
+    const auto* a = reinterpret_cast<const float*>(c.ptrs[a_buf]);
+    const auto* bt = reinterpret_cast<const float*>(c.ptrs[b_buf]);
+    auto* packed = reinterpret_cast<float*>(c.shared + pack_offset);
+    auto* ct = reinterpret_cast<float*>(c.shared + ct_offset);
+    const i64 nr = c.isa->gemm_nr, panels = (M + nr - 1) / nr;
+    // A [M, K] is the transpose of the GEMM's B, A^T [K, M]: packed as a B^T.
+    parallel_for(
+        panels, 1, [&](i64 p0, i64 p1) { c.isa->gemm_pack_bt(a + a_off[0], K, K, M, packed, p0, p1); }, c.max_threads);
+    parallel_for(
+        pm, 1,
+        [&](i64 u0, i64 u1) {
+          for (i64 u = u0; u < u1; ++u) {
+            const i64 n0 = N * u / pm, n1 = N * (u + 1) / pm;
+            c.isa->gemm_packed(bt + b_off[0], K, packed, nr, K * nr, K, M, ct, M, n0, n1, 0, panels);
+            // C^T rows [n0, n1) are C's columns [n0, n1).
+            c.isa->transpose32(reinterpret_cast<const std::uint32_t*>(ct + n0 * M), M,
+                               reinterpret_cast<std::uint32_t*>(cbase + n0), N, n1 - n0, M);
+            if (epi) epilogue(c, aux, 0, 0, M, n0, n1);
+          }
         },
         c.max_threads);
   }
@@ -232,6 +271,7 @@ class MatMulKernel final : public CpuKernel {
 
   void run(const RunCtx& c) const override {
     if (lowp == Lowp::Int8 || lowp == Lowp::Bf16) return run_lowp(c);
+    if (b_source == BSource::Swapped) return run_swapped(c);
     if (b_source != BSource::Blas) return run_packed(c);
     const i64 batch = i64(a_off.size());
     std::byte* cbase = c_in_out ? c.ptrs[out_buf] : c.shared;
@@ -392,6 +432,44 @@ std::pair<i64, i64> packed_units(i64 batch, i64 M, i64 panels, double flops, int
   return {pm, pn};
 }
 
+// Whether C = A B^T with B^T an activation is computed as C^T = B^T A^T (BSource::Swapped). Packing B^T per
+// run costs a pass over all of it, repaid only by many rows of A; with few rows the swapped GEMM reads B^T in
+// place and packs only A. The swapped GEMM's tiles are gemm_nr columns of C^T wide, rows of C, so below 32
+// rows most of their width would be padding. On the 2-core Zen 4 (medians, interleaved), packed B^T (or
+// OpenBLAS below 64 rows) against swapped: 64x1024x1024 776 -> 617 us, 128x1024x1024 1553 -> 1226,
+// 32x4096x1024 4584 -> 1377; the MLP's SGD step (bench_train) 4.59 -> 4.24 ms.
+bool swapped_wins(i64 M, i64 N, i64 batch) { return batch == 1 && M >= 32 && M < 256 && N >= 64; }
+
+// An epilogue that reads operands as large as the output (an optimizer's update reads the weights beside their
+// gradient) runs fastest over whole rows: a unit's share of them is then one range, which the hardware
+// prefetcher streams, where units of part rows read as many short ranges as they have rows. On the 2-core
+// Zen 4, w - lr * x^T dy with x and dy [64, N] (a weight gradient's GEMM, K = 64, and SGD's update): N = 1024
+// 809 -> 722 us, N = 512 257 -> 188 us, and [128, 1024] 1499 -> 1391 us; the rows per unit (32 to 171) made
+// no difference.
+constexpr std::size_t kWholeRowsMinBytes = std::size_t(1) << 20;  // smaller operands stay in cache anyway
+constexpr std::size_t kWholeRowsMaxB = std::size_t(1) << 20;
+
+void plan_whole_rows(MatMulKernel& k, i64 batch, int threads) {
+  if (!k.epi || k.pn == 1) return;
+  std::size_t per_element = 0;
+  for (const LoadSpec& l : k.epi->loads)
+    if (l.kind == LoadKind::Contig && !l.fixed && l.buffer >= 0) per_element += ir::dtype_size(l.dtype);
+  if (std::size_t(batch * k.M * k.N) * per_element < kWholeRowsMinBytes) return;
+  // Every unit then reads all of B: cheap from L2, not from memory.
+  if (std::size_t(k.K * k.N) * sizeof(float) > kWholeRowsMaxB) return;
+  // As many units as packed_units made (>= 4 per thread where the rows allow), each of whole rows.
+  k.pm = std::min(k.pm * k.pn, std::max<i64>(k.M / 6, 1));
+  k.pn = 1;
+  while (threads > 1 && batch * k.pm % threads != 0 && k.M / (k.pm + 1) >= 6) ++k.pm;
+}
+
+// Room for `bytes` more in the kernel's shared scratch, 64-byte aligned; returns its offset.
+std::size_t reserve_shared(CpuKernel& k, std::size_t bytes) {
+  const std::size_t at = (k.shared_bytes + 63) / 64 * 64;
+  k.shared_bytes = at + bytes;
+  return at;
+}
+
 // A matmul with a narrow operand: the table's int8 or bf16 GEMM when it has one for the pair, else the
 // operands widened per run into scratch for the GEMMs of the wide type.
 void build_narrow(const BuildCtx& b, const ir::Node& mm, MatMulKernel& k, const compile::Buffer& B, bool b_constant,
@@ -408,11 +486,7 @@ void build_narrow(const BuildCtx& b, const ir::Node& mm, MatMulKernel& k, const 
     k.lowp = MatMulKernel::Lowp::Bf16;
   else
     k.lowp = MatMulKernel::Lowp::Widen;
-  auto reserve = [&](std::size_t bytes) {
-    const std::size_t at = (k.shared_bytes + 63) / 64 * 64;
-    k.shared_bytes = at + bytes;
-    return at;
-  };
+  auto reserve = [&](std::size_t bytes) { return reserve_shared(k, bytes); };
   if (!k.c_in_out) k.shared_bytes = std::size_t(batch * k.M * k.N) * ir::dtype_size(k.dtype);
   k.thread_bytes = k.row_bytes() + (k.epi ? k.epi->scratch_bytes : 0);
   if (k.lowp == MatMulKernel::Lowp::Widen) {
@@ -539,10 +613,26 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   const bool pack_run =
       f32 && !pack_once && choice != GemmChoice::Blas &&
       (choice == GemmChoice::Packed || packed_per_run_wins(*b.packs->isa, k->M, k->N, k->K, b_shared ? 1 : batch));
+  const bool swapped = f32 && !pack_once && b_trans && choice != GemmChoice::Blas &&
+                       std::string_view(b.packs->isa->name) != "generic" && swapped_wins(k->M, k->N, batch);
+  if (swapped) {
+    const KernelTable& isa = *b.packs->isa;
+    k->b_source = MatMulKernel::BSource::Swapped;
+    // Units of C^T rows: about 4 per thread, each of at least 48 rows so its transpose writes whole lines of C.
+    k->pm = std::clamp<i64>(4 * i64(b.threads), 1, std::max<i64>(k->N / 48, 1));
+    if (flops < (1 << 18)) k->pm = 1;
+    k->pn = 1;
+    if (!k->c_in_out) k->shared_bytes = std::size_t(k->M * k->N) * sizeof(float);
+    k->pack_offset = reserve_shared(*k, packed_floats(isa, k->K, k->M) * sizeof(float));
+    k->ct_offset = reserve_shared(*k, std::size_t(k->N * k->M) * sizeof(float));
+    k->thread_bytes = k->row_bytes() + (k->epi ? k->epi->scratch_bytes : 0);
+    return k;
+  }
   if (pack_once || pack_run) {
     const KernelTable& isa = *b.packs->isa;
     const i64 panels = (k->N + isa.gemm_nr - 1) / isa.gemm_nr;
     std::tie(k->pm, k->pn) = packed_units(batch, k->M, panels, flops, b.threads);
+    plan_whole_rows(*k, batch, b.threads);
     if (pack_once) {
       k->b_source = MatMulKernel::BSource::PackedOnce;
       k->packed = b.packs->request(B.id, k->K, k->N, b_trans);

@@ -44,6 +44,8 @@ class CpuKernel {
  public:
   virtual ~CpuKernel() = default;
   virtual void run(const RunCtx& ctx) const = 0;
+  // How the kernel runs where it has a choice (the matmul's GEMM path and work split), for tests; empty elsewhere.
+  virtual std::string strategy() const { return {}; }
   std::size_t shared_bytes = 0;  // scratch needs, set by the builders
   std::size_t thread_bytes = 0;
 };
