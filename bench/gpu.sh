@@ -17,6 +17,8 @@
 #                                        (pip download, nothing installed), its libmlx.so xz-compressed in parts
 #                                        under 40 MiB (.gpu/mlx-cuda-13.xz.part-*: one call carries 64 MiB at
 #                                        most), and the test binaries with librlx (.gpu/rlx-mlx.tar.xz)
+#   bash bench/gpu.sh mlx stash          there: keeps what this call carried in /tmp for the next call (a call's
+#                                        carry replaces .gpu there)
 #   bash bench/gpu.sh mlx run            there: joins the parts, puts the CUDA libmlx.so first on the loader's
 #                                        path, and runs the MLX suites on MLX's GPU device
 set -uo pipefail
@@ -200,14 +202,17 @@ mlx_pack() {
   tar cf - -C "$stage/pkg" bin lib | xz -9 -T1 >.gpu/rlx-mlx.tar.xz
   rm -rf "$stage"
   ls -la .gpu/rlx-mlx.tar.xz .gpu/mlx-cuda-13.xz.part-* .gpu/mlx-cuda-13.sha256
-  echo "mlx pack: carry .gpu/rlx-mlx.tar.xz and .gpu/mlx-cuda-13.sha256 with the first part, then each further part" \
-    "in a call of its own (the machine keeps what earlier calls brought while it stays warm); then: bash bench/gpu.sh mlx run"
+  echo "mlx pack: carry .gpu/mlx-cuda-13.xz.part-aa and .gpu/mlx-cuda-13.sha256 in a call running" \
+    "'bash bench/gpu.sh mlx stash', then the other parts and .gpu/rlx-mlx.tar.xz in the next, running" \
+    "'bash bench/gpu.sh mlx run' (the machine must stay warm between: 30 s)"
 }
 
 mlx_run() {
   local r=/tmp/rlx-mlx
   local out=$r/logs
-  mkdir -p "$out"
+  mkdir -p "$out" .gpu
+  # A call's carry replaces .gpu there, so what an earlier call brought waits in /tmp (mlx stash).
+  for f in /tmp/rlx-mlx-parts/*; do [ -e "$f" ] && [ ! -e ".gpu/${f##*/}" ] && cp "$f" .gpu/; done
   [ -f .gpu/rlx-mlx.tar.xz ] && [ -f .gpu/mlx-cuda-13.sha256 ] ||
     { echo "mlx run: .gpu/rlx-mlx.tar.xz or .gpu/mlx-cuda-13.sha256 is missing (bash bench/gpu.sh mlx pack)"; return 3; }
   tar xJf .gpu/rlx-mlx.tar.xz -C "$r"
@@ -224,8 +229,18 @@ mlx_run() {
   paths+=$(python3 -c 'import os, nvidia
 print("".join(":" + os.path.join(p, d, "lib") for p in nvidia.__path__ for d in sorted(os.listdir(p))
               if os.path.isdir(os.path.join(p, d, "lib"))))' 2>/dev/null)
-  # MLX compiles its fused kernels with NVRTC against the CUDA headers (CUDA_HOME), and caches the PTX.
-  export LD_LIBRARY_PATH=$paths CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} MLX_PTX_CACHE_DIR=$r/ptx RLX_CACHE_DIR=$r/cache
+  # MLX compiles its fused kernels with NVRTC against $CUDA_HOME/include, and includes CCCL's headers (cuda/std/...)
+  # from there too; CUDA 13 keeps them in include/cccl, which this MLX does not search (nor MLX_CCCL_DIR, on
+  # 2026-12-07). So CUDA_HOME is a toolkit of links whose include/ holds both.
+  local toolkit=${CUDA_HOME:-/usr/local/cuda}
+  if [ -d "$toolkit/include/cccl" ]; then
+    local home=$r/cuda-home
+    rm -rf "$home" && mkdir -p "$home/include"
+    for d in "$toolkit"/*; do [ "$(basename "$d")" = include ] || ln -s "$d" "$home/"; done
+    for f in "$toolkit"/include/* "$toolkit"/include/cccl/*; do ln -sf "$f" "$home/include/"; done
+    toolkit=$home
+  fi
+  export LD_LIBRARY_PATH=$paths CUDA_HOME=$toolkit MLX_PTX_CACHE_DIR=$r/ptx RLX_CACHE_DIR=$r/cache
   nvidia-smi -L
   echo "## libmlx.so (mlx-cuda-13): what the loader finds"
   ldd "$r/lib/libmlx.so" | grep -E 'not found|cu|nccl|nvrtc'
@@ -244,10 +259,16 @@ print("".join(":" + os.path.join(p, d, "lib") for p in nvidia.__path__ for d in 
   for b in conformance_test_op_parity conformance_test_random_graphs conformance_test_errors; do
     local t0=$SECONDS
     for ((i = 0; i < shards; i++)); do
-      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${RLX_GPU_TIMEOUT:-400}" "$r/bin/$b" \
-        --gtest_filter="${RLX_GPU_FILTER:-*mlx*}" >"$out/$b.$i.log" 2>&1 &
+      # A PTX cache per shard: MLX writes its cache files in place, so a shard could read another's half-written one.
+      MLX_PTX_CACHE_DIR=$r/ptx/$i GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${RLX_GPU_TIMEOUT:-400}" \
+        "$r/bin/$b" --gtest_filter="${RLX_GPU_FILTER:-*mlx*}" >"$out/$b.$i.log" 2>&1 &
     done
     wait
+    # A shard that crashed or ran past its timeout prints no summary: name the test it was in.
+    for f in $(grep -LE '^\[  (PASSED|FAILED)  \]' "$out/$b".*.log); do
+      local shard=${f%.log}
+      echo "$b: shard ${shard##*.} did not finish (a crash or the timeout), in: $(grep -E '^\[ RUN' "$f" | tail -1)"
+    done
     cat "$out/$b".*.log >"$out/$b.log" && rm -f "$out/$b".*.log
     echo "$b: $((SECONDS - t0)) s | passed $(grep -hoE '^\[  PASSED  \] [0-9]+' "$out/$b.log" | awk '{s+=$4} END {print s+0}')" \
       "| failed $(grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | wc -l) | skipped $(grep -cE '^\[  SKIPPED \] [A-Z]' "$out/$b.log")"
@@ -256,11 +277,19 @@ print("".join(":" + os.path.join(p, d, "lib") for p in nvidia.__path__ for d in 
   [ -n "${OUT:-}" ] && tar cJf "$OUT/mlx-logs.tar.xz" -C "$r" logs
 }
 
+# There, after a call that carried some of the files: keeps them in /tmp for the call that carries the rest (a
+# call's carry replaces the checkout's .gpu, and /tmp lasts while the machine stays warm).
+mlx_stash() {
+  mkdir -p /tmp/rlx-mlx-parts && cp .gpu/mlx-cuda-13.* .gpu/rlx-mlx.tar.xz /tmp/rlx-mlx-parts/ 2>/dev/null
+  ls -la /tmp/rlx-mlx-parts
+}
+
 mlx() {
   case "${1:-}" in
     pack) shift; mlx_pack "$@" ;;
+    stash) mlx_stash ;;
     run) mlx_run ;;
-    *) echo "usage: bash bench/gpu.sh mlx pack [build-dir] | mlx run" >&2; return 2 ;;
+    *) echo "usage: bash bench/gpu.sh mlx pack [build-dir] | mlx stash | mlx run" >&2; return 2 ;;
   esac
 }
 
@@ -269,5 +298,5 @@ case "${1:-}" in
   run) run ;;
   cuda) shift; cuda "$@"; cuda_pack_out ;;
   mlx) shift; mlx "$@" ;;
-  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda [bench|suites] | mlx pack [build-dir] | mlx run" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda [bench|suites] | mlx pack [build-dir] | mlx stash | mlx run" >&2; exit 2 ;;
 esac

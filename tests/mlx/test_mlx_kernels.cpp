@@ -7,8 +7,11 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <variant>
 
+#include "backends/mlx/lower.hpp"
 #include "rlx/backends/mlx/mlx_backend.hpp"
 #include "rlx/backends/mlx/mlx_kernel.hpp"
 #include "rlx/env.hpp"
@@ -150,6 +153,50 @@ TEST_F(MlxKernels, ReadTheNodesAttributes) {
   const auto in = input({3, 5});
   auto c = Session(Device::Mlx).compile(g);
   EXPECT_TRUE(testing::tensors_close(c.run(named(in))[0], reference::run(g, in, {})[0]));
+}
+
+// What MLX's CUDA build cannot be given (found on an H100): its GPU kernels divide by sizes, so an empty value is
+// never made by an MLX op (SIGFPE on x86); f64, which its GPU does not compute, moves on MLX's CPU device; and f32
+// matmuls stay exact (MLX_ENABLE_TF32 off). On mlx-cpu these hold as well: the value is already evaluated when the
+// lowering returns it, not a lazy op that a GPU would run.
+TEST_F(MlxKernels, EmptyValuesF64AndF32MatmulsAvoidWhatMlxsGpuCannotDo) {
+  auto lowered = [](ir::Graph& body, ir::NodeId id, std::vector<mx::array> x) {
+    return lower_node(body, body.node(id), x);
+  };
+  ir::Graph body("empty");
+  auto e = body.input("in0", {0, 3});
+  auto exp = body.exp(e);
+  auto y = lowered(body, exp, {mx::zeros({0, 3})});
+  EXPECT_TRUE(y.is_available());
+  EXPECT_EQ(y.shape(), (mx::Shape{0, 3}));
+  // Non-empty results of empty operands: the reductions' identities, matmul over K = 0, concat of an empty piece.
+  auto sum = lowered(body, body.sum(e, {0}), {mx::zeros({0, 3})});
+  auto prod = lowered(body, body.reduce(ir::OpKind::ReduceProd, e, {0}), {mx::zeros({0, 3})});
+  auto mean = lowered(body, body.reduce(ir::OpKind::ReduceMean, e, {0}), {mx::zeros({0, 3})});
+  mx::eval({sum, prod, mean});
+  EXPECT_EQ(sum.data<float>()[2], 0.0f);
+  EXPECT_EQ(prod.data<float>()[2], 1.0f);
+  EXPECT_TRUE(std::isnan(mean.data<float>()[2]));
+  ir::Graph mm("k0");
+  auto a = mm.input("in0", {2, 0});
+  auto b = mm.input("in1", {0, 3});
+  auto c = lowered(mm, mm.matmul(a, b), {mx::zeros({2, 0}), mx::zeros({0, 3})});
+  mx::eval(c);
+  EXPECT_EQ(c.shape(), (mx::Shape{2, 3}));
+  EXPECT_EQ(c.data<float>()[5], 0.0f);
+  ir::Graph cat("concat");
+  auto p = cat.input("in0", {0, 3});
+  auto q = cat.input("in1", {2, 3});
+  auto joined = lowered(cat, cat.concat({p, q}, 0), {mx::zeros({0, 3}), mx::ones({2, 3})});
+  mx::eval(joined);
+  EXPECT_EQ(joined.shape(), (mx::Shape{2, 3}));
+  const mx::Device cpu(mx::Device::cpu);  // MLX's GPU refuses to make an f64 array at all
+  EXPECT_EQ(std::get<mx::Device>(device_for(mx::zeros({2}, mx::float64, cpu))), cpu);
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(device_for(mx::zeros({2}))));
+  (void)make_mlx_backend();
+  const char* tf32 = std::getenv("MLX_ENABLE_TF32");
+  ASSERT_NE(tf32, nullptr);
+  EXPECT_STREQ(tf32, "0");
 }
 
 TEST_F(MlxKernels, MisuseFailsNamingTheNode) {

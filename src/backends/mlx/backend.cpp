@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -48,10 +49,12 @@ mx::array value_of(const LirModule& lir, const Env& env, BufferId id) {
   const bool bytes = ir::is_block_quantized(b.dtype);
   const std::int64_t unit = bytes ? 1 : std::int64_t(ir::dtype_size(b.dtype));
   const std::int64_t first = b.view_offset / unit, count = bytes ? b.nbytes() : b.numel();
+  if (count == 0) return from_bytes(nullptr, b.dtype, b.shape);  // no op on an empty value (lower_node says why)
   const auto shape = storage_shape(b.dtype, b.shape);
-  if (first == 0 && count == (bytes ? r.nbytes() : r.numel())) return mx::reshape(root, shape);
-  auto flat = mx::reshape(root, {-1});
-  return mx::reshape(mx::slice(flat, {mx::ShapeElem(first)}, {mx::ShapeElem(first + count)}), shape);
+  const auto on = device_for(root);
+  if (first == 0 && count == (bytes ? r.nbytes() : r.numel())) return mx::reshape(root, shape, on);
+  auto flat = mx::reshape(root, {-1}, on);
+  return mx::reshape(mx::slice(flat, {mx::ShapeElem(first)}, {mx::ShapeElem(first + count)}, on), shape, on);
 }
 
 struct Step {
@@ -532,7 +535,13 @@ class MlxBackend final : public runtime::Backend {
 
 }  // namespace
 
-std::unique_ptr<runtime::Backend> make_mlx_backend() { return std::make_unique<MlxBackend>(); }
+std::unique_ptr<runtime::Backend> make_mlx_backend() {
+  // MLX's CUDA build runs f32 matmuls, convolutions and attention as TF32 unless MLX_ENABLE_TF32 is 0, a setting
+  // it reads once per process. RLX's f32 is exact (TF32 only when asked, as on the CUDA backend), so it is turned
+  // off before MLX first reads it, unless the environment already sets it (docs/backends/mlx.md).
+  ::setenv("MLX_ENABLE_TF32", "0", /*overwrite=*/0);
+  return std::make_unique<MlxBackend>();
+}
 std::string unavailable_reason() { return {}; }
 
 }  // namespace rlx::backends::mlx

@@ -83,15 +83,21 @@ mx::array from_bytes(const void* data, DType t, const std::vector<std::int64_t>&
   }
 }
 
+mx::StreamOrDevice device_for(const mx::array& a) {
+  if (a.dtype() == mx::float64) return mx::Device(mx::Device::cpu);
+  return {};
+}
+
 void to_bytes(mx::array a, void* dst, std::size_t nbytes) {
-  mx::eval(a);
-  if (!a.flags().row_contiguous) {  // broadcasts and transposes are strided views
-    a = mx::contiguous(a);
-    mx::eval(a);
-  }
   if (nbytes != a.nbytes())
     throw Error(fmt::format("mlx: a value of {} bytes where {} were expected", a.nbytes(), nbytes));
-  if (nbytes) std::memcpy(dst, a.data<std::uint8_t>(), nbytes);
+  if (nbytes == 0) return;  // nothing to evaluate (MLX's GPU kernels divide by the size)
+  mx::eval(a);
+  if (!a.flags().row_contiguous) {  // broadcasts and transposes are strided views
+    a = mx::contiguous(a, false, device_for(a));
+    mx::eval(a);
+  }
+  std::memcpy(dst, a.data<std::uint8_t>(), nbytes);
 }
 
 namespace {
@@ -199,6 +205,19 @@ mx::array cast(const mx::array& x, DType to) {
 
 mx::array reduce(const ir::Node& n, const mx::array& x) {
   const bool keep = n.attrs.get_bool("keepdims");
+  if (n.op != OpKind::ArgMax && n.op != OpKind::ArgMin && x.size() == 0) {
+    // Over nothing, the identity, as the reference: 0 for sum, 1 for prod, NaN (0/0) for mean, -inf / inf for
+    // max / min (0 in integers). MLX's GPU reductions divide by the reduced size, and MLX refuses max and min.
+    double identity = 0;
+    switch (n.op) {
+      case OpKind::ReduceProd: identity = 1; break;
+      case OpKind::ReduceMean: identity = NAN; break;
+      case OpKind::ReduceMax: identity = is_float(x) ? -INFINITY : 0; break;
+      case OpKind::ReduceMin: identity = is_float(x) ? INFINITY : 0; break;
+      default: break;
+    }
+    return mx::full(storage_shape(n.dtype, n.shape.extents()), mx::array(identity), x.dtype());
+  }
   switch (n.op) {
     case OpKind::ReduceSum: return mx::sum(x, axes_of(n, x.ndim()), keep);
     case OpKind::ReduceMean: return mx::mean(x, axes_of(n, x.ndim()), keep);
@@ -206,11 +225,6 @@ mx::array reduce(const ir::Node& n, const mx::array& x) {
     case OpKind::ReduceMax:
     case OpKind::ReduceMin: {
       const auto axes = axes_of(n, x.ndim());
-      // Over nothing, the identity (MLX refuses): -inf for max and inf for min, 0 in integers, as the reference.
-      if (std::any_of(axes.begin(), axes.end(), [&](int a) { return x.shape(a) == 0; })) {
-        const double inf = n.op == OpKind::ReduceMax ? -INFINITY : INFINITY;
-        return mx::full(storage_shape(n.dtype, n.shape.extents()), mx::array(is_float(x) ? inf : 0.0), x.dtype());
-      }
       auto m = n.op == OpKind::ReduceMax ? mx::max(x, axes, keep) : mx::min(x, axes, keep);
       return is_float(x) ? nan_where(mx::any(mx::isnan(x), axes, keep), m) : m;
     }
@@ -363,6 +377,17 @@ mx::array custom(const ir::Graph& body, const ir::Node& n, std::span<const mx::a
 mx::array lower_node(const ir::Graph& body, const ir::Node& n, std::span<const mx::array> x) {
   const mx::Dtype t = storage_dtype(n.dtype);
   const auto shape = storage_shape(n.dtype, n.shape.extents());
+  // A value with no elements is all shape: no MLX op makes it, since MLX's GPU kernels divide by sizes (SIGFPE
+  // on x86). The inputs of a non-empty result can be empty too: matmul over K = 0, pieces of a concat, a pad.
+  const auto empty = [](const mx::array& a) { return a.size() == 0; };
+  if (n.shape.numel() == 0) return from_bytes(nullptr, n.dtype, n.shape.extents());  // evaluated: no kernel
+  if (n.op == OpKind::MatMul && (empty(x[0]) || empty(x[1]))) return mx::zeros(shape, t);
+  if (n.op == OpKind::Pad && empty(x[0])) return mx::full(shape, mx::array(n.attrs.get_float("value")), t);
+  if (n.op == OpKind::Concat && std::any_of(x.begin(), x.end(), empty)) {
+    std::vector<mx::array> pieces;
+    std::copy_if(x.begin(), x.end(), std::back_inserter(pieces), [&](const mx::array& a) { return !empty(a); });
+    return mx::concatenate(pieces, axis_of(n, x[0].ndim()));
+  }
   auto result = [&]() -> mx::array {
     switch (n.op) {
       case OpKind::Constant: return from_bytes(n.value->data(), n.dtype, n.value->shape());

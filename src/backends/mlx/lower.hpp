@@ -21,6 +21,8 @@ mx::Shape storage_shape(ir::DType t, const std::vector<std::int64_t>& shape);
 
 // A copy of `nbytes` host bytes as an array of `t` and `shape`.
 mx::array from_bytes(const void* data, ir::DType t, const std::vector<std::int64_t>& shape);
+// Where an op on `a` runs: MLX's CPU device for f64, which MLX's GPU does not compute; else the default device.
+mx::StreamOrDevice device_for(const mx::array& a);
 // Evaluates `a` and copies its elements, row-major, into `dst`.
 void to_bytes(mx::array a, void* dst, std::size_t nbytes);
 
