@@ -41,8 +41,8 @@
 namespace rlx::backends::cuda::host_attention {
 struct Dims {
   int BQ = 0, NT = 0, BK = 0, D = 0, DV = 0, DVC = 0, VS = 0, QS = 0, KS = 0, SQ = 0, SK = 0, GROUP = 0, ROWS = 0;
-  int HKV = 0, QBLOCKS = 0, CHUNKS = 0, CAUSAL = 0, MASK = 0, NJ = 0;
-  long long ITEMS = 0, MS0 = 0, MS1 = 0, MS2 = 0, MS3 = 0;
+  int HKV = 0, QBLOCKS = 0, CHUNKS = 0, CAUSAL = 0, MASK = 0, NJ = 0, SPLITS = 0, KPS = 0, CNT = 0;
+  long long ITEMS = 0, MS0 = 0, MS1 = 0, MS2 = 0, MS3 = 0, PW = 0, ZS = 0;
   float SCALE = 0;
 };
 inline Dims g_dims;
@@ -67,6 +67,7 @@ inline float shuffle(float v, int o) {
 using std::min;
 #define RLX_NEG_INF (-std::numeric_limits<float>::infinity())
 #define RLX_ENTRY inline void
+#define RLX_COMBINE_ENTRY inline void
 #define RLX_SHARED(name) rlx_f4* name = g_shared.data()
 #define RLX_SYNC() g_barrier->arrive_and_wait()
 #define RLX_SHFL(v, o) shuffle((v), (o))
@@ -96,7 +97,13 @@ using std::min;
 #define RLX_MS1 g_dims.MS1
 #define RLX_MS2 g_dims.MS2
 #define RLX_MS3 g_dims.MS3
+#define RLX_SPLITS g_dims.SPLITS
+#define RLX_KPS g_dims.KPS
+#define RLX_PW g_dims.PW
+#define RLX_ZS g_dims.ZS
+#define RLX_CNT g_dims.CNT
 #define RLX_CUDA_ATTENTION_CODE(...) __VA_ARGS__
+#define RLX_CUDA_ATTENTION_COMBINE_CODE(...) __VA_ARGS__
 #define RLX_NJ 3
 namespace nj3 {
 #include "backends/cuda/attention_code.inc"
@@ -123,6 +130,7 @@ namespace nj32 {
 }
 #undef RLX_NJ
 #undef RLX_CUDA_ATTENTION_CODE
+#undef RLX_CUDA_ATTENTION_COMBINE_CODE
 
 using Kernel = void (*)(const float*, const float*, const float*, const void*, float*);
 inline Kernel kernel_for(int nj) {
@@ -135,6 +143,8 @@ inline Kernel kernel_for(int nj) {
     default: return nullptr;
   }
 }
+// The combine does not depend on RLX_NJ.
+inline void combine(const float* part, float* out) { nj8::rlx_flash_attention_combine(part, out); }
 
 // The #define lines of a planned program.
 inline Dims dims_of(const std::string& source) {
@@ -156,13 +166,22 @@ inline Dims dims_of(const std::string& source) {
   d.CHUNKS = int(i("RLX_CHUNKS")), d.CAUSAL = int(i("RLX_CAUSAL")), d.MASK = int(i("RLX_MASK"));
   d.NJ = int(i("RLX_NJ")), d.ITEMS = i("RLX_ITEMS"), d.MS0 = i("RLX_MS0"), d.MS1 = i("RLX_MS1");
   d.MS2 = i("RLX_MS2"), d.MS3 = i("RLX_MS3"), d.SCALE = std::stof(v.at("RLX_SCALE"));
+  d.SPLITS = int(i("RLX_SPLITS")), d.KPS = int(i("RLX_KPS")), d.PW = i("RLX_PW"), d.ZS = i("RLX_ZS");
+  d.CNT = int(i("RLX_CNT"));
   return d;
 }
 
-// Runs the planned kernel on `blocks` blocks (a grid-stride loop over the launch's items), shared memory poisoned.
+// Runs the planned kernel on `blocks` blocks (a grid-stride loop over the launch's items), shared memory poisoned;
+// with key splits, into NaN-poisoned partials, then the combine on `blocks` blocks.
 inline void run(const std::string& source, unsigned shared, unsigned blocks, const float* q, const float* k,
                 const float* v, const void* mask, float* out) {
   g_dims = dims_of(source);
+  std::vector<float> partials;
+  float* const final_out = out;
+  if (g_dims.SPLITS > 1) {
+    partials.assign(std::size_t(g_dims.ITEMS * g_dims.PW), NAN);
+    out = partials.data();
+  }
   const Kernel f = kernel_for(g_dims.NJ);
   if (!f) throw std::runtime_error("no host expansion for RLX_NJ " + std::to_string(g_dims.NJ));
   g_shared.assign(shared / sizeof(rlx_f4), {NAN, NAN, NAN, NAN});
@@ -180,6 +199,13 @@ inline void run(const std::string& source, unsigned shared, unsigned blocks, con
       });
     for (auto& t : threads) t.join();
   }
+  if (g_dims.SPLITS <= 1) return;
+  for (unsigned b = 0; b < blocks; ++b)  // no barriers: a thread per output element, one after another
+    for (int t = 0; t < g_dims.CNT; ++t) {
+      threadIdx.x = unsigned(t);
+      blockIdx.x = b;
+      combine(out, final_out);
+    }
 }
 }  // namespace rlx::backends::cuda::host_attention
 
@@ -274,6 +300,16 @@ TEST(CudaAttention, TilesAndChunksFollowTheShapeAndTheDevice) {
   const auto big = compile::compile(cases()[0].graph, traits(), {}).lir;
   ASSERT_TRUE(plan_attention(big, *attention_kernel(big), {227 * 1024, 4}, &l, &why)) << why;
   EXPECT_EQ(l.block_q, 64);
+  EXPECT_EQ(l.splits, 1);  // its 4 x 2 x 2 items fill the 4 multiprocessors: no key splits
+  // Decode (3 blocks of one row per query head on 132 multiprocessors) splits its 300 keys into ranges of one
+  // tile, and a second kernel merges them; partials are each item's rows' max, sum and O.
+  const auto decode = compile::compile(cases()[4].graph, traits(), {}).lir;
+  ASSERT_TRUE(plan_attention(decode, *attention_kernel(decode), kH100, &l, &why)) << why;
+  EXPECT_EQ(l.splits, 10);
+  EXPECT_EQ(l.grid, 30u);
+  EXPECT_EQ(l.partial_bytes, 4u * 30 * 32 * (64 + 2));
+  EXPECT_NE(l.source.find(l.combine_entry), std::string::npos);
+  EXPECT_EQ(l.combine_block, 256u);
   // d256 does not fit the default 48 KiB: 32 rows do not either, and the kernel is left to the host.
   const auto d256 = compile::compile(cases()[5].graph, traits(), {}).lir;
   EXPECT_FALSE(plan_attention(d256, *attention_kernel(d256), {48 * 1024, 132}, &l, &why));

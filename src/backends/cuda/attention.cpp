@@ -20,11 +20,14 @@ constexpr std::int64_t kBlockK = 32;
 // Output columns a block holds in registers (4 rows x columns / 8 per thread); wider outputs are split into
 // chunks of kChunk over blocks.
 constexpr std::int64_t kMaxColumns = 256, kChunk = 128;
+// Threads a block of the combine.
+constexpr std::int64_t kCombineThreads = 256;
 
 // The device meanings of attention_code.inc's macros; the dimensions come before them (plan_attention).
 constexpr std::string_view kHead = R"(
 #define RLX_NEG_INF __int_as_float(0xff800000)
 #define RLX_ENTRY extern "C" __global__ void __launch_bounds__(RLX_NT)
+#define RLX_COMBINE_ENTRY extern "C" __global__ void __launch_bounds__(RLX_CNT)
 #define RLX_SHARED(name) extern __shared__ rlx_f4 name[]
 #define RLX_SYNC() __syncthreads()
 #define RLX_SHFL(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))
@@ -33,10 +36,12 @@ constexpr std::string_view kHead = R"(
 struct alignas(16) rlx_f4 { float x, y, z, w; };
 )";
 
-// attention_code.inc as text.
+// attention_code.inc as text: the kernel and the combine of key splits.
 #define RLX_CUDA_ATTENTION_CODE(...) constexpr std::string_view kKernel = #__VA_ARGS__;
+#define RLX_CUDA_ATTENTION_COMBINE_CODE(...) constexpr std::string_view kCombine = #__VA_ARGS__;
 #include "backends/cuda/attention_code.inc"
 #undef RLX_CUDA_ATTENTION_CODE
+#undef RLX_CUDA_ATTENTION_COMBINE_CODE
 
 std::int64_t shared_floats(std::int64_t bq, std::int64_t d, std::int64_t vs) {
   const std::int64_t qs = bq + 4, ks = kBlockK + 1;
@@ -109,6 +114,18 @@ bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, con
     return *why = "more rows or keys than 32-bit indices reach", false;
 
   const std::int64_t qblocks = (rows + bq - 1) / bq;
+  // Flash-decoding: with fewer items than multiprocessors (decode's batch x KV heads), each item's keys are split
+  // into ranges of whole tiles, for about two blocks a multiprocessor, and a second kernel merges the partials.
+  const std::int64_t tiles = (Sk + kBlockK - 1) / kBlockK;
+  std::int64_t splits = 1, kps = std::max<std::int64_t>(Sk, 1);
+  if (items(bq) < device.multiprocessors && tiles > 1) {
+    const std::int64_t want = std::min(tiles, (2 * device.multiprocessors + items(bq) - 1) / items(bq));
+    kps = (tiles + want - 1) / want * kBlockK;
+    splits = (Sk + kps - 1) / kps;
+  }
+  const std::int64_t pw = bq * (dvc + 2), zs = B * Hkv;
+  if (splits > 1 && items(bq) * splits * pw > std::numeric_limits<std::int64_t>::max() / 8)
+    return *why = "more partials than 64-bit offsets reach", false;
   std::string defs = fmt::format(
       "// rlx: the CUDA backend's flash attention (src/backends/cuda/attention.cpp). Do not edit.\n"
       "#define RLX_BQ {}\n#define RLX_NT {}\n#define RLX_BK {}\n#define RLX_D {}\n#define RLX_DV {}\n"
@@ -116,17 +133,27 @@ bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, con
       "#define RLX_SQ {}\n#define RLX_SK {}\n#define RLX_GROUP {}\n#define RLX_ROWS {}\n#define RLX_HKV {}\n"
       "#define RLX_QBLOCKS {}\n#define RLX_CHUNKS {}\n#define RLX_ITEMS {}LL\n#define RLX_SCALE {:.9g}f\n"
       "#define RLX_CAUSAL {}\n#define RLX_MASK {}\n#define RLX_MS0 {}LL\n#define RLX_MS1 {}LL\n#define RLX_MS2 {}LL\n"
-      "#define RLX_MS3 {}LL\n",
+      "#define RLX_MS3 {}LL\n#define RLX_SPLITS {}\n#define RLX_KPS {}\n#define RLX_PW {}LL\n#define RLX_ZS {}LL\n"
+      "#define RLX_CNT {}\n",
       bq, 2 * bq, kBlockK, D, Dv, dvc, nj, vs, bq + 4, kBlockK + 1, Sq, Sk, group, rows, Hkv, qblocks, chunks,
-      items(bq), scale, causal ? 1 : 0, mask, ms[0], ms[1], ms[2], ms[3]);
+      items(bq) * splits, scale, causal ? 1 : 0, mask, ms[0], ms[1], ms[2], ms[3], splits, kps, pw, zs,
+      kCombineThreads);
   AttentionLaunch l;
-  l.source = defs + std::string(kHead) + std::string(kKernel) + "\n";
+  l.source = defs + std::string(kHead) + std::string(kKernel) + "\n" + std::string(kCombine) + "\n";
   l.block = unsigned(2 * bq);
-  l.grid = unsigned(std::min<std::int64_t>(items(bq), std::numeric_limits<std::int32_t>::max()));
+  l.grid = unsigned(std::min<std::int64_t>(items(bq) * splits, std::numeric_limits<std::int32_t>::max()));
   l.shared = unsigned(4 * shared_floats(bq, D, vs));
   l.block_q = bq;
   l.chunks = chunks;
   l.buffers = {ins[0], ins[1], ins[2], mask ? ins[3] : ins[0], k.outputs[0]};
+  l.splits = splits;
+  if (splits > 1) {
+    l.partial_bytes = std::uint64_t(4 * items(bq) * splits * pw);
+    l.combine_block = unsigned(kCombineThreads);
+    const std::int64_t outputs = zs * rows * Dv;
+    l.combine_grid = unsigned(
+        std::clamp<std::int64_t>((outputs + kCombineThreads - 1) / kCombineThreads, 1, 8 * device.multiprocessors));
+  }
   *out = std::move(l);
   return true;
 }

@@ -14,9 +14,12 @@
 // tile each thread computes a 4 x 4 block of scores (4 rows, keys 8 apart), applies scale, mask and causality,
 // and runs the online softmax on its rows with the 8 threads that share them (shuffles); the probabilities go
 // through shared memory into O += P V, each thread holding 4 rows of O in registers (columns 8 apart). Causal
-// blocks stop at the last key their rows can see. Output columns beyond 256 are split over blocks (chunks of
-// 128) so that O fits in registers. The dimensions are compiled into the program (one per shape, NVRTC and the
-// cubin cache as for every program). Needs no GPU: plan_attention is what tests compile.
+// blocks stop at the last key their rows can see. Where there are fewer blocks than multiprocessors (decode:
+// batch x KV heads blocks of one row per query head), the keys are split into ranges, each its own block
+// writing its rows' max, sum and unscaled O, and a second kernel merges the ranges (flash-decoding). Output columns
+// beyond 256 are split over blocks (chunks of 128) so that O fits in registers. The dimensions are compiled into the
+// program (one per shape, NVRTC and the cubin cache as for every program). Needs no GPU: plan_attention is what tests
+// compile.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +42,12 @@ struct AttentionLaunch {
   std::int64_t block_q = 0, chunks = 1;
   // The function's pointer operands: q, k, v, the mask (q again when there is none), the output.
   std::vector<compile::BufferId> buffers;
+  // Flash-decoding: with splits > 1 the function writes `partial_bytes` of partials in place of the output, and
+  // `combine_entry` of the same program (operands: the partials, the output) merges them into it.
+  std::int64_t splits = 1;
+  std::uint64_t partial_bytes = 0;
+  std::string combine_entry = "rlx_flash_attention_combine";
+  unsigned combine_grid = 1, combine_block = 1;
 };
 
 // The launch that runs Native kernel `k` when it holds one f32 attention as its output; otherwise false with the

@@ -1037,6 +1037,21 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
         l.block = a.block;
         l.shared = a.shared;
         for (BufferId id : a.buffers) l.operands.push_back(locs[std::size_t(id)]);
+        std::optional<Launch> combine;
+        if (a.splits > 1) {  // the partials go to arena scratch, and the combine reads them into the output
+          const Loc partials{Where::Arena, raw_scratch};
+          raw_scratch = align(raw_scratch + a.partial_bytes);
+          combine.emplace();
+          combine->kernel = ki;
+          combine->entry = a.combine_entry;
+          combine->source = l.source;
+          combine->what = fmt::format("the flash attention of kernel {} (merging its {} key ranges)", k.name, a.splits);
+          combine->grid = a.combine_grid;
+          combine->block = a.combine_block;
+          combine->operands = {partials, l.operands.back()};
+          combine->fn = ctx->function(combine->source, combine->entry, combine->what);
+          l.operands.back() = partials;
+        }
         l.fn = ctx->function(l.source, l.entry, l.what);
         if (l.shared > 48 * 1024)  // past the default, a kernel opts in to the dynamic shared memory it uses
           ctx->drv.check(
@@ -1044,6 +1059,10 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
               fmt::format("allowing {} bytes of shared memory to {}", l.shared, l.what));
         plan->launches.push_back(std::move(l));
         seg.launches.push_back(plan->launches.size() - 1);
+        if (combine) {
+          plan->launches.push_back(std::move(*combine));
+          seg.launches.push_back(plan->launches.size() - 1);
+        }
         continue;
       }
     }
