@@ -246,7 +246,9 @@ struct Segment {
 struct Plan {
   std::shared_ptr<Context> ctx;
   std::vector<std::string> kernel_names;
-  std::uint64_t product_bytes = 0;  // scratch for matmul products an epilogue reads
+  // Scratch one launch writes and the next reads (the stream runs them in order, so they share it): matmul
+  // products an epilogue reads, and flash attention's key-range partials its combine reads.
+  std::uint64_t product_bytes = 0;
   bool gemms = false;
   bool convs = false;
   std::uint64_t conv_workspace = 0;  // cuDNN's, the largest any convolution asks
@@ -368,7 +370,8 @@ CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr
   const Driver& drv = ctx_.drv;
   ctx_.make_current();
   drv.check(drv.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  if (plan_->product_bytes) product_ = DeviceMemory(plan_->ctx, plan_->product_bytes, "matmul products");
+  if (plan_->product_bytes)
+    product_ = DeviceMemory(plan_->ctx, plan_->product_bytes, "matmul products and attention partials");
   if (plan_->gemms) {
     workspace_ = DeviceMemory(plan_->ctx, kGemmWorkspace, "cuBLASLt's workspace");
     const BlasLt& lt = BlasLt::get();
@@ -1038,9 +1041,9 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
         l.shared = a.shared;
         for (BufferId id : a.buffers) l.operands.push_back(locs[std::size_t(id)]);
         std::optional<Launch> combine;
-        if (a.splits > 1) {  // the partials go to arena scratch, and the combine reads them into the output
-          const Loc partials{Where::Arena, raw_scratch};
-          raw_scratch = align(raw_scratch + a.partial_bytes);
+        if (a.splits > 1) {  // the partials go to the product scratch, and the combine reads them into the output
+          const Loc partials{Where::Product, 0};
+          plan->product_bytes = std::max(plan->product_bytes, align(a.partial_bytes));
           combine.emplace();
           combine->kernel = ki;
           combine->entry = a.combine_entry;
