@@ -285,6 +285,7 @@ class Emitter {
   void movement(const Node& n);
   void leaf_fill(const Node& n);
   void row_op(const Node& n);  // the CUDA dialect's native softmax and norms (c_cuda.inc)
+  void rope(const Node& n);    // the CUDA dialect's native rope (c_cuda.inc)
   void copy(const Node& n, NodeId src, const Ints& ext, const Walk& from, const Walk& to);
   void concat(const Node& n);
   void pad(const Node& n);
@@ -501,7 +502,10 @@ std::string Emitter::kernel_body(const Kernel& k) {
     case KernelKind::Leaf: leaf_fill(need_anchor()); break;
     case KernelKind::Native:
       if (cuda_) {
-        row_op(need_anchor());
+        if (need_anchor().op == OpKind::Rope)
+          rope(*anchor);
+        else
+          row_op(*anchor);
         break;
       }
       [[fallthrough]];

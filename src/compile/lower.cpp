@@ -217,6 +217,8 @@ class Lowering {
   bool join_siblings(const Node& n);
   bool absorb_transposed_b(const Node& n);
   bool absorb_widened_operand(const Node& n);
+  bool absorb_attention_layout(const Node& n);
+  bool absorb_attention_output_layout(const Node& n);
   std::optional<Role> absorb_role(int g, const Node& n, std::string& why) const;
   std::set<int> buffer_readers(const Node& n, const std::set<int>& inside) const;
   void new_group(KernelKind kind, const Node& n, std::string why);
@@ -473,8 +475,55 @@ void Lowering::visit_anchor(const Node& n) {
       }
     }
   }
-  if (absorb_transposed_b(n)) return;
+  if (absorb_transposed_b(n) || absorb_attention_layout(n) || absorb_attention_output_layout(n)) return;
   new_group(kind, n, std::move(why));
+}
+
+namespace {
+// A rank-4 permute that keeps the last dim last: what an attention reads or writes in place of a copy.
+bool keeps_head_dim_last(const Node& n) {
+  if (n.op != OpKind::Permute || n.shape.rank() != 4) return false;
+  const auto perm = n.attrs.get_ints("perm");
+  return perm.size() == 4 && perm[3] == 3;
+}
+}  // namespace
+
+// A permute keeping the head dim last that only feeds attentions as q, k or v is read by those kernels in place
+// (BackendTraits::attention_layout_views).
+bool Lowering::absorb_attention_layout(const Node& n) {
+  if (!bt_.attention_layout_views || !keeps_head_dim_last(n) || is_output_[n.id] || users_[n.id].empty()) return false;
+  for (auto u : users_[n.id]) {
+    const Node& un = g_.node(u);
+    if (view_[u] || un.op != OpKind::Attention || owners_[u].size() != 1 ||
+        groups_[std::size_t(owners_[u][0])].anchor != u)
+      return false;
+    for (std::size_t i = 3; i < un.inputs.size(); ++i)
+      if (un.inputs[i] == n.id) return false;  // the mask is read as a buffer
+  }
+  for (auto u : users_[n.id]) {
+    const int gid = owners_[u][0];
+    groups_[std::size_t(gid)].nodes[n.id] = Role::Prologue;
+    if (std::find(owners_[n.id].begin(), owners_[n.id].end(), gid) == owners_[n.id].end()) owners_[n.id].push_back(gid);
+  }
+  return true;
+}
+
+// An attention whose only reader is a permute keeping the head dim last (a movement kernel of its own) writes
+// that permute's buffer itself: the movement kernel becomes the attention's, with the permute as its epilogue.
+bool Lowering::absorb_attention_output_layout(const Node& n) {
+  if (!bt_.attention_layout_views || n.op != OpKind::Attention || is_output_[n.id] || users_[n.id].size() != 1)
+    return false;
+  const NodeId u = users_[n.id][0];
+  if (view_[u] || !keeps_head_dim_last(g_.node(u)) || owners_[u].size() != 1) return false;
+  const int gid = owners_[u][0];
+  Group& grp = groups_[std::size_t(gid)];
+  if (grp.kind != KernelKind::Movement || grp.anchor != u || grp.nodes.size() != 1) return false;
+  grp.kind = KernelKind::Native;
+  grp.anchor = n.id;
+  grp.nodes[u] = Role::Epilogue;
+  grp.nodes[n.id] = Role::Anchor;
+  owners_[n.id] = {gid};
+  return true;
 }
 
 // A permute that swaps the last two dims of every matmul's B it feeds is read
@@ -627,9 +676,10 @@ void Lowering::emit(int gid, std::size_t index, std::vector<FusionRecord>* fusio
   for (auto nid : order) {
     const Node& n = g_.node(nid);
     std::vector<NodeId> ins;
-    // Operands of the anchor and of a matmul's operand permute stay buffers.
+    // Operands of the anchor and of a matmul's or an attention's operand permute stay buffers.
     const bool buffer_operand =
-        grp.nodes.at(nid) == Role::Anchor || (grp.kind == KernelKind::MatMul && grp.nodes.at(nid) == Role::Prologue);
+        grp.nodes.at(nid) == Role::Anchor ||
+        ((grp.kind == KernelKind::MatMul || grp.kind == KernelKind::Native) && grp.nodes.at(nid) == Role::Prologue);
     for (auto in : n.inputs) ins.push_back(operand(in, buffer_operand));
     auto cls = ir::op_info(n.op).cls;
     bool declared = cls == OpClass::Leaf || n.op == OpKind::Reshape || n.op == OpKind::Expand;

@@ -31,6 +31,7 @@
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/env.hpp"
 #include "rlx/reference/interpreter.hpp"
+#include "rlx/runtime/host_kernel.hpp"
 #include "rlx/runtime/session.hpp"
 #include "support/testing.hpp"
 
@@ -43,6 +44,7 @@ struct Dims {
   int BQ = 0, NT = 0, BK = 0, D = 0, DV = 0, DVC = 0, VS = 0, QS = 0, KS = 0, SQ = 0, SK = 0, GROUP = 0, ROWS = 0;
   int HKV = 0, QBLOCKS = 0, CHUNKS = 0, CAUSAL = 0, MASK = 0, NJ = 0, SPLITS = 0, KPS = 0, CNT = 0;
   long long ITEMS = 0, MS0 = 0, MS1 = 0, MS2 = 0, MS3 = 0, PW = 0, ZS = 0;
+  long long QSB = 0, QSH = 0, QSS = 0, KSB = 0, KSH = 0, KSS = 0, VSB = 0, VSH = 0, VSS = 0, OSB = 0, OSH = 0, OSS = 0;
   float SCALE = 0;
 };
 inline Dims g_dims;
@@ -102,6 +104,18 @@ using std::min;
 #define RLX_PW g_dims.PW
 #define RLX_ZS g_dims.ZS
 #define RLX_CNT g_dims.CNT
+#define RLX_QSB g_dims.QSB
+#define RLX_QSH g_dims.QSH
+#define RLX_QSS g_dims.QSS
+#define RLX_KSB g_dims.KSB
+#define RLX_KSH g_dims.KSH
+#define RLX_KSS g_dims.KSS
+#define RLX_VSB g_dims.VSB
+#define RLX_VSH g_dims.VSH
+#define RLX_VSS g_dims.VSS
+#define RLX_OSB g_dims.OSB
+#define RLX_OSH g_dims.OSH
+#define RLX_OSS g_dims.OSS
 #define RLX_CUDA_ATTENTION_CODE(...) __VA_ARGS__
 #define RLX_CUDA_ATTENTION_COMBINE_CODE(...) __VA_ARGS__
 #define RLX_NJ 3
@@ -168,6 +182,9 @@ inline Dims dims_of(const std::string& source) {
   d.MS2 = i("RLX_MS2"), d.MS3 = i("RLX_MS3"), d.SCALE = std::stof(v.at("RLX_SCALE"));
   d.SPLITS = int(i("RLX_SPLITS")), d.KPS = int(i("RLX_KPS")), d.PW = i("RLX_PW"), d.ZS = i("RLX_ZS");
   d.CNT = int(i("RLX_CNT"));
+  d.QSB = i("RLX_QSB"), d.QSH = i("RLX_QSH"), d.QSS = i("RLX_QSS"), d.KSB = i("RLX_KSB"), d.KSH = i("RLX_KSH");
+  d.KSS = i("RLX_KSS"), d.VSB = i("RLX_VSB"), d.VSH = i("RLX_VSH"), d.VSS = i("RLX_VSS"), d.OSB = i("RLX_OSB");
+  d.OSH = i("RLX_OSH"), d.OSS = i("RLX_OSS");
   return d;
 }
 
@@ -219,6 +236,7 @@ using ir::Shape;
 struct Case {
   Graph graph;
   std::optional<DType> mask;  // the mask's dtype, when there is one
+  bool views = false;         // q, k, v and the result are [B, S, H, D] permutes the kernel takes in
 };
 
 // q [B, H, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv]; a mask of `mask_shape` when given.
@@ -237,6 +255,31 @@ Case make(const char* name, std::vector<std::int64_t> q, std::vector<std::int64_
   return {std::move(g), mask};
 }
 
+// As a transformer lays them out: q [B, Sq, H, D], k [B, Sk, Hkv, D] and v [B, Sk, Hkv, Dv] (q as [B, Sq, H D]
+// split into heads when `split`), permuted to [B, H, S, D] for the attention, and the result permuted back to
+// [B, Sq, H, Dv]. On CUDA the four permutes are the attention kernel's strides, not movement kernels.
+Case make_bshd(const char* name, std::vector<std::int64_t> q, std::vector<std::int64_t> kv, std::int64_t dv,
+               bool causal = false, std::optional<DType> mask = std::nullopt, std::vector<std::int64_t> mask_shape = {},
+               bool split = false) {
+  Graph g(name);
+  const std::vector<std::int64_t> to_heads{0, 2, 1, 3};
+  ir::NodeId qn;
+  if (split) {
+    qn = g.reshape(g.input("q", Shape{q[0], q[1], q[2] * q[3]}, DType::F32), Shape(q));
+  } else {
+    qn = g.input("q", Shape(q), DType::F32);
+  }
+  auto kn = g.input("k", Shape(kv), DType::F32);
+  auto vs = kv;
+  vs[3] = dv;
+  auto vn = g.input("v", Shape(vs), DType::F32);
+  std::optional<ir::NodeId> m;
+  if (mask) m = g.input("mask", Shape(mask_shape), *mask == DType::Bool ? DType::Bool : DType::F32);
+  auto y = g.attention(g.permute(qn, to_heads), g.permute(kn, to_heads), g.permute(vn, to_heads), m, causal);
+  g.add_output(g.permute(y, to_heads), "y");
+  return {std::move(g), mask, true};
+}
+
 std::vector<Case> cases() {
   std::vector<Case> cs;
   cs.push_back(make("causal, d64, 4 query heads per KV head, 77 tokens", {2, 8, 77, 64}, {2, 2, 77, 64}, 64, true));
@@ -252,6 +295,12 @@ std::vector<Case> cases() {
                     {70, 70}));
   cs.push_back(make("dv 320 in chunks, scale 0.3", {1, 2, 40, 64}, {1, 2, 50, 64}, 320, false, std::nullopt, {}, 0.3));
   cs.push_back(make("bf16, causal, d64", {1, 4, 65, 64}, {1, 2, 65, 64}, 64, true, std::nullopt, {}, 0.0, DType::BF16));
+  cs.push_back(make_bshd("[B, S, H, D] views: causal, GQA 2, heads split from [B, S, H D]", {2, 70, 4, 64},
+                         {2, 70, 2, 64}, 64, true, std::nullopt, {}, true));
+  cs.push_back(make_bshd("[B, S, H, D] views: decode, GQA 3, 300 keys, bool mask (key splits)", {1, 1, 9, 64},
+                         {1, 300, 3, 64}, 64, false, DType::Bool, {1, 1, 1, 300}));
+  cs.push_back(make_bshd("[B, S, H, D] views: float mask, dv 40, 33 queries over 45 keys", {2, 33, 3, 40},
+                         {2, 45, 3, 40}, 40, false, DType::F32, {2, 1, 33, 45}));
   return cs;
 }
 
@@ -279,6 +328,10 @@ TEST(CudaAttention, StaysWholeAndIsPlannedAsOurKernel) {
     EXPECT_EQ(l.block, unsigned(2 * l.block_q));
     EXPECT_LE(l.shared, unsigned(kH100.max_shared_bytes));
     EXPECT_NE(l.source.find("rlx_flash_attention"), std::string::npos);
+    if (c.views) {  // the permutes are the kernel's (those of size-1 dims are views): it is the graph's only one
+      EXPECT_EQ(lir.kernels.size(), 1u);
+      EXPECT_NE(k->name.find("permute+attention"), std::string::npos) << k->name;
+    }
   }
   // f64 attention decomposes (the kernel is f32).
   Graph g("f64");
@@ -288,6 +341,34 @@ TEST(CudaAttention, StaysWholeAndIsPlannedAsOurKernel) {
   // RLX_CUDA_FLASH_ATTENTION=0 decomposes it, as before the kernel.
   env::ScopedOverride off("RLX_CUDA_FLASH_ATTENTION", "0");
   EXPECT_EQ(attention_kernel(compile::compile(cases()[0].graph, traits(), {}).lir), nullptr);
+}
+
+// Only permutes that keep the head dim last and feed nothing but attentions' q, k and v are taken in; the result's
+// permute only when it is the attention's one reader.
+TEST(CudaAttention, OtherPermutesStayMovementKernels) {
+  auto movement = [](const Graph& g) {
+    std::size_t n = 0;
+    for (const auto& k : compile::compile(g, traits(), {}).lir.kernels) n += k.kind == compile::KernelKind::Movement;
+    return n;
+  };
+  {  // k read as [B, H, D, S] -> no; q's permute also an output -> no
+    Graph g("moves the head dim");
+    auto x = g.input("x", Shape{1, 8, 2, 16}, DType::F32);
+    auto kt = g.permute(g.input("kt", Shape{1, 2, 16, 8}, DType::F32), {0, 1, 3, 2});
+    auto q = g.permute(x, {0, 2, 1, 3});
+    auto y = g.attention(q, kt, kt);
+    g.add_output(y, "y");
+    g.add_output(q, "q");
+    EXPECT_EQ(movement(g), 2u);
+  }
+  {  // the result read by its permute and by a second consumer
+    Graph g("two readers of the result");
+    auto q = g.input("q", Shape{1, 2, 8, 16}, DType::F32);
+    auto y = g.attention(q, q, q);
+    g.add_output(g.permute(y, {0, 2, 1, 3}), "y");
+    g.add_output(g.add(y, y), "y2");
+    EXPECT_EQ(movement(g), 1u);
+  }
 }
 
 TEST(CudaAttention, TilesAndChunksFollowTheShapeAndTheDevice) {
@@ -359,6 +440,39 @@ TEST(CudaAttention, TheKernelRunOnTheHostMatchesTheReference) {
                           reinterpret_cast<float*>(got.data()));
       EXPECT_TRUE(testing::tensors_close(got, want[0])) << "block_q " << l.block_q;
     }
+  }
+}
+
+// Where the device cannot run it (here: a head dim past the shared memory), the kernel with layout views falls to
+// the host as one CPU kernel per op (runtime::single_kernel_module), which matches the reference too.
+TEST(CudaAttention, LayoutViewsOnTheHostRunAsOneKernelPerOp) {
+  std::mt19937_64 rng(testing::test_seed());
+  for (const Case& c : cases()) {
+    if (!c.views) continue;
+    SCOPED_TRACE(c.graph.name());
+    const auto lir = compile::compile(c.graph, traits(), {}).lir;
+    ASSERT_EQ(lir.kernels.size(), 1u);
+    const auto module = runtime::single_kernel_module(lir, 0);
+    std::size_t ops = 0;
+    for (const auto& n : lir.kernels[0].body.nodes()) ops += n.op != ir::OpKind::Input;
+    EXPECT_GE(ops, 3u);                     // the attention and permutes (decode's q and result are views)
+    EXPECT_EQ(module.kernels.size(), ops);  // one kernel an op
+    const auto staged = runtime::compile_host_kernel(lir, 0, {});
+    reference::TensorMap in;
+    for (auto id : c.graph.input_ids()) {
+      const auto& n = c.graph.node(id);
+      in[n.attrs.get_str("name")] = testing::random_tensor(n.dtype, n.shape.extents(), rng);
+    }
+    const auto want = reference::run(c.graph, in, {});
+    std::vector<const void*> ins;
+    for (auto b : lir.kernels[0].inputs) {
+      const auto& buf = lir.buffer(b);
+      ins.push_back(in.at(lir.buffer(buf.root).name).data());
+    }
+    ir::Tensor got = conformance::poisoned(DType::F32, want[0].shape());
+    std::vector<void*> outs{got.data()};
+    staged.run(ins, outs);
+    EXPECT_TRUE(testing::tensors_close(got, want[0]));
   }
 }
 

@@ -1,5 +1,6 @@
 // Softmax, log_softmax, layer_norm and rms_norm on the CUDA backend: kept whole by its traits and emitted as
-// one warp-per-row phase by codegen::c's CUDA dialect (c_cuda.inc, row_op). Checked on the LIR and the
+// one warp-per-row phase by codegen::c's CUDA dialect (c_cuda.inc, row_op); rope likewise, one phase over its
+// pairs (c_cuda.inc, rope). Checked on the LIR and the
 // generated source, compiled by NVRTC where it is installed (no GPU needed); on a GPU, the same graphs run
 // against the reference interpreter on fresh random inputs (NaN and -inf rows included).
 #include <gtest/gtest.h>
@@ -57,6 +58,42 @@ std::vector<Graph> row_graphs() {
   return gs;
 }
 
+// Rope (kept whole too: one phase over the pairs): halves and interleaved pairs, cos and sin per position
+// broadcast over batch and heads, and per head; f64.
+std::vector<Graph> rope_graphs() {
+  std::vector<Graph> gs;
+  auto one = [&](const char* name, Shape x, Shape cs, bool interleaved, DType t) {
+    Graph g(name);
+    auto xn = g.input("x", x, t);
+    g.add_output(g.rope(xn, g.input("cos", cs, t), g.input("sin", cs, t), interleaved), "y");
+    gs.push_back(std::move(g));
+  };
+  one("rope halves, cos [S, D/2]", Shape{2, 3, 7, 64}, Shape{7, 32}, false, DType::F32);
+  one("rope interleaved, cos [S, D/2]", Shape{1, 4, 5, 10}, Shape{5, 5}, true, DType::F32);
+  one("rope per head, cos [H, S, D/2]", Shape{2, 3, 4, 8}, Shape{3, 4, 4}, false, DType::F32);
+  one("rope f64", Shape{3, 6}, Shape{3, 3}, false, DType::F64);
+  return gs;
+}
+
+std::vector<Graph> native_graphs() {
+  auto gs = row_graphs();
+  for (auto& g : rope_graphs()) gs.push_back(std::move(g));
+  return gs;
+}
+
+TEST(CudaRowOps, RopeIsOnePhaseOverThePairs) {
+  for (const Graph& g : rope_graphs()) {
+    SCOPED_TRACE(g.name());
+    const auto lir = compile::compile(g, traits(), {}).lir;
+    ASSERT_EQ(lir.kernels.size(), 1u);  // not the ten kernels of its decomposition
+    EXPECT_EQ(lir.kernels[0].kind, compile::KernelKind::Native);
+    const auto m = emit(lir);
+    EXPECT_EQ(m.kernels[0].why, "");
+    ASSERT_EQ(m.kernels[0].phases.size(), 1u);
+    EXPECT_EQ(m.kernels[0].phases[0].iterations, g.node(g.input_ids()[0]).shape.numel() / 2);  // a pair a thread
+  }
+}
+
 TEST(CudaRowOps, StayWholeAsOneWarpPerRowPhase) {
   for (const Graph& g : row_graphs()) {
     SCOPED_TRACE(g.name());
@@ -81,7 +118,7 @@ TEST(CudaRowOps, StayWholeAsOneWarpPerRowPhase) {
 
 TEST(CudaRowOps, TheRowPhasesCompile) {
   if (auto why = nvrtc_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  for (const Graph& g : row_graphs()) {
+  for (const Graph& g : native_graphs()) {
     SCOPED_TRACE(g.name());
     EXPECT_GT(compile_for_arch(emit(compile::compile(g, traits(), {}).lir).source, "compute_90"), 0u);
   }
@@ -91,7 +128,7 @@ TEST(CudaRowOps, MatchTheReferenceOnTheGpu) {
   if (auto why = unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   std::mt19937_64 rng(testing::test_seed());
   runtime::Session session(runtime::Device::Cuda);
-  for (const Graph& g : row_graphs()) {
+  for (const Graph& g : native_graphs()) {
     SCOPED_TRACE(g.name());
     auto exe = session.compile(g);
     reference::TensorMap inputs;

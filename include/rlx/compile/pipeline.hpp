@@ -87,6 +87,10 @@ struct BackendTraits {
   // An operand given as a widening cast (bf16 or f16 to f32, i8 or u8 to i32) read in its narrow type: the
   // kernel runs the low-precision product (an int8 or bf16 GEMM) instead of widening it in memory first.
   bool matmul_widened_operands = false;
+  // A Native attention may read q, k and v through permutes that keep the head dim last (a [B, S, H, D]
+  // projection read as [B, H, S, D]) and write its result through such a permute, in place of movement
+  // kernels copying them: the kernel's body is then the permutes around the attention.
+  bool attention_layout_views = false;
   // (op, dtype) pairs that run faster than in f32 here: the precision pass lowers an op only onto these, so an
   // auto-mixed-precision graph is never slower than its f32 form (docs/precision.md).
   std::set<std::pair<ir::OpKind, ir::DType>> fast_low_precision;

@@ -24,11 +24,17 @@ compile::BackendTraits traits() {
   // their decompositions take three kernels and three trips through memory.
   for (ir::OpKind op : {ir::OpKind::Softmax, ir::OpKind::LogSoftmax, ir::OpKind::LayerNorm, ir::OpKind::RmsNorm})
     t.native_ops.insert(op);
+  // Rope stays whole too: one phase over the pairs (codegen::c's CUDA dialect), where its decomposition takes ten
+  // kernels; a decoder layer has two.
+  t.native_ops.insert(ir::OpKind::Rope);
   // Attention stays whole for the flash-attention kernel (attention.hpp), which computes in f32 (f16 and bf16
   // through casts, below); f64 attention decomposes, and every attention with RLX_CUDA_FLASH_ATTENTION=0.
   if (env::get_bool("RLX_CUDA_FLASH_ATTENTION")) {
     t.native_ops.insert(ir::OpKind::Attention);
     t.native_ops.only_at[ir::OpKind::Attention] = {ir::DType::F32, ir::DType::F16, ir::DType::BF16};
+    // It reads q, k and v and writes its result through [B, S, H, D] <-> [B, H, S, D] permutes (strides), so a
+    // transformer's head split and merge cost no movement kernels.
+    t.attention_layout_views = true;
   }
   for (ir::OpKind op : t.native_ops)
     if ((ir::op_info(op).cls != ir::OpClass::Movement || op == ir::OpKind::ScatterAdd) && op != ir::OpKind::Cast)
