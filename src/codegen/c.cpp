@@ -284,8 +284,9 @@ class Emitter {
   void matmul(const Node& anchor);
   void movement(const Node& n);
   void leaf_fill(const Node& n);
-  void row_op(const Node& n);  // the CUDA dialect's native softmax and norms (c_cuda.inc)
-  void rope(const Node& n);    // the CUDA dialect's native rope (c_cuda.inc)
+  void row_op(const Node& n);                // the CUDA dialect's native softmax and norms (c_cuda.inc)
+  void rope(const Node& n);                  // the CUDA dialect's native rope (c_cuda.inc)
+  void dynamic_update_slice(const Node& n);  // and dynamic_update_slice (c_cuda.inc)
   void copy(const Node& n, NodeId src, const Ints& ext, const Walk& from, const Walk& to);
   void concat(const Node& n);
   void pad(const Node& n);
@@ -504,6 +505,8 @@ std::string Emitter::kernel_body(const Kernel& k) {
       if (cuda_) {
         if (need_anchor().op == OpKind::Rope)
           rope(*anchor);
+        else if (anchor->op == OpKind::DynamicUpdateSlice)
+          dynamic_update_slice(*anchor);
         else
           row_op(*anchor);
         break;

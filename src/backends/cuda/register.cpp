@@ -46,6 +46,9 @@ compile::BackendTraits traits() {
   // copies the rows as they are, with no cast of the whole table.
   for (ir::OpKind op : {ir::OpKind::QuantizedMatmul, ir::OpKind::Dequantize, ir::OpKind::Embedding})
     t.native_ops.insert(op);
+  // A KV cache's update is one phase (codegen::c's CUDA dialect) instead of its decomposition's four kernels; it
+  // copies values as they are, so it is no f32-compute op either.
+  t.native_ops.insert(ir::OpKind::DynamicUpdateSlice);
   // bf16 and f16 matmuls read their operands as stored (cuBLASLt's bf16/f16 GEMMs with f32 accumulation).
   t.matmul_widened_operands = true;
   // What the precision pass may lower: cuBLASLt's bf16 and f16 GEMMs run on tensor cores, many times f32's rate.
