@@ -484,6 +484,7 @@ std::string Emitter::kernel_body(const Kernel& k) {
   const Node* anchor = nullptr;
   for (const Node& n : g_->nodes()) {
     if (n.op == OpKind::Input || n.op == OpKind::Constant || ir::is_elementwise(n.op)) continue;
+    if (k.kind == KernelKind::MatMul && n.op == OpKind::Permute) continue;  // B read transposed: matmul() checks it
     if (anchor) fail(n, "is a second non-elementwise op in one kernel");
     anchor = &n;
   }
@@ -990,10 +991,17 @@ void Emitter::matmul(const Node& n) {
   auto stored = [&](const Node& x) -> const Node& {
     return x.op == OpKind::Cast && in(x, 0).op == OpKind::Input ? in(x, 0) : x;
   };
-  const Node &a = stored(in(n, 0)), &b = stored(in(n, 1));
+  // B may be a permute swapping the last two dims of a kernel input (BackendTraits::matmul_transposed_b): the
+  // input, [..., N, K], is read transposed.
+  const Node* bp = &in(n, 1);
+  const bool trans_b = bp->op == OpKind::Permute && ir::swaps_last_two(bp->attrs.get_ints("perm"));
+  if (trans_b) bp = &in(*bp, 0);
+  const Node &a = stored(in(n, 0)), &b = stored(*bp);
   if (a.op != OpKind::Input || b.op != OpKind::Input) fail(n, "has an operand that is not a kernel input");
+  for (const Node& x : g_->nodes())
+    if (x.op == OpKind::Permute && (!trans_b || x.id != in(n, 1).id)) fail(x, "is a permute that is not B's");
   const Split s = split_at(*g_, n.id);
-  Ints oe = extents(n), ae = extents(a), be = extents(b);
+  Ints oe = extents(n), ae = extents(a), be = extents(trans_b ? in(n, 1) : b);
   std::size_t r = oe.size();
   if (r < 2 || ae.size() < 2 || be.size() < 2) fail(n, "has an operand of rank below 2");
   product_is_output_ = s.after.empty() && g_->outputs().size() == 1 && g_->outputs()[0].node == n.id;
@@ -1032,7 +1040,7 @@ void Emitter::matmul(const Node& n) {
   for (auto& st : as) st *= m * kdim;
   for (auto& st : bs) st *= kdim * cols;
   as.insert(as.end(), {kdim, 0});
-  bs.insert(bs.end(), {0, 1});
+  bs.insert(bs.end(), {0, trans_b ? kdim : 1});
   std::vector<Walk> walks{{ir::contiguous_strides(oe), 0}, {as, 0}, {bs, 0}};
   for (auto id : s.inputs_after) walks.push_back({broadcast_strides(extents(g_->node(id)), oe), 0});
   Nest nest = open_nest(oe, walks, 'i');
@@ -1041,7 +1049,7 @@ void Emitter::matmul(const Node& n) {
   body_.line("const " + std::string(ctype(a.dtype)) + "* ra = " + plus(ptr(a.id), nest.off[1]) + ";");
   body_.line("const " + std::string(ctype(b.dtype)) + "* rb = " + plus(ptr(b.id), nest.off[2]) + ";");
   body_.line(std::string(fl ? "double" : "uint64_t") + " acc = 0;");
-  std::string bk = cols == 1 ? "rb[k]" : "rb[k * " + int_literal(cols) + "]";
+  std::string bk = cols == 1 || trans_b ? "rb[k]" : "rb[k * " + int_literal(cols) + "]";
   body_.line("for (int64_t k = 0; k < " + int_literal(kdim) +
              "; ++k) acc += " + (fl ? "(double)ra[k] * " + bk : "(uint64_t)ra[k] * (uint64_t)" + bk) + ";");
   read_[n.id] = "v" + std::to_string(n.id);

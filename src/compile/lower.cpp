@@ -530,11 +530,7 @@ bool Lowering::absorb_attention_output_layout(const Node& n) {
 // by those kernels in place (BackendTraits::matmul_transposed_b).
 bool Lowering::absorb_transposed_b(const Node& n) {
   if (!bt_.matmul_transposed_b || n.op != OpKind::Permute || is_output_[n.id] || users_[n.id].empty()) return false;
-  const auto perm = n.attrs.get_ints("perm");
-  const auto r = perm.size();
-  if (r < 2 || perm[r - 1] != std::int64_t(r) - 2 || perm[r - 2] != std::int64_t(r) - 1) return false;
-  for (std::size_t i = 0; i + 2 < r; ++i)
-    if (perm[i] != std::int64_t(i)) return false;
+  if (!ir::swaps_last_two(n.attrs.get_ints("perm"))) return false;
   for (auto u : users_[n.id]) {
     const Node& un = g_.node(u);
     if (view_[u] || un.op != OpKind::MatMul || un.inputs[0] == n.id || owners_[u].size() != 1 ||

@@ -268,6 +268,14 @@ NodeId Graph::permute(NodeId x, std::vector<std::int64_t> perm) {
   return add(OpKind::Permute, {x}, {{"perm", std::move(perm)}});
 }
 
+bool swaps_last_two(std::span<const std::int64_t> perm) {
+  const std::size_t r = perm.size();
+  if (r < 2 || perm[r - 1] != std::int64_t(r) - 2 || perm[r - 2] != std::int64_t(r) - 1) return false;
+  for (std::size_t i = 0; i + 2 < r; ++i)
+    if (perm[i] != std::int64_t(i)) return false;
+  return true;
+}
+
 NodeId Graph::transpose(NodeId x) {
   auto r = static_cast<std::int64_t>(node(x).shape.rank());
   if (r < 2) throw Error("transpose of node %" + std::to_string(x) + " needs rank >= 2");

@@ -10,10 +10,13 @@
 #include <random>
 
 #include "backends/cuda/gemm_shape.hpp"
+#include "backends/cuda/layout.hpp"
 #include "rlx/backends/cuda/cuda_backend.hpp"
+#include "rlx/codegen/c.hpp"
 #include "rlx/compile/pipeline.hpp"
 #include "rlx/ir/text.hpp"
 #include "rlx/reference/interpreter.hpp"
+#include "support/c_module.hpp"
 #include "support/testing.hpp"
 
 namespace rlx::backends::cuda {
@@ -79,6 +82,67 @@ TEST(CudaGemm, TheCuBlasLtMappingComputesTheProduct) {
     ASSERT_EQ(std::int64_t(got.size()), shape->rows * shape->n * (shape->stride_c ? shape->batches : 1));
     for (std::int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got[std::size_t(i)], want.get(i), 1e-12) << i;
   }
+}
+
+// A linear layer's [out, in] weight: B = transpose(w) joins the matmul kernel (BackendTraits::matmul_transposed_b)
+// and the GEMM reads w with op T, so no transpose kernel runs; with a bias the epilogue still maps. The generated
+// nest (the fallback) reads it transposed too, and NVRTC compiles it.
+TEST(CudaGemm, ATransposedBIsReadWithOpT) {
+  const Case cases[] = {{{5, 7}, {3, 7}, true}, {{2, 5, 7}, {2, 3, 7}, true}, {{4, 5, 7}, {3, 7}, true}};
+  std::mt19937_64 rng(testing::test_seed() + 2);
+  for (const Case& c : cases)
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(::testing::PrintToString(c.a) + " x " + ::testing::PrintToString(c.b) + "^T" +
+                   (bias ? " + bias" : ""));
+      ir::Graph g("linear");
+      auto y = g.matmul(g.input("x", ir::Shape(c.a), ir::DType::F32),
+                        g.transpose(g.input("w", ir::Shape(c.b), ir::DType::F32)));
+      if (bias) y = g.add(y, g.input("bias", ir::Shape{c.b[c.b.size() - 2]}, ir::DType::F32));
+      g.add_output(y);
+      const auto r = compile::compile(g, traits(), {});
+      for (const auto& k : r.lir.kernels) EXPECT_NE(k.kind, compile::KernelKind::Movement) << k.name;
+      const compile::Kernel* kernel = matmul_kernel(r);
+      ASSERT_NE(kernel, nullptr);
+      std::string why;
+      const auto shape = gemm_shape(*kernel, &why);
+      ASSERT_TRUE(shape.has_value()) << why;
+      EXPECT_TRUE(shape->trans_b);
+      EXPECT_EQ(shape->epilogue.has_value(), bias && shape->batches == 1);
+      const auto m = emit(r.lir);
+      for (std::size_t i = 0; i < r.lir.kernels.size(); ++i) EXPECT_EQ(m.kernels[i].why, "") << r.lir.kernels[i].name;
+      if (nvrtc_unavailable_reason().empty()) EXPECT_GT(compile_for_arch(m.source, "compute_90"), 0u);
+      if (testing::have_c_compiler()) {  // the same nest in C on the host: B read through its transposed strides
+        std::mt19937_64 feed(testing::test_seed());
+        reference::TensorMap in;
+        for (auto id : g.input_ids()) {
+          const auto& n = g.node(id);
+          in[n.attrs.get_str("name")] = testing::random_tensor(n.dtype, n.shape.extents(), feed);
+        }
+        testing::CModule c_module(codegen::c::emit(r.lir));
+        ASSERT_TRUE(c_module.error().empty()) << c_module.error();
+        EXPECT_TRUE(testing::tensors_close(c_module.run(in, {}).at(0), reference::run(g, in, {}).at(0)));
+      }
+      // The GEMM on the host, in double, against the kernel's body through the reference.
+      reference::TensorMap ins;
+      std::map<ir::NodeId, std::vector<double>> wide;
+      for (const auto& n : kernel->body.nodes())
+        if (n.op == ir::OpKind::Input) {
+          const ir::Tensor t64 = random_tensor(n.shape.extents(), rng);
+          ir::Tensor t32(ir::DType::F32, n.shape.extents());
+          for (std::int64_t i = 0; i < t64.numel(); ++i) t32.set(i, double(float(t64.get(i))));
+          wide[n.id].resize(std::size_t(t32.numel()));
+          for (std::int64_t i = 0; i < t32.numel(); ++i) wide[n.id][std::size_t(i)] = t32.get(i);
+          ins[n.attrs.get_str("name")] = std::move(t32);
+        }
+      const auto want = reference::run(kernel->body, ins).at(0);
+      std::vector<double> got(std::size_t(want.numel()), std::nan(""));
+      const auto& e = shape->epilogue;
+      gemm_on_host(*shape, wide[shape->a].data(), wide[shape->b].data(), got.data(),
+                   e && e->bias ? wide[*e->bias].data() : nullptr,
+                   e && e->residual ? wide[*e->residual].data() : nullptr);
+      if (bias && !e) continue;  // the bias runs in the generated epilogue: the product alone is not the output
+      for (std::int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got[std::size_t(i)], want.get(i), 1e-5) << i;
+    }
 }
 
 // Kernels as a backend may be handed them, with operands the compiler did not expand: one A for every batch

@@ -262,4 +262,7 @@ std::string describe_node(const Graph& g, const Node& n);
 // in `bindings` stay symbolic.
 Graph bind_symbols(const Graph& g, const std::vector<std::pair<std::string, std::int64_t>>& bindings);
 
+// Whether a permute's `perm` swaps the last two dims and keeps the others (Graph::transpose's).
+bool swaps_last_two(std::span<const std::int64_t> perm);
+
 }  // namespace rlx::ir

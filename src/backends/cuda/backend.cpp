@@ -824,8 +824,15 @@ std::shared_ptr<const Gemm> plan_gemm(const GemmShape& shape, std::array<std::ui
           "batch stride");
     }
   };
-  // Column-major views of the row-major operands (gemm_shape.hpp): B as N x K, A as K x rows, C as N x rows.
-  layout(&g->a, shape.operands, n, kd, shape.stride_b);
+  // Column-major views of the row-major operands (gemm_shape.hpp): B as N x K (a transposed B's stored [N, K] as
+  // K x N, read with op T), A as K x rows, C as N x rows.
+  if (shape.trans_b) {
+    const cublasOperation_t t = CUBLAS_OP_T;
+    lt->check(lt->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "op T");
+    layout(&g->a, shape.operands, kd, n, shape.stride_b);
+  } else {
+    layout(&g->a, shape.operands, n, kd, shape.stride_b);
+  }
   layout(&g->b, shape.operands, kd, rows, shape.stride_a);
   layout(&g->c, shape.result, n, rows, shape.stride_c);
   cublasLtMatmulPreference_t pref = nullptr;

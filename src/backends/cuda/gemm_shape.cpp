@@ -46,10 +46,10 @@ std::optional<GemmEpilogue> gemm_epilogue(const compile::Kernel& kernel, const i
   }
   if (chain == 0) return std::nullopt;  // the product is the output: nothing to fuse
   // Nothing else computed, and each computed node used once (no other reader of the product or a partial sum):
-  // the matmul and the chain, beside Inputs and the operands' widening casts.
+  // the matmul and the chain, beside Inputs, the operands' widening casts and B's transposing permute.
   std::size_t computed = 0;
   for (const auto& x : body.nodes()) {
-    if (x.op == ir::OpKind::Input || x.op == ir::OpKind::Cast) continue;
+    if (x.op == ir::OpKind::Input || x.op == ir::OpKind::Cast || x.op == ir::OpKind::Permute) continue;
     ++computed;
     std::size_t uses = 0;
     for (const auto& y : body.nodes())
@@ -77,14 +77,18 @@ std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* 
     const auto& src = kernel.body.node(x.inputs[0]);
     return src.op == ir::OpKind::Input && (src.dtype == ir::DType::BF16 || src.dtype == ir::DType::F16) ? src : x;
   };
+  // B may be a permute swapping the last two dims of such an operand (BackendTraits::matmul_transposed_b): the
+  // stored [..., N, K] matrix, read transposed.
+  const ir::Node* bl = &kernel.body.node(mm->inputs[1]);  // B as the matmul sees it
+  const bool trans_b = bl->op == ir::OpKind::Permute && ir::swaps_last_two(bl->attrs.get_ints("perm"));
   const auto& an = stored(kernel.body.node(mm->inputs[0]));
-  const auto& bn = stored(kernel.body.node(mm->inputs[1]));
+  const auto& bn = stored(trans_b ? kernel.body.node(bl->inputs[0]) : *bl);
   if (an.op != ir::OpKind::Input || bn.op != ir::OpKind::Input) return no("an operand is computed in the kernel");
   if (mm->dtype != ir::DType::F32 && mm->dtype != ir::DType::F64) return no("not f32 or f64");
   if (an.dtype != bn.dtype) return no("operands of two types");
   if (an.dtype != mm->dtype && mm->dtype != ir::DType::F32) return no("narrow operands of an f64 product");
   if (!mm->shape.is_static()) return no("a symbolic dim");
-  const auto oe = mm->shape.extents(), ae = an.shape.extents(), be = bn.shape.extents();
+  const auto oe = mm->shape.extents(), ae = an.shape.extents(), be = bl->shape.extents();
   const std::size_t r = oe.size();
   if (r < 2 || ae.size() < 2 || be.size() < 2) return no("an operand of rank below 2");
   const std::int64_t m = oe[r - 2], n = oe[r - 1], k = ae.back();
@@ -122,6 +126,7 @@ std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* 
   s.matmul = mm->id;
   s.a = an.id;
   s.b = bn.id;
+  s.trans_b = trans_b;
   if (*a_batched && !*b_batched) {  // one GEMM over every batch's rows
     s.rows = m * count;
     s.batches = 1;
@@ -140,14 +145,15 @@ std::optional<GemmShape> gemm_shape(const compile::Kernel& kernel, std::string* 
 void gemm_on_host(const GemmShape& s, const double* a, const double* b, double* c, const double* bias,
                   const double* residual) {
   for (std::int64_t bi = 0; bi < s.batches; ++bi) {
-    // cuBLAS's operands, column-major: A' = our B (n x k, ld n), B' = our A (k x rows, ld k), C' (n x rows, ld n).
+    // cuBLAS's operands, column-major: A' = our B (n x k, ld n; or, transposed, the stored k x n, ld k, read as
+    // op T), B' = our A (k x rows, ld k), C' (n x rows, ld n).
     const double* ap = b + bi * s.stride_b;
     const double* bp = a + bi * s.stride_a;
     double* cp = c + bi * s.stride_c;
     for (std::int64_t j = 0; j < s.rows; ++j)
       for (std::int64_t i = 0; i < s.n; ++i) {
         double acc = 0;
-        for (std::int64_t l = 0; l < s.k; ++l) acc += ap[i + l * s.n] * bp[l + j * s.k];
+        for (std::int64_t l = 0; l < s.k; ++l) acc += (s.trans_b ? ap[l + i * s.k] : ap[i + l * s.n]) * bp[l + j * s.k];
         if (residual) acc += residual[bi * s.stride_c + i + j * s.n];
         if (bias) acc += bias[i];
         if (s.epilogue && s.epilogue->relu) acc = std::max(acc, 0.0);

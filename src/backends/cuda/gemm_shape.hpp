@@ -36,6 +36,7 @@ struct GemmShape {
   ir::DType result = ir::DType::F32;    // the stored product's: the matmul's, or the output cast's
   bool cast_output = false;             // the kernel's one output is the product cast to `result`
   ir::NodeId matmul = 0, a = 0, b = 0;  // body nodes: the matmul and its two Input operands
+  bool trans_b = false;                 // b holds B transposed ([..., N, K]), read with cuBLASLt's op T
   // Set when the kernel's one output is an f32 product of one GEMM through only a bias, a residual and a relu.
   std::optional<GemmEpilogue> epilogue;
 };

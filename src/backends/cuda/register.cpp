@@ -49,8 +49,10 @@ compile::BackendTraits traits() {
   // A KV cache's update is one phase (codegen::c's CUDA dialect) instead of its decomposition's four kernels; it
   // copies values as they are, so it is no f32-compute op either.
   t.native_ops.insert(ir::OpKind::DynamicUpdateSlice);
-  // bf16 and f16 matmuls read their operands as stored (cuBLASLt's bf16/f16 GEMMs with f32 accumulation).
+  // bf16 and f16 matmuls read their operands as stored (cuBLASLt's bf16/f16 GEMMs with f32 accumulation), and a
+  // transposed B (a linear layer's [out, in] weight) with cuBLASLt's op T instead of a transpose kernel a run.
   t.matmul_widened_operands = true;
+  t.matmul_transposed_b = true;
   // What the precision pass may lower: cuBLASLt's bf16 and f16 GEMMs run on tensor cores, many times f32's rate.
   t.fast_low_precision = {{ir::OpKind::MatMul, ir::DType::BF16}, {ir::OpKind::MatMul, ir::DType::F16}};
   t.host_fallback = true;
