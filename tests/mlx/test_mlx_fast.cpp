@@ -1,9 +1,9 @@
-// The composites the MLX backend claims (traits().native_ops): softmax, layer_norm, rms_norm and attention stay
-// whole through the pipeline and run as MLX's own kernels (mx::softmax, mx::fast::layer_norm / rms_norm /
-// scaled_dot_product_attention; lower.cpp) instead of their decompositions. Checked on the LIR (one native kernel
-// holding the op, nothing on the host), and against the float64 reference through the conformance harness
-// (fresh inputs into NaN-poisoned outputs, twice), then with NaN and -inf rows and fully masked attention rows,
-// where the op table's contract (NaN in, NaN out; 0/0 for a row with nothing to attend to) must hold.
+// The composites the MLX backend claims (traits().native_ops): softmax, layer_norm, rms_norm, attention and the
+// convolutions stay whole through the pipeline and run as MLX's own kernels (mx::softmax, mx::fast::layer_norm /
+// rms_norm / scaled_dot_product_attention, mx::conv_general; lower.cpp) instead of their decompositions. Checked on the
+// LIR (one native kernel holding the op, nothing on the host), and against the float64 reference through the
+// conformance harness (fresh inputs into NaN-poisoned outputs, twice), then with NaN and -inf rows and fully masked
+// attention rows, where the op table's contract (NaN in, NaN out; 0/0 for a row with nothing to attend to) must hold.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -90,6 +90,19 @@ std::vector<Case> cases() {
         g.attention(q, g.input("k", Shape{1, 2, 4, 8}, DType::F16), g.input("v", Shape{1, 2, 4, 8}, DType::F16)), "y");
     cs.push_back({std::move(g), OpKind::Attention});
   }
+  // Convolutions, channels-last in MLX through transposes: stride, padding, groups and a bias; dilation in 1D.
+  {
+    Graph g("conv2d, stride 2, padding 1, 2 groups, bias");
+    auto x = g.input("x", Shape{2, 4, 9, 8});
+    g.add_output(g.conv2d(x, g.param("w", Shape{6, 2, 3, 3}), g.param("b", Shape{6}), {2, 2}, {1, 1}, {1, 1}, 2), "y");
+    cs.push_back({std::move(g), OpKind::Conv2d});
+  }
+  {
+    Graph g("conv1d, dilation 2, no bias");
+    auto x = g.input("x", Shape{3, 5, 20});
+    g.add_output(g.conv1d(x, g.param("w", Shape{4, 5, 3}), std::nullopt, 1, 2, 2, 1), "y");
+    cs.push_back({std::move(g), OpKind::Conv1d});
+  }
   return cs;
 }
 
@@ -171,6 +184,7 @@ TEST_F(MlxFast, MatchTheReferenceIntoPoisonedOutputs) {
 TEST_F(MlxFast, SpecialRowsKeepTheContract) {
   std::mt19937_64 rng(testing::test_seed());
   for (const Case& c : cases()) {
+    if (c.op == OpKind::Conv1d || c.op == OpKind::Conv2d) continue;  // the row ops' and attention's contract
     SCOPED_TRACE(c.graph.name());
     const Graph& g = c.graph;
     auto inputs = values(g, g.input_ids(), rng);

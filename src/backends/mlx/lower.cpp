@@ -354,6 +354,40 @@ mx::array attention(const ir::Node& n, std::span<const mx::array> x) {
   return mx::fast::scaled_dot_product_attention(q, k, v, float(scale), "array", mask);
 }
 
+// conv1d and conv2d through mx::conv_general, which convolves channels-last: x goes N C (H) W -> N (H) W C and w
+// O C/g (kh) kw -> O (kh) kw C/g, and the result comes back; padding is symmetric, as the op table's. An attribute
+// of one value holds for every spatial dim, and a missing one takes the op table's default.
+mx::array conv(const ir::Node& n, std::span<const mx::array> x) {
+  const int spatial = x[0].ndim() - 2;
+  auto ints = [&](std::string_view key, int dflt) {
+    std::vector<int> v(std::size_t(spatial), dflt);
+    const auto it = n.attrs.items().find(key);
+    if (it == n.attrs.items().end()) return v;
+    if (const auto* i = std::get_if<std::int64_t>(&it->second)) return std::vector<int>(std::size_t(spatial), int(*i));
+    const auto& a = n.attrs.get_ints(key);
+    if (a.size() == 1) return std::vector<int>(std::size_t(spatial), int(a[0]));
+    if (!a.empty()) v.assign(a.begin(), a.end());
+    return v;
+  };
+  std::vector<int> last(std::size_t(spatial) + 2), first(std::size_t(spatial) + 2);
+  last[0] = first[0] = 0;
+  for (int d = 0; d < spatial; ++d) last[std::size_t(d) + 1] = d + 2;
+  last.back() = 1;
+  first[1] = spatial + 1;
+  for (int d = 0; d < spatial; ++d) first[std::size_t(d) + 2] = d + 1;
+  const std::vector<int> padding = ints("padding", 0);
+  auto y = mx::conv_general(mx::transpose(x[0], last), mx::transpose(x[1], last), ints("stride", 1), padding, padding,
+                            ints("dilation", 1), std::vector<int>(std::size_t(spatial), 1),
+                            int(n.attrs.int_or("groups", 1)));
+  y = mx::transpose(y, first);
+  if (x.size() > 2) {  // the bias, one per output channel
+    mx::Shape b(std::size_t(spatial) + 2, 1);
+    b[1] = x[2].shape(0);
+    y = mx::add(y, mx::reshape(x[2], b));
+  }
+  return y;
+}
+
 // A custom op through its register_mlx_kernel function. MLX reports misuse with standard exceptions; they
 // become rlx::Errors naming the node.
 mx::array custom(const ir::Graph& body, const ir::Node& n, std::span<const mx::array> x) {
@@ -464,6 +498,8 @@ mx::array lower_node(const ir::Graph& body, const ir::Node& n, std::span<const m
         return mx::fast::rms_norm(x[0], x.size() > 1 ? std::optional(x[1]) : std::nullopt,
                                   float(n.attrs.get_float("eps")));
       case OpKind::Attention: return attention(n, x);
+      case OpKind::Conv1d:
+      case OpKind::Conv2d: return conv(n, x);
       case OpKind::Custom: return custom(body, n, x);
       case OpKind::Flip: {
         mx::array r = x[0];

@@ -43,9 +43,12 @@ compile::BackendTraits traits() {
   t.native_dtypes = {ir::DType::F32, ir::DType::F16, ir::DType::BF16, ir::DType::F64, ir::DType::I8,
                      ir::DType::U8,  ir::DType::I32, ir::DType::I64,  ir::DType::Bool};
   // Composites MLX has a kernel for, each lowered with the op table's exact semantics (lower.cpp): softmax onto
-  // mx::softmax, the norms onto mx::fast, attention onto mx::fast::scaled_dot_product_attention. Rope is not:
-  // mx::fast::rope computes its angles from positions and a base, where RLX's takes cos and sin as operands.
-  for (OpKind op : {OpKind::Softmax, OpKind::LayerNorm, OpKind::RmsNorm, OpKind::Attention}) t.native_ops.insert(op);
+  // mx::softmax, the norms onto mx::fast, attention onto mx::fast::scaled_dot_product_attention, convolutions onto
+  // mx::conv_general (channels-last, through transposes). Rope is not: mx::fast::rope computes its angles from
+  // positions and a base, where RLX's takes cos and sin as operands.
+  for (OpKind op :
+       {OpKind::Softmax, OpKind::LayerNorm, OpKind::RmsNorm, OpKind::Attention, OpKind::Conv1d, OpKind::Conv2d})
+    t.native_ops.insert(op);
   // Execution is f32 (the seed's): f16 and bf16 values are stored as they are and every op but casts and those
   // that only move values gets casts to f32 around it, as on CUDA.
   for (OpKind op : t.native_ops)
