@@ -184,9 +184,14 @@ mlx_pack() {
   "$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("mlx/lib/libmlx.so", sys.argv[2])' "$wheel" "$stage"
   echo "mlx pack: $(basename "$wheel"): libmlx.so $(du -m "$stage/mlx/lib/libmlx.so" | cut -f1) MB; needs:"
   readelf -d "$stage/mlx/lib/libmlx.so" | awk '/NEEDED/ {printf " %s", $5} END {print ""}'
-  rm -f .gpu/mlx-cuda-13.xz.part-*
-  sha256sum "$stage/mlx/lib/libmlx.so" | cut -d' ' -f1 >.gpu/mlx-cuda-13.sha256
-  xz -9 -T1 -c "$stage/mlx/lib/libmlx.so" | split -b "${MLX_PARTS_MB}M" - .gpu/mlx-cuda-13.xz.part-
+  # The parts are made again only when the wheel's libmlx.so is not the one they hold (xz -9 takes minutes).
+  local sum
+  sum=$(sha256sum "$stage/mlx/lib/libmlx.so" | cut -d' ' -f1)
+  if [ "$sum" != "$(cat .gpu/mlx-cuda-13.sha256 2>/dev/null)" ] || ! ls .gpu/mlx-cuda-13.xz.part-aa >/dev/null 2>&1; then
+    rm -f .gpu/mlx-cuda-13.xz.part-*
+    echo "$sum" >.gpu/mlx-cuda-13.sha256
+    xz -9 -T1 -c "$stage/mlx/lib/libmlx.so" | split -b "${MLX_PARTS_MB}M" - .gpu/mlx-cuda-13.xz.part-
+  fi
   # The binaries the run needs, librlx, and what they load (mlx-cpu's libmlx.so stays behind: the parts replace it).
   mkdir -p "$stage/pkg/bin" "$stage/pkg/lib"
   local bins=("$build/tests/conformance_test_op_parity" "$build/tests/conformance_test_random_graphs"
