@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <functional>
 #include <map>
 #include <optional>
 #include <queue>
@@ -219,6 +220,7 @@ class Lowering {
   bool absorb_widened_operand(const Node& n);
   bool absorb_attention_layout(const Node& n);
   bool absorb_attention_output_layout(const Node& n);
+  bool join_readers_as_prologue(const Node& n, const std::function<bool(const Node& reader)>& accepts);
   std::optional<Role> absorb_role(int g, const Node& n, std::string& why) const;
   std::set<int> buffer_readers(const Node& n, const std::set<int>& inside) const;
   void new_group(KernelKind kind, const Node& n, std::string why);
@@ -492,14 +494,20 @@ bool keeps_head_dim_last(const Node& n) {
 // (BackendTraits::attention_layout_views).
 bool Lowering::absorb_attention_layout(const Node& n) {
   if (!bt_.attention_layout_views || !keeps_head_dim_last(n) || is_output_[n.id] || users_[n.id].empty()) return false;
-  for (auto u : users_[n.id]) {
-    const Node& un = g_.node(u);
-    if (view_[u] || un.op != OpKind::Attention || owners_[u].size() != 1 ||
-        groups_[std::size_t(owners_[u][0])].anchor != u)
+  return join_readers_as_prologue(n, [&](const Node& reader) {
+    if (reader.op != OpKind::Attention) return false;
+    for (std::size_t i = 3; i < reader.inputs.size(); ++i)
+      if (reader.inputs[i] == n.id) return false;  // the mask is read as a buffer
+    return true;
+  });
+}
+
+// `n` joins the kernel of each of its readers as a prologue when every reader is the anchor of a kernel of its
+// own that `accepts` it (the richer operands BackendTraits lets a matmul or an attention read in place).
+bool Lowering::join_readers_as_prologue(const Node& n, const std::function<bool(const Node& reader)>& accepts) {
+  for (auto u : users_[n.id])
+    if (view_[u] || owners_[u].size() != 1 || groups_[std::size_t(owners_[u][0])].anchor != u || !accepts(g_.node(u)))
       return false;
-    for (std::size_t i = 3; i < un.inputs.size(); ++i)
-      if (un.inputs[i] == n.id) return false;  // the mask is read as a buffer
-  }
   for (auto u : users_[n.id]) {
     const int gid = owners_[u][0];
     groups_[std::size_t(gid)].nodes[n.id] = Role::Prologue;
@@ -531,18 +539,8 @@ bool Lowering::absorb_attention_output_layout(const Node& n) {
 bool Lowering::absorb_transposed_b(const Node& n) {
   if (!bt_.matmul_transposed_b || n.op != OpKind::Permute || is_output_[n.id] || users_[n.id].empty()) return false;
   if (!ir::swaps_last_two(n.attrs.get_ints("perm"))) return false;
-  for (auto u : users_[n.id]) {
-    const Node& un = g_.node(u);
-    if (view_[u] || un.op != OpKind::MatMul || un.inputs[0] == n.id || owners_[u].size() != 1 ||
-        groups_[std::size_t(owners_[u][0])].anchor != u)
-      return false;
-  }
-  for (auto u : users_[n.id]) {
-    const int gid = owners_[u][0];
-    groups_[std::size_t(gid)].nodes[n.id] = Role::Prologue;
-    owners_[n.id].push_back(gid);
-  }
-  return true;
+  return join_readers_as_prologue(
+      n, [&](const Node& reader) { return reader.op == OpKind::MatMul && reader.inputs[0] != n.id; });
 }
 
 // A widening cast that only feeds matmuls as an operand is read by those kernels in its narrow type
@@ -553,16 +551,7 @@ bool Lowering::absorb_widened_operand(const Node& n) {
   const bool widening = (n.dtype == DType::F32 && (from == DType::BF16 || from == DType::F16)) ||
                         (n.dtype == DType::I32 && (from == DType::I8 || from == DType::U8));
   if (!widening) return false;
-  for (auto u : users_[n.id])
-    if (view_[u] || g_.node(u).op != OpKind::MatMul || owners_[u].size() != 1 ||
-        groups_[std::size_t(owners_[u][0])].anchor != u)
-      return false;
-  for (auto u : users_[n.id]) {
-    const int gid = owners_[u][0];
-    groups_[std::size_t(gid)].nodes[n.id] = Role::Prologue;
-    if (std::find(owners_[n.id].begin(), owners_[n.id].end(), gid) == owners_[n.id].end()) owners_[n.id].push_back(gid);
-  }
-  return true;
+  return join_readers_as_prologue(n, [](const Node& reader) { return reader.op == OpKind::MatMul; });
 }
 
 // The results of one control-flow op share its kernel: one loop writes them all.

@@ -97,30 +97,21 @@ std::vector<Graph> native_graphs() {
   return gs;
 }
 
-TEST(CudaRowOps, DynamicUpdateSliceIsOnePhase) {
-  for (const Graph& g : update_graphs()) {
+// Rope (a thread per pair; its decomposition is ten kernels) and dynamic_update_slice (a thread per element of x;
+// four kernels decomposed) are each the graph's one kernel, one phase of generated code.
+TEST(CudaRowOps, RopeAndDynamicUpdateSliceAreOnePhase) {
+  auto check = [](const Graph& g, std::int64_t threads_per_two_elements) {
     SCOPED_TRACE(g.name());
     const auto lir = compile::compile(g, traits(), {}).lir;
-    ASSERT_EQ(lir.kernels.size(), 1u);  // not the four kernels of its decomposition
+    ASSERT_EQ(lir.kernels.size(), 1u);
     EXPECT_EQ(lir.kernels[0].kind, compile::KernelKind::Native);
     const auto m = emit(lir);
     EXPECT_EQ(m.kernels[0].why, "");
     ASSERT_EQ(m.kernels[0].phases.size(), 1u);
-    EXPECT_EQ(m.kernels[0].phases[0].iterations, g.node(g.input_ids()[0]).shape.numel());
-  }
-}
-
-TEST(CudaRowOps, RopeIsOnePhaseOverThePairs) {
-  for (const Graph& g : rope_graphs()) {
-    SCOPED_TRACE(g.name());
-    const auto lir = compile::compile(g, traits(), {}).lir;
-    ASSERT_EQ(lir.kernels.size(), 1u);  // not the ten kernels of its decomposition
-    EXPECT_EQ(lir.kernels[0].kind, compile::KernelKind::Native);
-    const auto m = emit(lir);
-    EXPECT_EQ(m.kernels[0].why, "");
-    ASSERT_EQ(m.kernels[0].phases.size(), 1u);
-    EXPECT_EQ(m.kernels[0].phases[0].iterations, g.node(g.input_ids()[0]).shape.numel() / 2);  // a pair a thread
-  }
+    EXPECT_EQ(m.kernels[0].phases[0].iterations, g.node(g.input_ids()[0]).shape.numel() * threads_per_two_elements / 2);
+  };
+  for (const Graph& g : rope_graphs()) check(g, 1);
+  for (const Graph& g : update_graphs()) check(g, 2);
 }
 
 TEST(CudaRowOps, StayWholeAsOneWarpPerRowPhase) {
