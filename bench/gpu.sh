@@ -260,10 +260,17 @@ print("".join(":" + os.path.join(p, d, "lib") for p in nvidia.__path__ for d in 
   ls "$RLX_CACHE_DIR" 2>/dev/null
   local shards
   shards=$(nproc)
+  # MLX's compiled kernels from an earlier call (.gpu/mlx-ptx-cache.tar.xz, from its $OUT): each op test's first
+  # run compiles its fused kernels with NVRTC, 15 to 115 s on an H100, which a whole suite cannot pay in one call.
+  if [ -f .gpu/mlx-ptx-cache.tar.xz ]; then
+    mkdir -p "$r/ptx-all" && tar xJf .gpu/mlx-ptx-cache.tar.xz -C "$r/ptx-all"
+    echo "MLX kernel cache: $(find "$r/ptx-all" -type f | wc -l) files from an earlier call"
+  fi
   echo "## conformance on MLX ($shards shards per binary)"
   for b in conformance_test_op_parity conformance_test_random_graphs conformance_test_errors; do
     local t0=$SECONDS
     for ((i = 0; i < shards; i++)); do
+      mkdir -p "$r/ptx/$i" && [ -d "$r/ptx-all" ] && cp -rn "$r/ptx-all/." "$r/ptx/$i/" 2>/dev/null
       # A PTX cache per shard: MLX writes its cache files in place, so a shard could read another's half-written one.
       MLX_PTX_CACHE_DIR=$r/ptx/$i GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${RLX_GPU_TIMEOUT:-400}" \
         "$r/bin/$b" --gtest_filter="${RLX_GPU_FILTER:-*mlx*}" >"$out/$b.$i.log" 2>&1 &
@@ -280,12 +287,19 @@ print("".join(":" + os.path.join(p, d, "lib") for p in nvidia.__path__ for d in 
     grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | head -40
   done
   [ -n "${OUT:-}" ] && tar cJf "$OUT/mlx-logs.tar.xz" -C "$r" logs
+  # Every shard's kernels, merged, for the next call (carry it back as .gpu/mlx-ptx-cache.tar.xz).
+  if [ -n "${OUT:-}" ] && [ -d "$r/ptx" ]; then
+    mkdir -p "$r/ptx-all"
+    for d in "$r"/ptx/*/; do [ -d "$d" ] && cp -rn "$d." "$r/ptx-all/" 2>/dev/null; done
+    tar cf - -C "$r/ptx-all" . | xz -T0 -6 >"$OUT/mlx-ptx-cache.tar.xz"
+    echo "MLX kernel cache for the next call: $(du -h "$OUT/mlx-ptx-cache.tar.xz" | cut -f1)"
+  fi
 }
 
 # There, after a call that carried some of the files: keeps them in /tmp for the call that carries the rest (a
 # call's carry replaces the checkout's .gpu, and /tmp lasts while the machine stays warm).
 mlx_stash() {
-  mkdir -p /tmp/rlx-mlx-parts && cp .gpu/mlx-cuda-13.* .gpu/rlx-mlx.tar.xz /tmp/rlx-mlx-parts/ 2>/dev/null
+  mkdir -p /tmp/rlx-mlx-parts && cp .gpu/mlx-cuda-13.* .gpu/rlx-mlx.tar.xz .gpu/mlx-ptx-cache.tar.xz /tmp/rlx-mlx-parts/ 2>/dev/null
   ls -la /tmp/rlx-mlx-parts
 }
 
