@@ -59,6 +59,16 @@ struct alignas(16) rlx_f4 {
 inline std::barrier<>* g_barrier = nullptr;
 inline std::vector<float> g_exchange;
 inline std::vector<rlx_f4> g_shared;
+inline std::vector<int> g_votes;
+// __syncthreads_or: a barrier, and whether any thread of the block passed a non-zero value.
+inline int sync_or(int p) {
+  g_votes[threadIdx.x] = p;
+  g_barrier->arrive_and_wait();
+  int any = 0;
+  for (int v : g_votes) any |= v != 0;
+  g_barrier->arrive_and_wait();
+  return any;
+}
 inline float shuffle(float v, int o) {
   g_exchange[threadIdx.x] = v;
   g_barrier->arrive_and_wait();
@@ -72,6 +82,7 @@ using std::min;
 #define RLX_COMBINE_ENTRY inline void
 #define RLX_SHARED(name) rlx_f4* name = g_shared.data()
 #define RLX_SYNC() g_barrier->arrive_and_wait()
+#define RLX_SYNC_OR(p) sync_or(p)
 #define RLX_SHFL(v, o) shuffle((v), (o))
 #define RLX_UNROLL
 #define RLX_UNROLL4
@@ -203,6 +214,7 @@ inline void run(const std::string& source, unsigned shared, unsigned blocks, con
   if (!f) throw std::runtime_error("no host expansion for RLX_NJ " + std::to_string(g_dims.NJ));
   g_shared.assign(shared / sizeof(rlx_f4), {NAN, NAN, NAN, NAN});
   g_exchange.assign(std::size_t(g_dims.NT), 0.0f);
+  g_votes.assign(std::size_t(g_dims.NT), 0);
   gridDim.x = blocks;
   for (unsigned b = 0; b < blocks; ++b) {
     std::barrier<> barrier(g_dims.NT);
@@ -440,6 +452,39 @@ TEST(CudaAttention, TheKernelRunOnTheHostMatchesTheReference) {
                           reinterpret_cast<float*>(got.data()));
       EXPECT_TRUE(testing::tensors_close(got, want[0])) << "block_q " << l.block_q;
     }
+  }
+}
+
+// Key tiles a bool mask hides from every row of a block are skipped, as decode's cache rows past the position:
+// values there poisoned with NaN (which 0 x NaN would spread) leave the result the reference gives with them
+// zeroed, with and without key splits.
+TEST(CudaAttention, TilesABoolMaskHidesAreSkipped) {
+  std::mt19937_64 rng(testing::test_seed());
+  const Case c = make("decode over a 40-row prefix of 300", {1, 9, 1, 64}, {1, 3, 300, 64}, 64, false, DType::Bool,
+                      {1, 1, 1, 300});
+  const auto lir = compile::compile(c.graph, traits(), {}).lir;
+  for (const AttentionDevice& dev : {kH100, AttentionDevice{227 * 1024, 1}}) {
+    AttentionLaunch l;
+    std::string why;
+    ASSERT_TRUE(plan_attention(lir, *attention_kernel(lir), dev, &l, &why)) << why;
+    reference::TensorMap in;
+    for (auto id : c.graph.input_ids()) {
+      const auto& n = c.graph.node(id);
+      in[n.attrs.get_str("name")] = testing::random_tensor(n.dtype, n.shape.extents(), rng);
+    }
+    ir::Tensor& mask = in.at("mask");
+    for (std::int64_t j = 0; j < 300; ++j) mask.set(j, j < 40 ? 1.0 : 0.0);
+    ir::Tensor& v = in.at("v");
+    for (std::int64_t i = 0; i < v.numel(); ++i)  // rows 64.. of each head: tiles no row sees
+      if (i / 64 % 300 >= 64) v.set(i, 0.0);
+    const auto want = reference::run(c.graph, in, {});
+    for (std::int64_t i = 0; i < v.numel(); ++i)
+      if (i / 64 % 300 >= 64) v.set(i, std::nan(""));
+    ir::Tensor got = conformance::poisoned(DType::F32, want[0].shape());
+    auto f32 = [&](const char* name) { return reinterpret_cast<const float*>(in.at(name).data()); };
+    host_attention::run(l.source, l.shared, std::min(l.grid, 3u), f32("q"), f32("k"), f32("v"), mask.data(),
+                        reinterpret_cast<float*>(got.data()));
+    EXPECT_TRUE(testing::tensors_close(got, want[0])) << "splits " << l.splits;
   }
 }
 

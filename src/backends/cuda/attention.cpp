@@ -30,6 +30,7 @@ constexpr std::string_view kHead = R"(
 #define RLX_COMBINE_ENTRY extern "C" __global__ void __launch_bounds__(RLX_CNT)
 #define RLX_SHARED(name) extern __shared__ rlx_f4 name[]
 #define RLX_SYNC() __syncthreads()
+#define RLX_SYNC_OR(p) __syncthreads_or(p)
 #define RLX_SHFL(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))
 #define RLX_UNROLL _Pragma("unroll")
 #define RLX_UNROLL4 _Pragma("unroll 4")
