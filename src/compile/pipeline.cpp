@@ -31,6 +31,67 @@ BufferId Kernel::input_buffer(const ir::Node& input) const {
   return inputs.at(std::stoul(input.attrs.get_str("name").substr(2)));  // lower_to_lir names them "in<i>"
 }
 
+bool attention_views(const LirModule& lir, const Kernel& k, AttentionViews* out, std::string* why) {
+  const ir::Graph& body = k.body;
+  AttentionViews a;
+  for (const auto& n : body.nodes())
+    if (n.op == ir::OpKind::Attention) {
+      if (a.op) return *why = "two attentions in the kernel", false;
+      a.op = &n;
+    } else if (n.op != ir::OpKind::Input && n.op != ir::OpKind::Permute) {
+      return *why = "the kernel also computes " + std::string(ir::op_name(n.op)), false;
+    }
+  if (!a.op) return *why = "no attention in the kernel", false;
+  if (k.outputs.size() != 1 || body.outputs().size() != 1) return *why = "the kernel has several outputs", false;
+  auto keeps_head_dim = [](const ir::Node& p) {
+    const auto& perm = p.attrs.get_ints("perm");
+    return p.shape.rank() == 4 && perm.size() == 4 && perm[3] == 3;
+  };
+  auto contiguous = [](StridedOperand* s) {
+    if (s->shape.size() != 4) return;
+    const auto st = ir::contiguous_strides(s->shape);
+    std::copy(st.begin(), st.end(), s->strides);
+  };
+  StridedOperand* operands[3] = {&a.q, &a.k, &a.v};
+  for (std::size_t i = 0; i < a.op->inputs.size(); ++i) {
+    const ir::Node& n = body.node(a.op->inputs[i]);
+    if (i == 3) {  // the mask: a buffer
+      if (n.op != ir::OpKind::Input) return *why = "the mask is computed inside the kernel", false;
+      a.mask = k.input_buffer(n);
+      continue;
+    }
+    StridedOperand& s = *operands[i];
+    s.shape = n.shape.extents();
+    if (n.op == ir::OpKind::Input) {
+      s.buffer = k.input_buffer(n);
+      contiguous(&s);
+    } else if (n.op == ir::OpKind::Permute && keeps_head_dim(n) && body.node(n.inputs[0]).op == ir::OpKind::Input) {
+      // View dim d is the buffer's dim perm[d].
+      s.buffer = k.input_buffer(body.node(n.inputs[0]));
+      const auto st = ir::contiguous_strides(lir.buffer(s.buffer).shape);
+      const auto& perm = n.attrs.get_ints("perm");
+      for (std::size_t d = 0; d < 4; ++d) s.strides[d] = st[std::size_t(perm[d])];
+    } else {
+      return *why = "an operand is computed inside the kernel", false;
+    }
+  }
+  const ir::Node& o = body.node(body.outputs()[0].node);
+  a.out.buffer = k.outputs[0];
+  a.out.shape = a.op->shape.extents();
+  if (o.id == a.op->id) {
+    contiguous(&a.out);
+  } else if (o.op == ir::OpKind::Permute && o.inputs[0] == a.op->id && keeps_head_dim(o)) {
+    // The buffer holds permute(attention): its dim d is the attention's dim perm[d].
+    const auto st = ir::contiguous_strides(o.shape.extents());
+    const auto& perm = o.attrs.get_ints("perm");
+    for (std::size_t d = 0; d < 4; ++d) a.out.strides[std::size_t(perm[d])] = st[d];
+  } else {
+    return *why = "the kernel's output is not the attention's result", false;
+  }
+  *out = a;
+  return true;
+}
+
 std::string_view kernel_kind_name(KernelKind k) {
   switch (k) {
     case KernelKind::Elementwise: return "elementwise";

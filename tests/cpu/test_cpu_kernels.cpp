@@ -355,6 +355,34 @@ TEST(CpuNative, NormsSoftmaxConvPoolAttention) {
   }
 }
 
+// Attention reading [B, S, H, D] projections and writing its result as [B, S, H, D] (the head split and merge
+// are its GEMMs' leading dims: BackendTraits::attention_layout_views): one kernel, no movement kernels, in f32
+// and f64, with grouped KV heads and a bool mask; a permute that moves the head dim stays a movement kernel.
+TEST(CpuNative, AttentionReadsAndWritesThroughHeadSplitPermutes) {
+  const compile::BackendTraits traits = runtime::make_backend(Device::Cpu)->traits();
+  for (DType t : {DType::F32, DType::F64}) {
+    Graph g = named("attention over [B, S, H, D]");
+    const Ints heads{0, 2, 1, 3};
+    auto q = g.permute(g.reshape(g.input("q", {2, 19, 4 * 16}, t), ir::Shape{2, 19, 4, 16}), heads);
+    auto k = g.permute(g.input("k", {2, 23, 2, 16}, t), heads);
+    auto v = g.permute(g.input("v", {2, 23, 2, 8}, t), heads);
+    auto bm = g.input("bm", {2, 1, 19, 23}, DType::Bool);
+    g.add_output(g.permute(g.attention(q, k, v, bm, false), heads), "y");
+    const auto lir = compile::compile(g, traits, {}).lir;
+    ASSERT_EQ(lir.kernels.size(), 1u) << lir.to_text();
+    EXPECT_EQ(lir.kernels[0].kind, compile::KernelKind::Native);
+    EXPECT_TRUE(parity(g, {{"bm", conformance::bools(0.8)}}));
+  }
+  Graph g = named("k read as [B, H, D, S]");
+  auto q = g.input("q", {1, 2, 5, 8});
+  auto kt = g.permute(g.input("kt", {1, 2, 8, 7}), {0, 1, 3, 2});
+  g.add_output(g.attention(q, kt, g.input("v", {1, 2, 7, 8})), "y");
+  std::size_t movement = 0;
+  for (const auto& k : compile::compile(g, traits, {}).lir.kernels) movement += k.kind == compile::KernelKind::Movement;
+  EXPECT_EQ(movement, 1u);
+  EXPECT_TRUE(parity(g));
+}
+
 TEST(CpuLeaf, IotaAndRandom) {
   Graph g = named("leaf");
   g.add_output(g.iota({3, 1000}, 1, DType::F32));

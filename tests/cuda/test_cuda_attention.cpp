@@ -488,20 +488,15 @@ TEST(CudaAttention, TilesABoolMaskHidesAreSkipped) {
   }
 }
 
-// Where the device cannot run it (here: a head dim past the shared memory), the kernel with layout views falls to
-// the host as one CPU kernel per op (runtime::single_kernel_module), which matches the reference too.
-TEST(CudaAttention, LayoutViewsOnTheHostRunAsOneKernelPerOp) {
+// Where the device cannot run it, the kernel with layout views falls to the host as it is: the CPU's attention
+// reads the same views (compile::attention_views), and matches the reference too.
+TEST(CudaAttention, LayoutViewsRunOnTheHostToo) {
   std::mt19937_64 rng(testing::test_seed());
   for (const Case& c : cases()) {
     if (!c.views) continue;
     SCOPED_TRACE(c.graph.name());
     const auto lir = compile::compile(c.graph, traits(), {}).lir;
     ASSERT_EQ(lir.kernels.size(), 1u);
-    const auto module = runtime::single_kernel_module(lir, 0);
-    std::size_t ops = 0;
-    for (const auto& n : lir.kernels[0].body.nodes()) ops += n.op != ir::OpKind::Input;
-    EXPECT_GE(ops, 3u);                     // the attention and permutes (decode's q and result are views)
-    EXPECT_EQ(module.kernels.size(), ops);  // one kernel an op
     const auto staged = runtime::compile_host_kernel(lir, 0, {});
     reference::TensorMap in;
     for (auto id : c.graph.input_ids()) {

@@ -87,4 +87,22 @@ struct LirModule {
   std::string to_text() const;  // human-readable dump (RLX_DUMP=lir)
 };
 
+// A Native attention kernel's q, k, v and result as the kernel addresses them: each a buffer and the element
+// strides of the attention's [B, H, S, D] dims in it (the head dim's 1). Alone, the operands are body inputs and
+// the result the kernel's output, all contiguous; with layout views (BackendTraits::attention_layout_views) any
+// of q, k and v may be a permute of a body input and the output a permute of the attention, each keeping the
+// head dim last.
+struct StridedOperand {
+  BufferId buffer = -1;
+  std::vector<std::int64_t> shape;         // the attention's view: [B, H, S, D]
+  std::int64_t strides[4] = {0, 0, 0, 1};  // elements per step of each of its dims in `buffer`
+};
+struct AttentionViews {
+  const ir::Node* op = nullptr;  // the attention, in the kernel's body
+  StridedOperand q, k, v, out;
+  BufferId mask = -1;  // the mask's buffer (contiguous, broadcast to the scores), or -1
+};
+// The kernel's attention and its operands' views; false with the reason in *why when the body is anything else.
+bool attention_views(const LirModule& lir, const Kernel& k, AttentionViews* out, std::string* why);
+
 }  // namespace rlx::compile

@@ -15,9 +15,7 @@
 namespace rlx::runtime {
 
 // LIR kernel `kernel` of `lir` alone: input i is Input buffer i, output j an
-// arena root that is graph output j; the body is unchanged, except that a
-// Native kernel with layout views around its op (an attention reading
-// permutes) becomes one kernel per op, as the CPU runs them.
+// arena root that is graph output j; the body is unchanged.
 compile::LirModule single_kernel_module(const compile::LirModule& lir, std::size_t kernel);
 
 struct StagedKernel {

@@ -600,6 +600,8 @@ class CpuBackend final : public runtime::Backend {
     t.native_ops.insert(OpKind::DynamicUpdateSlice);  // any dtype: rows copied (kernel_movement.cpp)
     t.f32_compute_ops.insert(OpKind::MatMul);
     t.matmul_transposed_b = true;
+    // Attention reads q, k and v and writes its result through head-split permutes (its GEMMs' leading dims).
+    t.attention_layout_views = true;
     t.matmul_multi_output_epilogue = true;
     t.matmul_widened_operands = true;  // int8 and bf16 GEMMs (lowp_gemm.hpp)
     // PTQ's int8 matmuls where the CPU has an int8 GEMM (VNNI); bf16 matmuls only on AMX: with vdpbf16ps

@@ -48,6 +48,8 @@ const compile::Buffer& BuildCtx::in_of(ir::NodeId id) const {
 const ir::Node& BuildCtx::anchor() const {
   for (const auto& n : kernel.body.nodes()) {
     if (n.op == ir::OpKind::Input || n.op == ir::OpKind::Constant || ir::is_elementwise(n.op)) continue;
+    // A Native kernel's permutes are its op's layout views (BackendTraits::attention_layout_views).
+    if (kernel.kind == compile::KernelKind::Native && n.op == ir::OpKind::Permute) continue;
     return n;
   }
   fail("body has no " + std::string(compile::kernel_kind_name(kernel.kind)) + " op");

@@ -525,6 +525,9 @@ class AttentionKernel final : public CpuKernel {
   bool bool_mask = false, causal = false;
   i64 B = 1, H = 1, Hkv = 1, Sq = 1, Sk = 1, D = 1, Dv = 1, qb = 1;
   i64 ms[4] = {0, 0, 0, 0};  // mask element strides over [B, H, Sq, Sk]
+  // Element strides of q's, k's, v's and the output's batch, head and position dims (the head dim's is 1): a
+  // [B, S, H, D] projection is read, and the result written, as [B, H, S, D] (compile::attention_views).
+  i64 qs[3] = {0, 0, 0}, ks[3] = {0, 0, 0}, vs[3] = {0, 0, 0}, os[3] = {0, 0, 0};
   double scale = 1;
 
   void run(const RunCtx& c) const override {
@@ -538,7 +541,7 @@ class AttentionKernel final : public CpuKernel {
           T* sc = reinterpret_cast<T*>(c.thread_scratch());
           for (i64 u = b0; u < e0; ++u) {
             const i64 bh = u / blocks, bi = bh / H, hi = bh % H, i0 = (u % blocks) * qb, i1 = std::min(Sq, i0 + qb);
-            const i64 rows = i1 - i0, kvh = bi * Hkv + hi / (H / Hkv);
+            const i64 rows = i1 - i0, kvh = hi / (H / Hkv);
             i64 cols = causal ? std::min(Sk, i1) : Sk;
             // Keys past the last one a bool mask keeps for any of these rows are never read: a KV cache's
             // unwritten tail costs nothing (a fully masked block keeps one column, which gives torch's NaN).
@@ -554,20 +557,20 @@ class AttentionKernel final : public CpuKernel {
               }
               cols = std::min(cols, used);
             }
-            const T* Q = qp + (bh * Sq + i0) * D;
-            const T* K = kp + kvh * Sk * D;
-            const T* V = vp + kvh * Sk * Dv;
-            T* O = yp + (bh * Sq + i0) * Dv;
+            const T* Q = qp + bi * qs[0] + hi * qs[1] + i0 * qs[2];
+            const T* K = kp + bi * ks[0] + kvh * ks[1];
+            const T* V = vp + bi * vs[0] + kvh * vs[1];
+            T* O = yp + bi * os[0] + hi * os[1] + i0 * os[2];
             // f32: the ISA's GEMM over K^T packed per unit (BLAS's small-M path costs ~20x a decode step's
             // work); f64: BLAS.
             [[maybe_unused]] T* packed = sc + (qb * Sk + 15) / 16 * 16;  // 64-byte aligned
             [[maybe_unused]] const KernelTable* isa = c.isa;
             if constexpr (std::is_same_v<T, float>) {
               const i64 panels = (cols + isa->gemm_nr - 1) / isa->gemm_nr;
-              isa->gemm_pack_bt(K, D, D, cols, packed, 0, panels);
-              isa->gemm_packed(Q, D, packed, isa->gemm_nr, D * isa->gemm_nr, D, cols, sc, cols, 0, rows, 0, panels);
+              isa->gemm_pack_bt(K, ks[2], D, cols, packed, 0, panels);
+              isa->gemm_packed(Q, qs[2], packed, isa->gemm_nr, D * isa->gemm_nr, D, cols, sc, cols, 0, rows, 0, panels);
             } else {
-              gemm<T>(true, rows, cols, D, T(1), Q, D, K, D, sc, cols);
+              gemm<T>(true, rows, cols, D, T(1), Q, qs[2], K, ks[2], sc, cols);
             }
             for (i64 r = 0; r < rows; ++r) {
               T* s = sc + r * cols;
@@ -593,13 +596,13 @@ class AttentionKernel final : public CpuKernel {
             if constexpr (std::is_same_v<T, float>) {
               const i64 nr = isa->gemm_nr, panels = (Dv + nr - 1) / nr;
               if (Dv % isa->simd_width == 0) {  // V read in place
-                isa->gemm_packed(sc, cols, V, Dv, nr, cols, Dv, O, Dv, 0, rows, 0, panels);
+                isa->gemm_packed(sc, cols, V, vs[2], nr, cols, Dv, O, os[2], 0, rows, 0, panels);
               } else {
-                isa->gemm_pack_b(V, Dv, cols, Dv, packed, 0, panels);
-                isa->gemm_packed(sc, cols, packed, nr, cols * nr, cols, Dv, O, Dv, 0, rows, 0, panels);
+                isa->gemm_pack_b(V, vs[2], cols, Dv, packed, 0, panels);
+                isa->gemm_packed(sc, cols, packed, nr, cols * nr, cols, Dv, O, os[2], 0, rows, 0, panels);
               }
             } else {
-              gemm<T>(false, rows, Dv, cols, T(1), sc, cols, V, Dv, O, Dv);
+              gemm<T>(false, rows, Dv, cols, T(1), sc, cols, V, vs[2], O, os[2]);
             }
           }
         },
@@ -834,23 +837,28 @@ std::unique_ptr<CpuKernel> make_pool(const BuildCtx& b, const ir::Node& n) {
 
 template <class T>
 std::unique_ptr<CpuKernel> make_attention(const BuildCtx& b, const ir::Node& n) {
-  const auto& qb = b.in_of(n.inputs.at(0));
-  const auto& kb = b.in_of(n.inputs.at(1));
-  const auto& vb = b.in_of(n.inputs.at(2));
-  if (qb.shape.size() != 4 || kb.shape.size() != 4 || vb.shape.size() != 4)
+  compile::AttentionViews views;
+  std::string why;
+  if (!compile::attention_views(b.lir, b.kernel, &views, &why)) b.fail("attention: " + why);
+  const auto &qb = views.q.shape, &kb = views.k.shape, &vb = views.v.shape;
+  if (qb.size() != 4 || kb.size() != 4 || vb.size() != 4 || views.out.shape.size() != 4)
     b.fail("attention needs q, k, v [B, H, S, D]");
   auto k = std::make_unique<AttentionKernel<T>>();
-  k->q = qb.id, k->k = kb.id, k->v = vb.id, k->y = b.out(0).id;
-  k->B = qb.shape[0], k->H = qb.shape[1], k->Sq = qb.shape[2], k->D = qb.shape[3];
-  k->Sk = kb.shape[2], k->Dv = vb.shape[3];
-  k->Hkv = kb.shape[1];
-  if (kb.shape[0] != k->B || vb.shape[0] != k->B || vb.shape[1] != k->Hkv || k->Hkv < 1 || k->H % k->Hkv != 0)
+  k->q = views.q.buffer, k->k = views.k.buffer, k->v = views.v.buffer, k->y = views.out.buffer;
+  for (int d = 0; d < 3; ++d) {
+    k->qs[d] = views.q.strides[d], k->ks[d] = views.k.strides[d];
+    k->vs[d] = views.v.strides[d], k->os[d] = views.out.strides[d];
+  }
+  k->B = qb[0], k->H = qb[1], k->Sq = qb[2], k->D = qb[3];
+  k->Sk = kb[2], k->Dv = vb[3];
+  k->Hkv = kb[1];
+  if (kb[0] != k->B || vb[0] != k->B || vb[1] != k->Hkv || k->Hkv < 1 || k->H % k->Hkv != 0)
     b.fail("attention batch/head dims differ between q, k and v (q's heads must be a multiple of k's)");
   k->causal = n.attrs.bool_or("causal", false);
   k->scale = n.attrs.float_or("scale", 0.0);
   if (k->scale == 0) k->scale = 1 / std::sqrt(double(k->D));
-  if (n.inputs.size() > 3) {
-    const auto& mb = b.in_of(n.inputs[3]);
+  if (views.mask >= 0) {
+    const auto& mb = b.lir.buffer(views.mask);
     k->mask = mb.id;
     k->bool_mask = mb.dtype == DType::Bool;
     if (!k->bool_mask && mb.dtype != n.dtype) b.fail("attention mask must be bool or the query's dtype");
@@ -888,6 +896,8 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
   if (n.op == OpKind::DynamicUpdateSlice) return build_dynamic_update_slice(b);
   require_float(b, n);
   const bool f32 = n.dtype == DType::F32;
+  // Attention's operands may be permutes in the body (its layout views): it reads its buffers itself.
+  if (n.op == OpKind::Attention) return f32 ? make_attention<float>(b, n) : make_attention<double>(b, n);
   const auto& xb = b.in_of(n.inputs.at(0));
   const auto& yb = b.out(0);
   const std::size_t rank = xb.shape.size();
@@ -922,7 +932,6 @@ std::unique_ptr<CpuKernel> build_native(const BuildCtx& b) {
     case OpKind::Conv2d: return f32 ? make_conv<float>(b, n) : make_conv<double>(b, n);
     case OpKind::MaxPool2d:
     case OpKind::AvgPool2d: return f32 ? make_pool<float>(b, n) : make_pool<double>(b, n);
-    case OpKind::Attention: return f32 ? make_attention<float>(b, n) : make_attention<double>(b, n);
     case OpKind::Rope: return f32 ? make_rope<float>(b, n) : make_rope<double>(b, n);
     case OpKind::SoftmaxBackward:
     case OpKind::LayerNormBackward:

@@ -51,100 +51,22 @@ std::int64_t shared_floats(std::int64_t bq, std::int64_t d, std::int64_t vs) {
 
 }  // namespace
 
-namespace {
-
-// An operand or the result of the attention as the kernel addresses it: a buffer, and the element strides of the
-// attention's [B, H, S, D] dims in it (the last 1).
-struct Strided {
-  compile::BufferId buffer = -1;
-  std::vector<std::int64_t> shape;  // the attention's view: [B, H, S, D]
-  std::int64_t strides[4] = {0, 0, 0, 1};
-};
-
-// The attention of a Native kernel, alone or with layout views (BackendTraits::attention_layout_views): q, k and
-// v each a kernel input or a permute of one, and the output the attention's or a permute of it.
-const ir::Node* attention_of(const compile::LirModule& lir, const compile::Kernel& k, std::vector<Strided>* operands,
-                             Strided* result, std::vector<compile::BufferId>* rest, std::string* why) {
-  const ir::Graph& body = k.body;
-  const ir::Node* op = nullptr;
-  for (const auto& n : body.nodes())
-    if (n.op == ir::OpKind::Attention) {
-      if (op) return *why = "two attentions in the kernel", nullptr;
-      op = &n;
-    } else if (n.op != ir::OpKind::Input && n.op != ir::OpKind::Permute) {
-      return *why = "the kernel also computes " + std::string(ir::op_name(n.op)), nullptr;
-    }
-  if (!op) return *why = "no attention in the kernel", nullptr;
-  if (k.outputs.size() != 1 || body.outputs().size() != 1) return *why = "the kernel has several outputs", nullptr;
-  // A permute's view of a buffer of shape `src`: view dim i is the buffer's dim perm[i].
-  auto permuted = [](const ir::Node& p, const std::vector<std::int64_t>& src, Strided* s) {
-    const auto perm = p.attrs.get_ints("perm");
-    const auto st = ir::contiguous_strides(src);
-    for (std::size_t i = 0; i < 4; ++i) s->strides[i] = st[std::size_t(perm[i])];
-  };
-  for (std::size_t i = 0; i < op->inputs.size(); ++i) {
-    const ir::Node* n = &body.node(op->inputs[i]);
-    Strided s;
-    s.shape = n->shape.extents();
-    if (n->op == ir::OpKind::Permute && i < 3) {
-      const ir::Node& src = body.node(n->inputs[0]);
-      if (src.op != ir::OpKind::Input) return *why = "a permute of a value computed in the kernel", nullptr;
-      if (s.shape.size() != 4 || n->attrs.get_ints("perm").at(3) != 3)
-        return *why = "a permute that moves the head dim", nullptr;
-      s.buffer = k.input_buffer(src);
-      permuted(*n, lir.buffer(s.buffer).shape, &s);
-    } else if (n->op == ir::OpKind::Input) {
-      s.buffer = k.input_buffer(*n);
-      if (s.shape.size() == 4) {
-        const auto st = ir::contiguous_strides(s.shape);
-        std::copy(st.begin(), st.end(), s.strides);
-      }
-    } else {
-      return *why = "an operand is computed inside the kernel", nullptr;
-    }
-    if (i < 3)
-      operands->push_back(std::move(s));
-    else
-      rest->push_back(s.buffer);
-  }
-  const ir::Node& o = body.node(body.outputs()[0].node);
-  result->buffer = k.outputs[0];
-  result->shape = op->shape.extents();
-  if (o.id == op->id) {
-    if (result->shape.size() == 4) {
-      const auto st = ir::contiguous_strides(result->shape);
-      std::copy(st.begin(), st.end(), result->strides);
-    }
-  } else if (o.op == ir::OpKind::Permute && o.inputs[0] == op->id && o.shape.rank() == 4 &&
-             o.attrs.get_ints("perm").at(3) == 3) {
-    // The buffer holds permute(attention): its dim i is the attention's dim perm[i].
-    const auto perm = o.attrs.get_ints("perm");
-    const auto st = ir::contiguous_strides(o.shape.extents());
-    for (std::size_t i = 0; i < 4; ++i) result->strides[std::size_t(perm[i])] = st[i];
-  } else {
-    return *why = "the kernel's output is not the attention's result", nullptr;
-  }
-  return op;
-}
-
-}  // namespace
-
 bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, const AttentionDevice& device,
                     AttentionLaunch* out, std::string* why) {
-  std::vector<Strided> qkv;
-  Strided res;
-  std::vector<compile::BufferId> ins;
-  const ir::Node* op = attention_of(lir, k, &qkv, &res, &ins, why);
-  if (!op) return false;
-  const auto& qb = lir.buffer(qkv[0].buffer);
-  const auto& kb = lir.buffer(qkv[1].buffer);
-  const auto& vb = lir.buffer(qkv[2].buffer);
+  compile::AttentionViews views;
+  if (!compile::attention_views(lir, k, &views, why)) return false;
+  const ir::Node* op = views.op;
+  const compile::StridedOperand* qkv[3] = {&views.q, &views.k, &views.v};
+  const compile::StridedOperand& res = views.out;
+  const auto& qb = lir.buffer(views.q.buffer);
+  const auto& kb = lir.buffer(views.k.buffer);
+  const auto& vb = lir.buffer(views.v.buffer);
   const auto& ob = lir.buffer(res.buffer);
   for (const auto* b : {&qb, &kb, &vb, &ob})
     if (b->dtype != ir::DType::F32) return *why = "attention in f32 only (f16 and bf16 get casts to f32)", false;
-  const auto& qd = qkv[0].shape;
-  const auto& kd = qkv[1].shape;
-  const auto& vd = qkv[2].shape;
+  const auto& qd = views.q.shape;
+  const auto& kd = views.k.shape;
+  const auto& vd = views.v.shape;
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || res.shape.size() != 4)
     return *why = "q, k and v are not [B, H, S, D]", false;
   const std::int64_t B = qd[0], H = qd[1], Sq = qd[2], D = qd[3];
@@ -161,8 +83,8 @@ bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, con
   // The mask's element strides over the scores [B, H, Sq, Sk] (0 along a broadcast dim).
   int mask = 0;
   std::int64_t ms[4] = {0, 0, 0, 0};
-  if (!ins.empty()) {
-    const auto& mb = lir.buffer(ins[0]);
+  if (views.mask >= 0) {
+    const auto& mb = lir.buffer(views.mask);
     if (mb.dtype == ir::DType::Bool)
       mask = 1;
     else if (mb.dtype == ir::DType::F32)
@@ -221,8 +143,8 @@ bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, con
       items(bq) * splits, scale, causal ? 1 : 0, mask, ms[0], ms[1], ms[2], ms[3], splits, kps, pw, zs,
       kCombineThreads);
   // The operands' and the output's element strides over batch, head and position (the head dim's is 1).
-  const std::pair<const char*, const Strided*> strided[] = {
-      {"Q", &qkv[0]}, {"K", &qkv[1]}, {"V", &qkv[2]}, {"O", &res}};
+  const std::pair<const char*, const compile::StridedOperand*> strided[] = {
+      {"Q", qkv[0]}, {"K", qkv[1]}, {"V", qkv[2]}, {"O", &res}};
   for (const auto& [name, s] : strided)
     defs += fmt::format("#define RLX_{0}SB {1}LL\n#define RLX_{0}SH {2}LL\n#define RLX_{0}SS {3}LL\n", name,
                         s->strides[0], s->strides[1], s->strides[2]);
@@ -233,7 +155,7 @@ bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, con
   l.shared = unsigned(4 * shared_floats(bq, D, vs));
   l.block_q = bq;
   l.chunks = chunks;
-  l.buffers = {qkv[0].buffer, qkv[1].buffer, qkv[2].buffer, mask ? ins[0] : qkv[0].buffer, res.buffer};
+  l.buffers = {views.q.buffer, views.k.buffer, views.v.buffer, mask ? views.mask : views.q.buffer, res.buffer};
   l.splits = splits;
   if (splits > 1) {
     l.partial_bytes = std::uint64_t(4 * items(bq) * splits * pw);
