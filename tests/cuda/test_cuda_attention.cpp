@@ -318,6 +318,16 @@ std::vector<Case> cases() {
 
 const AttentionDevice kH100{227 * 1024, 132};
 
+// Fresh random values for every input of `g`.
+reference::TensorMap random_inputs(const Graph& g, std::mt19937_64& rng) {
+  reference::TensorMap in;
+  for (auto id : g.input_ids()) {
+    const auto& n = g.node(id);
+    in[n.attrs.get_str("name")] = testing::random_tensor(n.dtype, n.shape.extents(), rng);
+  }
+  return in;
+}
+
 const compile::Kernel* attention_kernel(const compile::LirModule& lir) {
   const compile::Kernel* found = nullptr;
   for (const auto& k : lir.kernels)
@@ -435,11 +445,7 @@ TEST(CudaAttention, TheKernelRunOnTheHostMatchesTheReference) {
       AttentionLaunch l;
       std::string why;
       ASSERT_TRUE(plan_attention(lir, *attention_kernel(lir), dev, &l, &why)) << why;
-      reference::TensorMap in;
-      for (auto id : c.graph.input_ids()) {
-        const auto& n = c.graph.node(id);
-        in[n.attrs.get_str("name")] = testing::random_tensor(n.dtype, n.shape.extents(), rng);
-      }
+      reference::TensorMap in = random_inputs(c.graph, rng);
       if (auto m = in.find("mask"); m != in.end() && m->second.numel() > m->second.shape().back())
         for (std::int64_t j = 0; j < m->second.shape().back(); ++j)
           m->second.set(j, c.mask == DType::Bool ? 0.0 : -std::numeric_limits<double>::infinity());
@@ -467,11 +473,7 @@ TEST(CudaAttention, TilesABoolMaskHidesAreSkipped) {
     AttentionLaunch l;
     std::string why;
     ASSERT_TRUE(plan_attention(lir, *attention_kernel(lir), dev, &l, &why)) << why;
-    reference::TensorMap in;
-    for (auto id : c.graph.input_ids()) {
-      const auto& n = c.graph.node(id);
-      in[n.attrs.get_str("name")] = testing::random_tensor(n.dtype, n.shape.extents(), rng);
-    }
+    reference::TensorMap in = random_inputs(c.graph, rng);
     ir::Tensor& mask = in.at("mask");
     for (std::int64_t j = 0; j < 300; ++j) mask.set(j, j < 40 ? 1.0 : 0.0);
     ir::Tensor& v = in.at("v");
@@ -498,11 +500,7 @@ TEST(CudaAttention, LayoutViewsRunOnTheHostToo) {
     const auto lir = compile::compile(c.graph, traits(), {}).lir;
     ASSERT_EQ(lir.kernels.size(), 1u);
     const auto staged = runtime::compile_host_kernel(lir, 0, {});
-    reference::TensorMap in;
-    for (auto id : c.graph.input_ids()) {
-      const auto& n = c.graph.node(id);
-      in[n.attrs.get_str("name")] = testing::random_tensor(n.dtype, n.shape.extents(), rng);
-    }
+    reference::TensorMap in = random_inputs(c.graph, rng);
     const auto want = reference::run(c.graph, in, {});
     std::vector<const void*> ins;
     for (auto b : lir.kernels[0].inputs) {
@@ -584,11 +582,7 @@ TEST(CudaAttention, RunsOnTheDevice) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.graph.name());
     auto exe = runtime::Session(runtime::Device::Cuda).compile(c.graph);
-    reference::TensorMap inputs;
-    for (auto id : c.graph.input_ids()) {
-      const auto& n = c.graph.node(id);
-      inputs[n.attrs.get_str("name")] = testing::random_tensor(n.dtype, n.shape.extents(), rng);
-    }
+    reference::TensorMap inputs = random_inputs(c.graph, rng);
     exe.set_profiling(true);
     exe.run(inputs);
     for (const auto& k : exe.kernel_times()) EXPECT_FALSE(k.host) << k.kernel;
