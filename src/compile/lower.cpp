@@ -481,19 +481,11 @@ void Lowering::visit_anchor(const Node& n) {
   new_group(kind, n, std::move(why));
 }
 
-namespace {
-// A rank-4 permute that keeps the last dim last: what an attention reads or writes in place of a copy.
-bool keeps_head_dim_last(const Node& n) {
-  if (n.op != OpKind::Permute || n.shape.rank() != 4) return false;
-  const auto perm = n.attrs.get_ints("perm");
-  return perm.size() == 4 && perm[3] == 3;
-}
-}  // namespace
-
 // A permute keeping the head dim last that only feeds attentions as q, k or v is read by those kernels in place
 // (BackendTraits::attention_layout_views).
 bool Lowering::absorb_attention_layout(const Node& n) {
-  if (!bt_.attention_layout_views || !keeps_head_dim_last(n) || is_output_[n.id] || users_[n.id].empty()) return false;
+  if (!bt_.attention_layout_views || !is_head_layout_permute(n) || is_output_[n.id] || users_[n.id].empty())
+    return false;
   return join_readers_as_prologue(n, [&](const Node& reader) {
     if (reader.op != OpKind::Attention) return false;
     for (std::size_t i = 3; i < reader.inputs.size(); ++i)
@@ -522,7 +514,7 @@ bool Lowering::absorb_attention_output_layout(const Node& n) {
   if (!bt_.attention_layout_views || n.op != OpKind::Attention || is_output_[n.id] || users_[n.id].size() != 1)
     return false;
   const NodeId u = users_[n.id][0];
-  if (view_[u] || !keeps_head_dim_last(g_.node(u)) || owners_[u].size() != 1) return false;
+  if (view_[u] || !is_head_layout_permute(g_.node(u)) || owners_[u].size() != 1) return false;
   const int gid = owners_[u][0];
   Group& grp = groups_[std::size_t(gid)];
   if (grp.kind != KernelKind::Movement || grp.anchor != u || grp.nodes.size() != 1) return false;

@@ -31,6 +31,12 @@ BufferId Kernel::input_buffer(const ir::Node& input) const {
   return inputs.at(std::stoul(input.attrs.get_str("name").substr(2)));  // lower_to_lir names them "in<i>"
 }
 
+bool is_head_layout_permute(const ir::Node& n) {
+  if (n.op != ir::OpKind::Permute || n.shape.rank() != 4) return false;
+  const auto& perm = n.attrs.get_ints("perm");
+  return perm.size() == 4 && perm[3] == 3;
+}
+
 bool attention_views(const LirModule& lir, const Kernel& k, AttentionViews* out, std::string* why) {
   const ir::Graph& body = k.body;
   AttentionViews a;
@@ -43,10 +49,6 @@ bool attention_views(const LirModule& lir, const Kernel& k, AttentionViews* out,
     }
   if (!a.op) return *why = "no attention in the kernel", false;
   if (k.outputs.size() != 1 || body.outputs().size() != 1) return *why = "the kernel has several outputs", false;
-  auto keeps_head_dim = [](const ir::Node& p) {
-    const auto& perm = p.attrs.get_ints("perm");
-    return p.shape.rank() == 4 && perm.size() == 4 && perm[3] == 3;
-  };
   auto contiguous = [](StridedOperand* s) {
     if (s->shape.size() != 4) return;
     const auto st = ir::contiguous_strides(s->shape);
@@ -65,7 +67,7 @@ bool attention_views(const LirModule& lir, const Kernel& k, AttentionViews* out,
     if (n.op == ir::OpKind::Input) {
       s.buffer = k.input_buffer(n);
       contiguous(&s);
-    } else if (n.op == ir::OpKind::Permute && keeps_head_dim(n) && body.node(n.inputs[0]).op == ir::OpKind::Input) {
+    } else if (is_head_layout_permute(n) && body.node(n.inputs[0]).op == ir::OpKind::Input) {
       // View dim d is the buffer's dim perm[d].
       s.buffer = k.input_buffer(body.node(n.inputs[0]));
       const auto st = ir::contiguous_strides(lir.buffer(s.buffer).shape);
@@ -80,7 +82,7 @@ bool attention_views(const LirModule& lir, const Kernel& k, AttentionViews* out,
   a.out.shape = a.op->shape.extents();
   if (o.id == a.op->id) {
     contiguous(&a.out);
-  } else if (o.op == ir::OpKind::Permute && o.inputs[0] == a.op->id && keeps_head_dim(o)) {
+  } else if (is_head_layout_permute(o) && o.inputs[0] == a.op->id) {
     // The buffer holds permute(attention): its dim d is the attention's dim perm[d].
     const auto st = ir::contiguous_strides(o.shape.extents());
     const auto& perm = o.attrs.get_ints("perm");

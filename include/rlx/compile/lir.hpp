@@ -102,6 +102,9 @@ struct AttentionViews {
   StridedOperand q, k, v, out;
   BufferId mask = -1;  // the mask's buffer (contiguous, broadcast to the scores), or -1
 };
+// A rank-4 permute that keeps the last (head) dim last: the layout view an attention reads or writes in place of
+// a copy ([B, S, H, D] <-> [B, H, S, D]).
+bool is_head_layout_permute(const ir::Node& n);
 // The kernel's attention and its operands' views; false with the reason in *why when the body is anything else.
 bool attention_views(const LirModule& lir, const Kernel& k, AttentionViews* out, std::string* why);
 

@@ -8,7 +8,6 @@
 #include <limits>
 #include <string_view>
 
-#include "backends/cuda/layout.hpp"
 #include "rlx/ir/tensor.hpp"
 
 namespace rlx::backends::cuda {
@@ -56,7 +55,6 @@ bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, con
   compile::AttentionViews views;
   if (!compile::attention_views(lir, k, &views, why)) return false;
   const ir::Node* op = views.op;
-  const compile::StridedOperand* qkv[3] = {&views.q, &views.k, &views.v};
   const compile::StridedOperand& res = views.out;
   const auto& qb = lir.buffer(views.q.buffer);
   const auto& kb = lir.buffer(views.k.buffer);
@@ -144,7 +142,7 @@ bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, con
       kCombineThreads);
   // The operands' and the output's element strides over batch, head and position (the head dim's is 1).
   const std::pair<const char*, const compile::StridedOperand*> strided[] = {
-      {"Q", qkv[0]}, {"K", qkv[1]}, {"V", qkv[2]}, {"O", &res}};
+      {"Q", &views.q}, {"K", &views.k}, {"V", &views.v}, {"O", &res}};
   for (const auto& [name, s] : strided)
     defs += fmt::format("#define RLX_{0}SB {1}LL\n#define RLX_{0}SH {2}LL\n#define RLX_{0}SS {3}LL\n", name,
                         s->strides[0], s->strides[1], s->strides[2]);
