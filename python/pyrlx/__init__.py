@@ -967,7 +967,10 @@ class CompiledGraph:
 
     def __init__(self, native: Any):
         self._c = native
-        ins, params, outs = native.io()
+        self._read_io()
+
+    def _read_io(self) -> None:
+        ins, params, outs = self._c.io()
         self._inputs = {n: d for n, d, _ in ins}
         self._params = {n: d for n, d, _ in params}
         self._out_dtypes = [d for _, d, _ in outs]
@@ -1000,6 +1003,19 @@ class CompiledGraph:
     def clone(self) -> "CompiledGraph":
         """A clone sharing the weights, for running from another thread."""
         return CompiledGraph(self._c.clone())
+
+    def set_active_extent(self, extent: Optional[int], symbol: str = "") -> None:
+        """Later runs use `extent` (1 up to its bound) for a symbol bound at compile time (`bind`); None restores the
+        bound. Inputs and outputs take that extent's shapes (input_specs, output_specs). Each extent is compiled once,
+        on first use, and every extent reads the same params. `symbol` may be left out when the graph binds one."""
+        if extent is not None and (isinstance(extent, bool) or not isinstance(extent, (int, np.integer))):
+            raise Error(f"set_active_extent: the extent must be an int or None, got {extent!r}")
+        self._c.set_active_extent(symbol, None if extent is None else int(extent))
+        self._read_io()
+
+    def active_extent(self, symbol: str = "") -> int:
+        """The extent runs use for `symbol` (left out: the one bound symbol)."""
+        return self._c.active_extent(symbol)
 
     def ir(self, level: str = "mir") -> str: return self._c.ir(level)
     def summary(self) -> str: return self._c.summary()

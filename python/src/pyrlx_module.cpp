@@ -306,6 +306,12 @@ NB_MODULE(_pyrlx, m) {
              nb::gil_scoped_release release;  // waits for the run lock (see set_param)
              return PyCompiled{c.g.clone()};
            })
+      .def("set_active_extent",
+           [](PyCompiled& c, const std::string& symbol, std::optional<std::int64_t> extent) {
+             nb::gil_scoped_release release;  // waits for the run lock, and may compile (see set_param)
+             c.g.set_active_extent(symbol, extent);
+           })
+      .def("active_extent", [](const PyCompiled& c, const std::string& symbol) { return c.g.active_extent(symbol); })
       .def("ir", [](const PyCompiled& c, const std::string& level) { return c.g.ir(level); })
       .def("summary", [](const PyCompiled& c) { return c.g.compile_result().summary(); })
       .def("set_profiling",

@@ -202,3 +202,33 @@ def test_symbolic_dims_bound_at_compile(rng):
     c = rlx.Session("cpu").compile(g, bind={"B": 3})
     a = rng.standard_normal((3, 8)).astype(np.float32)
     np.testing.assert_allclose(c.run({"x": a})[0], np.maximum(a, 0).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_active_extent_runs_the_bound_graph_at_a_smaller_extent(rng):
+    g = rlx.Graph()
+    x = g.input("x", ("S", 8))
+    w = g.param("w", (8, 4))
+    y = x @ w
+    g.output(y.softmax(axis=0))  # over the symbolic axis: padding to the bound would change it
+    c = rlx.Session("cpu").compile(g, bind={"S": 6})
+    wv = rng.standard_normal((8, 4)).astype(np.float32)
+    c.set_param("w", wv)
+
+    def want(a):
+        z = (a.astype(np.float64) @ wv)
+        e = np.exp(z - z.max(0))
+        return e / e.sum(0)
+
+    for n in (6, 2, 1, None):
+        c.set_active_extent(n)
+        rows = n or 6
+        assert c.active_extent() == rows
+        assert [s[2] for s in c.input_specs] == [[rows, 8]]
+        a = rng.standard_normal((rows, 8)).astype(np.float32)
+        np.testing.assert_allclose(c.run({"x": a})[0], want(a), rtol=1e-5, atol=1e-6)
+    with pytest.raises(rlx.Error, match=r"\[1, 6\], got 7"):
+        c.set_active_extent(7)
+    with pytest.raises(rlx.Error, match="binds no symbol 'T'"):
+        c.set_active_extent(2, symbol="T")
+    with pytest.raises(rlx.Error, match="expects f32\\[6,8\\]"):
+        c.run({"x": np.zeros((2, 8), np.float32)})

@@ -81,9 +81,7 @@ void ExecutableGraph::read_handle(std::size_t, void*, std::size_t) const {
   not_offered("read_handle", "persistent_handles");
 }
 void ExecutableGraph::feed_handle(std::size_t, std::size_t) { not_offered("feed_handle", "kv_resident"); }
-void ExecutableGraph::set_active_extent(std::optional<std::int64_t>) {
-  not_offered("set_active_extent", "active_extent");
-}
+void ExecutableGraph::share_params_from(const ExecutableGraph&) { not_offered("share_params_from", "active_extent"); }
 void ExecutableGraph::set_profiling(bool) { not_offered("set_profiling", "kernel_times"); }
 std::vector<KernelTime> ExecutableGraph::kernel_times() const { not_offered("kernel_times", "kernel_times"); }
 void ExecutableGraph::set_rng(const RngOptions&) { not_offered("set_rng", "rng"); }
@@ -115,14 +113,15 @@ ExecutableCapabilities advisory_capabilities(Device device) {
   switch (device) {
     case Device::Cpu:
       c.persistent_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng = c.copy_params =
-          c.kernel_times = c.shared_params = true;
+          c.kernel_times = c.shared_params = c.active_extent = true;
       break;
     case Device::Cuda:  // what the CUDA backend's executables claim today (the same test keeps the two equal)
-      c.persistent_handles = c.gpu_handles = c.kv_resident = c.async_pipeline = c.read_outputs = c.kernel_times = true;
+      c.persistent_handles = c.gpu_handles = c.kv_resident = c.async_pipeline = c.active_extent = c.read_outputs =
+          c.kernel_times = true;
       break;
     case Device::Mlx:  // what the MLX backend's executables claim today (the same test keeps the two equal)
-      c.persistent_handles = c.gpu_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =
-          c.copy_params = c.kernel_times = true;
+      c.persistent_handles = c.gpu_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.active_extent =
+          c.read_outputs = c.rng = c.copy_params = c.kernel_times = true;
       break;
     case Device::Rocm:
     case Device::Metal:

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -32,20 +33,41 @@ void check_value(std::string_view what, const CompiledGraph::IoSpec& spec, const
 }
 }  // namespace
 
-CompiledGraph::CompiledGraph(std::shared_ptr<const compile::CompileResult> result, std::unique_ptr<ExecutableGraph> exe,
-                             Device device)
-    : result_(std::move(result)), exe_(std::move(exe)), device_(device) {
-  const auto& lir = result_->lir;
+namespace {
+struct IoSpecs {
+  std::vector<CompiledGraph::IoSpec> inputs, params, outputs;
+};
+IoSpecs io_specs(const compile::LirModule& lir) {
   auto spec = [&](compile::BufferId id, std::string name) {
     const auto& b = lir.buffer(id);
-    return IoSpec{std::move(name), b.dtype, b.shape};
+    return CompiledGraph::IoSpec{std::move(name), b.dtype, b.shape};
   };
-  for (auto id : lir.inputs) inputs_.push_back(spec(id, lir.buffer(id).name));
-  for (auto id : lir.params) params_.push_back(spec(id, lir.buffer(id).name));
+  IoSpecs s;
+  for (auto id : lir.inputs) s.inputs.push_back(spec(id, lir.buffer(id).name));
+  for (auto id : lir.params) s.params.push_back(spec(id, lir.buffer(id).name));
   for (std::size_t i = 0; i < lir.outputs.size(); ++i)
-    outputs_.push_back(spec(lir.outputs[i], i < lir.output_names.size() && !lir.output_names[i].empty()
-                                                ? lir.output_names[i]
-                                                : "output" + std::to_string(i)));
+    s.outputs.push_back(spec(lir.outputs[i], i < lir.output_names.size() && !lir.output_names[i].empty()
+                                                 ? lir.output_names[i]
+                                                 : "output" + std::to_string(i)));
+  return s;
+}
+
+bool same_specs(const std::vector<CompiledGraph::IoSpec>& a, const std::vector<CompiledGraph::IoSpec>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
+    return x.name == y.name && x.dtype == y.dtype && x.shape == y.shape;
+  });
+}
+}  // namespace
+
+CompiledGraph::CompiledGraph(std::shared_ptr<const compile::CompileResult> result, std::unique_ptr<ExecutableGraph> exe,
+                             Device device, std::shared_ptr<const Source> source)
+    : result_(std::move(result)), exe_(std::move(exe)), source_(std::move(source)), device_(device) {
+  auto specs = io_specs(result_->lir);
+  inputs_ = std::move(specs.inputs);
+  params_ = std::move(specs.params);
+  outputs_ = std::move(specs.outputs);
+  if (source_)
+    for (const auto& [symbol, bound] : source_->options.bind) extents_.push_back(bound);
   params_set_ = std::make_shared<std::vector<bool>>(params_.size(), false);
   handles_.assign(inputs_.size(), false);
   for (const auto& [name, value] : result_->promoted_params) set_param(name, value);
@@ -145,9 +167,144 @@ std::vector<ir::Tensor> CompiledGraph::run(const std::map<std::string, ir::Tenso
 
 CompiledGraph CompiledGraph::clone() const {
   auto held = lock();
-  CompiledGraph c(result_, exe_->clone(), device_);
+  CompiledGraph c(result_, exe_->clone(), device_, source_);
   c.params_set_ = params_set_;
+  c.extents_ = extents_;  // at the same extent; other extents are compiled again when it asks for them
   return c;
+}
+
+std::size_t CompiledGraph::bound_symbol(std::string_view symbol, std::string_view method) const {
+  const auto* bind = source_ ? &source_->options.bind : nullptr;
+  std::string known;
+  if (bind)
+    for (const auto& [name, bound] : *bind) known += (known.empty() ? "" : ", ") + name + "=" + std::to_string(bound);
+  if (!bind || bind->empty())
+    throw Error(fmt::format(
+        "{}: the graph was compiled with no bound symbolic dim (bind one with CompileOptions::bind)", method));
+  if (symbol.empty()) {
+    if (bind->size() == 1) return 0;
+    throw Error(fmt::format("{}: the graph binds {} symbols ({}); name the one to set", method, bind->size(), known));
+  }
+  for (std::size_t i = 0; i < bind->size(); ++i)
+    if ((*bind)[i].first == symbol) return i;
+  throw Error(fmt::format("{}: the graph binds no symbol '{}' (it binds {})", method, symbol, known));
+}
+
+void CompiledGraph::set_active_extent(std::optional<std::int64_t> extent) { set_active_extent({}, extent); }
+
+void CompiledGraph::set_active_extent(std::string_view symbol, std::optional<std::int64_t> extent) {
+  auto held = lock();
+  if (!exe_->capabilities().active_extent)
+    throw Error(fmt::format("set_active_extent: backend '{}' does not offer it (capability 'active_extent' is false)",
+                            exe_->backend_name()));
+  if (pending_) throw Error("set_active_extent: a commit_no_wait is pending; call sync_pending first");
+  const std::size_t s = bound_symbol(symbol, "set_active_extent");
+  const auto& [name, bound] = source_->options.bind[s];
+  const std::int64_t want = extent.value_or(bound);
+  if (want < 1 || want > bound)
+    throw Error(fmt::format("set_active_extent: symbol '{}' is bound to {}; its extent must be in [1, {}], got {}",
+                            name, bound, bound, want));
+  auto extents = extents_;
+  extents[s] = want;
+  activate(extents);
+}
+
+std::int64_t CompiledGraph::active_extent(std::string_view symbol) const {
+  auto held = lock();
+  return extents_[bound_symbol(symbol, "active_extent")];
+}
+
+void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
+  if (extents == extents_) return;
+  auto at = [&] {
+    std::string s;
+    for (std::size_t i = 0; i < extents.size(); ++i)
+      s += fmt::format("{}{}={}", i ? ", " : "", source_->options.bind[i].first, extents[i]);
+    return s;
+  };
+  auto found = variants_.find(extents);
+  Variant next;
+  if (found != variants_.end()) {
+    next = std::move(found->second);
+    variants_.erase(found);
+  } else {
+    auto options = source_->options;
+    for (std::size_t i = 0; i < extents.size(); ++i) options.bind[i].second = extents[i];
+    Backend::Compiled compiled;
+    try {
+      compiled = source_->backend->compile(source_->graph, options);
+    } catch (const Error& e) {
+      throw Error(fmt::format("set_active_extent: compiling the graph at {}: {}", at(), e.what()));
+    }
+    auto specs = io_specs(compiled.result->lir);
+    // Every extent reads the same params, so they must not depend on the symbol (nor may promoted constants).
+    if (!same_specs(specs.params, params_)) {
+      std::string why = "a different number of params";
+      for (std::size_t i = 0; i < std::min(specs.params.size(), params_.size()); ++i)
+        if (specs.params[i].shape != params_[i].shape || specs.params[i].dtype != params_[i].dtype) {
+          why = fmt::format("param '{}' is {} there but {} here", params_[i].name,
+                            type_str(specs.params[i].dtype, specs.params[i].shape),
+                            type_str(params_[i].dtype, params_[i].shape));
+          break;
+        }
+      throw Error(
+          fmt::format("set_active_extent: at {} {}; every extent shares the params, so their shapes must not "
+                      "depend on the symbol",
+                      at(), why));
+    }
+    for (const auto& [pname, value] : compiled.result->promoted_params) {
+      auto mine = result_->promoted_params.find(pname);
+      if (mine == result_->promoted_params.end() || mine->second.nbytes() != value.nbytes() ||
+          std::memcmp(mine->second.data(), value.data(), value.nbytes()) != 0)
+        throw Error(
+            fmt::format("set_active_extent: at {} the promoted constant '{}' differs from the bound's; compile "
+                        "with CompileOptions::promote_constants_over_bytes = 0",
+                        at(), pname));
+    }
+    compiled.exe->share_params_from(*exe_);
+    next =
+        Variant{std::move(compiled.result), std::move(compiled.exe), std::move(specs.inputs), std::move(specs.outputs)};
+  }
+  // Bound handles and their feeds move to the executable that runs next, through the host; a handle whose shape
+  // changes with the extent cannot (the extent compiled stays for later).
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    if (!handles_[i] ||
+        (i < next.inputs.size() && next.inputs[i].name == inputs_[i].name && next.inputs[i].shape == inputs_[i].shape))
+      continue;
+    const std::string there = i < next.inputs.size() ? type_str(next.inputs[i].dtype, next.inputs[i].shape) : "gone";
+    variants_.emplace(extents, std::move(next));
+    throw Error(
+        fmt::format("set_active_extent: input '{}' is bound to a handle of shape {}, which depends on the "
+                    "symbol (at {} it is {}); a handle keeps its shape across extents",
+                    inputs_[i].name, type_str(inputs_[i].dtype, inputs_[i].shape), at(), there));
+  }
+  for (const auto& [i, j] : feeds_) {
+    if (next.outputs[j].shape == inputs_[i].shape) continue;
+    const std::string there = type_str(next.outputs[j].dtype, next.outputs[j].shape);
+    variants_.emplace(extents, std::move(next));
+    throw Error(fmt::format("set_active_extent: output '{}' feeds the handle of input '{}', but at {} it is {}",
+                            outputs_[j].name, inputs_[i].name, at(), there));
+  }
+  try {
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+      if (!handles_[i]) continue;
+      ir::Tensor value(inputs_[i].dtype, inputs_[i].shape);
+      exe_->read_handle(i, value.data(), value.nbytes());
+      next.exe->bind_handle(i, value.data(), value.nbytes());
+    }
+    for (const auto& [i, j] : feeds_) next.exe->feed_handle(i, j);
+    if (exe_->capabilities().rng) next.exe->set_rng(exe_->rng());
+    if (next.exe->capabilities().kernel_times) next.exe->set_profiling(profiling_);
+  } catch (...) {
+    variants_.emplace(extents, std::move(next));  // this extent still runs
+    throw;
+  }
+  variants_.emplace(extents_, Variant{std::move(result_), std::move(exe_), std::move(inputs_), std::move(outputs_)});
+  result_ = std::move(next.result);
+  exe_ = std::move(next.exe);
+  inputs_ = std::move(next.inputs);
+  outputs_ = std::move(next.outputs);
+  extents_ = extents;
 }
 
 std::string CompiledGraph::ir(std::string_view level) const {
@@ -291,15 +448,14 @@ void CompiledGraph::feed_handle(std::string_view input, std::string_view output)
                 " but input '" + inputs_[i].name + "' is " + type_str(inputs_[i].dtype, inputs_[i].shape));
   auto held = lock();
   exe_->feed_handle(i, j);
+  for (auto& f : feeds_)
+    if (f.first == i) f.second = j;
+  if (std::none_of(feeds_.begin(), feeds_.end(), [&](const auto& f) { return f.first == i; }))
+    feeds_.emplace_back(i, j);
 }
 
 void CompiledGraph::copy_params_from(const CompiledGraph& src) {
-  auto same = [](const std::vector<IoSpec>& a, const std::vector<IoSpec>& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const IoSpec& x, const IoSpec& y) {
-      return x.name == y.name && x.dtype == y.dtype && x.shape == y.shape;
-    });
-  };
-  if (!same(params_, src.params_))
+  if (!same_specs(params_, src.params_))
     throw Error("copy_params_from: the source graph's params differ from this graph's (compile both from one graph)");
   if (&src == this) return;
   std::scoped_lock held(*mutex_, *src.mutex_);  // both at once, in an order that cannot deadlock
@@ -312,7 +468,11 @@ Session::Session(Device device) : device_(device), backend_(make_backend(device)
 CompiledGraph Session::compile(const ir::Graph& graph, const compile::CompileOptions& options) const {
   auto [result, exe] = backend_->compile(graph, options);
   if (env::get_bool("RLX_DISPATCH_REPORT")) std::fputs(result->dispatch.to_text().c_str(), stderr);
-  return CompiledGraph(std::move(result), std::move(exe), device_);
+  // A graph with bound symbols keeps what it was compiled from, for set_active_extent.
+  auto source = options.bind.empty() || !exe->capabilities().active_extent
+                    ? nullptr
+                    : std::make_shared<const CompiledGraph::Source>(CompiledGraph::Source{backend_, graph, options});
+  return CompiledGraph(std::move(result), std::move(exe), device_, std::move(source));
 }
 
 }  // namespace rlx::runtime

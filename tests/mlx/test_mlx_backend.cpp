@@ -109,9 +109,9 @@ TEST_F(Mlx, ClaimsItsCapabilities) {
   EXPECT_EQ(c.backend_name(), "mlx");
   EXPECT_EQ(c.capabilities().names(),
             (std::vector<std::string_view>{"clone", "persistent_handles", "gpu_handles", "kv_resident", "typed_io",
-                                           "async_pipeline", "read_outputs", "rng", "copy_params", "kernel_times"}));
+                                           "async_pipeline", "active_extent", "read_outputs", "rng", "copy_params",
+                                           "kernel_times"}));
   EXPECT_EQ(runtime::advisory_capabilities(Device::Mlx), c.capabilities());
-  testing::expect_error([&] { c.set_active_extent(2); }, {"set_active_extent", "mlx", "active_extent"});
 }
 
 // kernel_times: one entry per LIR kernel, the host steps marked, and the profiled run still right.

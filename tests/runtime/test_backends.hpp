@@ -70,7 +70,10 @@ class TwinExecutable final : public runtime::ExecutableGraph {
   void bind_handle(std::size_t i, const void* d, std::size_t n) override { RLX_TWIN_FORWARD(bind_handle(i, d, n)); }
   void read_handle(std::size_t i, void* d, std::size_t n) const override { RLX_TWIN_FORWARD(read_handle(i, d, n)); }
   void feed_handle(std::size_t i, std::size_t j) override { RLX_TWIN_FORWARD(feed_handle(i, j)); }
-  void set_active_extent(std::optional<std::int64_t> e) override { RLX_TWIN_FORWARD(set_active_extent(e)); }
+  void share_params_from(const runtime::ExecutableGraph& src) override {
+    const auto* twin = dynamic_cast<const TwinExecutable*>(&src);
+    RLX_TWIN_FORWARD(share_params_from(twin ? *twin->inner_ : src));
+  }
   void set_rng(const runtime::RngOptions& r) override { RLX_TWIN_FORWARD(set_rng(r)); }
   runtime::RngOptions rng() const override { RLX_TWIN_FORWARD(rng()); }
   void set_profiling(bool on) override { RLX_TWIN_FORWARD(set_profiling(on)); }

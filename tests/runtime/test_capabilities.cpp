@@ -80,6 +80,81 @@ class Capabilities : public rlx::testing::MultiBackendTest, public ::testing::Wi
     for (std::size_t i = 0; i < got.size(); ++i)
       EXPECT_TRUE(rlx::testing::tensors_close(got[i], want[i])) << "output " << i;
   }
+  // x [S, 8] with S bound to 6: y = x @ w (a weight the CPU packs), s = sum(y, 0) + state. The graph runs at
+  // extents 6, 3 and 1 against the reference at each, with the param set once and again while an extent other
+  // than the bound runs, and (with kv_resident) the state a handle fed from s, moving from extent to extent.
+  void expect_active_extents(const runtime::ExecutableCapabilities& caps) {
+    ir::Graph g("extents");
+    auto x = g.input("x", ir::Shape(std::vector<ir::Dim>{ir::Dim::symbol("S"), ir::Dim(8)}));
+    auto state = g.input("state", {8});
+    auto y = g.matmul(x, g.param("w", {8, 8}));
+    g.add_output(y, "y");
+    g.add_output(g.add(g.sum(y, {0}), state), "s");
+    compile::CompileOptions o;
+    o.bind = {{"S", 6}};
+    auto c = Session(GetParam()).compile(g, o);
+    reference::TensorMap params = params_;
+    c.set_param("w", params.at("w"));
+    std::mt19937_64 rng(rlx::testing::test_seed() + 2);
+    ir::Tensor held = rlx::testing::random_tensor(ir::DType::F32, {8}, rng);  // the state's value
+    // One run at extent n against the reference; the state comes from `held` (updated from s with a handle).
+    auto expect_run = [&](std::int64_t n, bool handle) {
+      SCOPED_TRACE("extent " + std::to_string(n) + (handle ? ", state in a handle" : ""));
+      EXPECT_EQ(c.active_extent(), n);
+      EXPECT_EQ(c.active_extent("S"), n);
+      EXPECT_EQ(c.input_specs()[0].shape, (std::vector<std::int64_t>{n, 8}));
+      EXPECT_EQ(c.output_specs()[0].shape, (std::vector<std::int64_t>{n, 8}));
+      reference::TensorMap in{{"x", rlx::testing::random_tensor(ir::DType::F32, {n, 8}, rng)}, {"state", held}};
+      const auto want = reference::run(ir::bind_symbols(g, {{"S", n}}), in, params);
+      if (handle) in.erase("state");
+      expect_outputs(c.run(named(in)), want);
+      if (handle) {
+        held = want[1];
+        EXPECT_TRUE(rlx::testing::tensors_close(c.read_handle("state"), held));
+      }
+    };
+    expect_run(6, false);
+    c.set_active_extent(3);
+    expect_run(3, false);
+    c.set_active_extent(1);
+    expect_run(1, false);
+    // A param written while extent 1 runs is the param of every extent (they share it).
+    params["w"] = rlx::testing::random_tensor(ir::DType::F32, {8, 8}, rng);
+    c.set_param("w", params.at("w"));
+    expect_run(1, false);
+    c.set_active_extent(3);  // compiled before: kept
+    expect_run(3, false);
+    c.set_active_extent(std::nullopt);
+    expect_run(6, false);
+    if (caps.kv_resident) {
+      c.bind_handle("state", ir::view(held));
+      c.feed_handle("state", "s");
+      expect_run(6, true);
+      c.set_active_extent(2);  // a new extent: the handle and its feed move to it
+      expect_run(2, true);
+      expect_run(2, true);
+      c.set_active_extent("S", 6);
+      expect_run(6, true);
+    }
+    // A clone runs at its original's extent.
+    c.set_active_extent(4);
+    auto twin = c.clone();
+    EXPECT_EQ(twin.active_extent(), 4);
+    reference::TensorMap in{{"x", rlx::testing::random_tensor(ir::DType::F32, {4, 8}, rng)}, {"state", held}};
+    expect_outputs(twin.run(named(in)), reference::run(ir::bind_symbols(g, {{"S", 4}}), in, params));
+    // Errors name the method, the symbol and the range.
+    for (std::int64_t bad : {0, 7})
+      rlx::testing::expect_error([&] { c.set_active_extent(bad); },
+                                 {"set_active_extent", "'S'", "[1, 6]", std::to_string(bad)});
+    rlx::testing::expect_error([&] { c.set_active_extent("T", 2); }, {"set_active_extent", "'T'", "S=6"});
+    EXPECT_EQ(c.active_extent(), 4);  // a refused call changes nothing
+    in["x"] = rlx::testing::random_tensor(ir::DType::F32, {6, 8}, rng);
+    if (caps.kv_resident) in.erase("state");
+    rlx::testing::expect_error([&] { c.run(named(in)); }, {"input 'x'", "f32[4,8]", "f32[6,8]"});
+    rlx::testing::expect_error([&] { Session(GetParam()).compile(g_).set_active_extent(2); },
+                               {"set_active_extent", "no bound symbolic dim"});
+  }
+
   ir::Graph g_ = cap_graph();
   reference::TensorMap in_, params_;
   std::vector<ir::Tensor> want_;
@@ -164,8 +239,7 @@ TEST_P(Capabilities, ClaimedBitsWorkAndOthersRefuse) {
   }
 
   if (caps.active_extent) {
-    c.set_active_extent(std::nullopt);  // the full bound: results unchanged
-    expect_outputs(c.run(named(in_)), want_);
+    expect_active_extents(caps);
   } else {
     expect_refused([&] { c.set_active_extent(2); }, "set_active_extent", backend, "active_extent");
   }
@@ -222,11 +296,10 @@ INSTANTIATE_TEST_SUITE_P(Devices, Capabilities,
 TEST(CpuCapabilities, ClaimsWhatItImplementsAndMatchesTheAdvisoryBits) {
   auto c = Session(Device::Cpu).compile(cap_graph());
   const auto caps = c.capabilities();
-  EXPECT_EQ(caps.names(),
-            (std::vector<std::string_view>{"clone", "persistent_handles", "kv_resident", "typed_io", "async_pipeline",
-                                           "read_outputs", "rng", "copy_params", "kernel_times", "shared_params"}));
-  EXPECT_FALSE(caps.gpu_handles);    // host memory
-  EXPECT_FALSE(caps.active_extent);  // kernels are planned for one static extent
+  EXPECT_EQ(caps.names(), (std::vector<std::string_view>{"clone", "persistent_handles", "kv_resident", "typed_io",
+                                                         "async_pipeline", "active_extent", "read_outputs", "rng",
+                                                         "copy_params", "kernel_times", "shared_params"}));
+  EXPECT_FALSE(caps.gpu_handles);  // host memory
   EXPECT_EQ(runtime::advisory_capabilities(Device::Cpu), caps);
   EXPECT_TRUE(caps.has("typed_io"));
   EXPECT_THROW(caps.has("warp_drive"), Error);

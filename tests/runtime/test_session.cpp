@@ -103,6 +103,46 @@ TEST(Session, SymbolsBoundAtCompileTime) {
   EXPECT_TRUE(tensors_close(out[0], reference::run(ir::bind_symbols(g, o.bind), inputs)[0]));
 }
 
+// What set_active_extent refuses, naming what depends on the symbol: a param (every extent shares the params),
+// a handle (it moves from extent to extent) and an output fed into a handle. A refusal leaves the extent as it was.
+TEST(Session, ActiveExtentRefusesWhatDependsOnTheSymbol) {
+  const ir::Shape rows(std::vector<ir::Dim>{ir::Dim::symbol("S"), ir::Dim(4)});
+  compile::CompileOptions o;
+  o.bind = {{"S", 5}};
+  std::mt19937_64 rng(rlx::testing::test_seed());
+  {
+    ir::Graph g("param");
+    g.add_output(g.add(g.input("x", rows), g.param("table", rows)));
+    auto c = Session().compile(g, o);
+    rlx::testing::expect_error([&] { c.set_active_extent(2); },
+                               {"set_active_extent", "S=2", "param 'table'", "f32[2,4]", "f32[5,4]"});
+    EXPECT_EQ(c.active_extent(), 5);
+  }
+  {
+    ir::Graph g("handle");
+    auto cache = g.input("cache", rows);
+    auto x = g.input("x", {4});
+    g.add_output(g.add(cache, x), "next");
+    auto c = Session().compile(g, o);
+    c.bind_handle("cache", ir::view(rlx::testing::random_tensor(ir::DType::F32, {5, 4}, rng)));
+    rlx::testing::expect_error([&] { c.set_active_extent(3); }, {"set_active_extent", "input 'cache'", "f32[5,4]"});
+    EXPECT_EQ(c.active_extent(), 5);
+    EXPECT_EQ(c.input_specs()[0].shape, (std::vector<std::int64_t>{5, 4}));
+  }
+  {
+    ir::Graph g("feed");
+    auto state = g.input("state", {5, 4});
+    auto x = g.input("x", rows);
+    g.add_output(g.add(x, g.sum(state, {0}, true)), "y");  // [S, 4]: the state's shape at the bound only
+    auto c = Session().compile(g, o);
+    c.bind_handle("state", ir::view(rlx::testing::random_tensor(ir::DType::F32, {5, 4}, rng)));
+    c.feed_handle("state", "y");
+    rlx::testing::expect_error([&] { c.set_active_extent(2); },
+                               {"set_active_extent", "output 'y'", "input 'state'", "S=2", "f32[2,4]"});
+    EXPECT_EQ(c.active_extent(), 5);
+  }
+}
+
 TEST(Session, RunIntoWritesEveryElement) {
   auto g = models::encoder_block({1, 16, 32, 4, 64});
   auto params = models::random_params(g, 11);

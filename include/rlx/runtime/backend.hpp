@@ -35,7 +35,7 @@ struct ExecutableCapabilities {
   bool kv_resident = false;                     // feed_handle: an output written back into a handle after each run
   bool typed_io = false;                        // set_param_typed / run_typed: values in another dtype, converted
   bool async_pipeline = false;                  // commit_no_wait / sync_pending / run_pipelined
-  bool active_extent = false;                   // set_active_extent
+  bool active_extent = false;                   // share_params_from, so CompiledGraph::set_active_extent
   bool read_outputs = false;                    // run_read_outputs: only the outputs asked for come back
   bool rng = false;                             // set_rng / rng
   bool copy_params = false;                     // copy_params_from
@@ -109,9 +109,11 @@ class ExecutableGraph {
   // kv_resident: after every run, output `output_index` is copied into the
   // bound handle of `input_index` (same dtype and shape), without a host round trip.
   virtual void feed_handle(std::size_t input_index, std::size_t output_index);
-  // active_extent: runs use `extent` (<= the compiled bound) for the graph's
-  // bound symbolic dim; nullopt restores the full bound.
-  virtual void set_active_extent(std::optional<std::int64_t> extent);
+  // active_extent: from now on this executable reads every param from `src`'s storage, without a copy, so that
+  // a write through either is seen by both. `src` is an executable of the same backend whose params have the
+  // same number, dtypes and shapes: the graph compiled at another extent of a symbolic dim.
+  // CompiledGraph::set_active_extent builds its per-extent variants on it.
+  virtual void share_params_from(const ExecutableGraph& src);
   // rng: see RngOptions.
   virtual void set_rng(const RngOptions& rng);
   virtual RngOptions rng() const;

@@ -25,8 +25,14 @@ struct NamedTensor {
 // share the weights.
 class CompiledGraph {
  public:
+  // What a graph was compiled from, kept for set_active_extent: it compiles the graph again at other extents.
+  struct Source {
+    std::shared_ptr<Backend> backend;
+    ir::Graph graph;
+    compile::CompileOptions options;
+  };
   CompiledGraph(std::shared_ptr<const compile::CompileResult> result, std::unique_ptr<ExecutableGraph> exe,
-                Device device = Device::Cpu);
+                Device device = Device::Cpu, std::shared_ptr<const Source> source = nullptr);
   CompiledGraph(const CompiledGraph&) = delete;
   CompiledGraph& operator=(const CompiledGraph&) = delete;
   CompiledGraph(CompiledGraph&&) noexcept = default;
@@ -84,10 +90,17 @@ class CompiledGraph {
   ir::Tensor read_handle(std::string_view input) const;
   // kv_resident: after each run, `output` is written back into the handle of `input`.
   void feed_handle(std::string_view input, std::string_view output);
-  void set_active_extent(std::optional<std::int64_t> extent) {
-    auto held = lock();
-    exe_->set_active_extent(extent);
-  }
+  // active_extent: later runs use `extent` for a symbolic dim bound at compile time (CompileOptions::bind), from 1
+  // up to its bound; nullopt (or the bound) restores the bound. Inputs and outputs then have that extent's shapes
+  // (input_specs(), output_specs() and compile_result() describe the graph that runs). As XLA and TensorRT's
+  // profiles do, the graph is compiled once per extent, on first use, and kept: every extent's executable reads
+  // the same params (ExecutableGraph::share_params_from: none is copied), and bound handles and their feeds move
+  // with the extent (a handle's shape must not depend on the symbol). The first form needs the graph to bind one
+  // symbol. rlx::Error for an extent out of range, an unknown symbol, or a backend without the capability.
+  void set_active_extent(std::optional<std::int64_t> extent);
+  void set_active_extent(std::string_view symbol, std::optional<std::int64_t> extent);
+  // The extent runs use for `symbol` (empty: the one bound symbol).
+  std::int64_t active_extent(std::string_view symbol = {}) const;
   void set_rng(const RngOptions& rng) {
     auto held = lock();
     exe_->set_rng(rng);
@@ -100,6 +113,7 @@ class CompiledGraph {
   void set_profiling(bool on) {
     auto held = lock();
     exe_->set_profiling(on);
+    profiling_ = on;
   }
   std::vector<KernelTime> kernel_times() const {
     auto held = lock();
@@ -129,9 +143,26 @@ class CompiledGraph {
   // Checks inputs and fills in_ptrs_; the caller holds the lock. One call runs
   // at a time, so the scratch vectors make runs allocation-free.
   void bind_inputs(std::span<const NamedTensor> inputs);
+  // The index of `symbol` in source_->options.bind, for `method`'s errors.
+  std::size_t bound_symbol(std::string_view symbol, std::string_view method) const;
+  // Makes the graph compiled at `extents` (one per bound symbol) the one that runs; the caller holds the lock.
+  void activate(const std::vector<std::int64_t>& extents);
+
+  // The graph that runs: compiled at extents_ (one per bound symbol of source_->options.bind).
   std::shared_ptr<const compile::CompileResult> result_;
   std::unique_ptr<ExecutableGraph> exe_;
   std::vector<IoSpec> inputs_, params_, outputs_;
+  std::shared_ptr<const Source> source_;  // null: the graph is not compiled again (no active extents)
+  std::vector<std::int64_t> extents_;
+  // The other extents compiled so far (set_active_extent), the bound's among them while another runs.
+  struct Variant {
+    std::shared_ptr<const compile::CompileResult> result;
+    std::unique_ptr<ExecutableGraph> exe;
+    std::vector<IoSpec> inputs, outputs;
+  };
+  std::map<std::vector<std::int64_t>, Variant> variants_;
+  std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output) given to feed_handle
+  bool profiling_ = false;
   std::shared_ptr<std::vector<bool>> params_set_;  // shared by clones, like the weights
   std::vector<const void*> in_ptrs_;
   std::vector<void*> out_ptrs_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <chrono>
 #include <cstring>
@@ -101,25 +102,43 @@ struct Plan {
   std::int64_t stream = 0;
 };
 
+// The params, shared by an executable, its clones, and the executables of the same graph at other extents
+// (share_params_from).
 struct ParamStore {
   std::vector<AlignedBytes> data;
-  std::vector<AlignedBytes> packed;  // per Plan::packs
   // share_param: a param read in place from the caller's memory (null: from data), and what keeps it alive.
   std::vector<const std::byte*> shared;
   std::vector<std::shared_ptr<const void>> owners;
-  std::uint64_t version = 0;  // bumped by share_param: executables re-read their param pointers
+  std::uint64_t version = 0;  // bumped when a param moves (share_param, or back to a copy): pointers are re-read
+  // Per param, bumped by every write, and their sum: a plan's packed copies of params are stale when it moved
+  // since they were packed (a write through an executable of another plan that shares these params).
+  std::vector<std::uint64_t> writes;
+  std::atomic<std::uint64_t> total_writes{0};
 
   const std::byte* base(std::size_t i) const { return shared[i] ? shared[i] : data[i].data(); }
+  void wrote(std::size_t i) {
+    ++writes[i];
+    total_writes.fetch_add(1, std::memory_order_release);
+  }
+};
+
+// One plan's packed copies of params and constants (gemm_pack.hpp), shared by its executable and their clones.
+struct PackStore {
+  std::vector<AlignedBytes> packed;      // per Plan::packs
+  std::vector<std::uint64_t> packed_at;  // per pack of a param: that param's ParamStore::writes it was packed from
+  std::atomic<std::uint64_t> seen{0};    // ParamStore::total_writes when every pack was last brought up to date
+  std::mutex mutex;                      // clones running at once bring them up to date one at a time
 };
 
 // (Re)packs plan.packs[i] from its source's current bytes.
-void pack_operand(const Plan& plan, ParamStore& store, std::size_t i) {
+void pack_operand(const Plan& plan, const ParamStore& store, PackStore& packs, std::size_t i) {
   const PackedOperand& op = plan.packs[i];
   const Ref& r = plan.refs[std::size_t(op.buffer)];
   const std::byte* base =
       r.base == Base::Param ? store.base(std::size_t(r.index)) : plan.constants[std::size_t(r.index)].data();
   const std::byte* src = base + r.offset;
-  std::byte* out = store.packed[i].data();
+  std::byte* out = packs.packed[i].data();
+  if (r.base == Base::Param) packs.packed_at[i] = store.writes[std::size_t(r.index)];
   const i64 ldb = op.transposed ? op.K : op.N;
   if (op.spec.format == PackFormat::Winograd) {
     // U = G g G^T for every (output, input) channel pair, computed in f64: 16 [C, O] matrices, each packed
@@ -220,9 +239,10 @@ std::vector<std::int32_t> donors(const compile::LirModule& lir, const Plan& plan
 
 class CpuExecutable final : public runtime::ExecutableGraph {
  public:
-  CpuExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<ParamStore> params)
+  CpuExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<ParamStore> params, std::shared_ptr<PackStore> packs)
       : plan_(std::move(plan)),
         params_(std::move(params)),
+        packs_(std::move(packs)),
         arena_(plan_->arena_bytes, "the CPU arena"),
         shared_(plan_->shared_bytes, "the CPU scratch area"),
         stride_(align_up(plan_->thread_bytes)),
@@ -250,7 +270,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       }
       ptrs_[i] = base + r.offset;
     }
-    for (std::size_t i = 0; i < plan_->packs.size(); ++i) ptrs_[plan_->refs.size() + i] = params_->packed[i].data();
+    for (std::size_t i = 0; i < plan_->packs.size(); ++i) ptrs_[plan_->refs.size() + i] = packs_->packed[i].data();
     params_version_ = params_->version;
   }
 
@@ -270,6 +290,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       resolve_pointers();
     }
     if (nbytes) std::memcpy(params_->data[index].data(), data, nbytes);
+    params_->wrote(index);
     repack(index);
   }
 
@@ -289,15 +310,47 @@ class CpuExecutable final : public runtime::ExecutableGraph {
     params_->owners[index] = owner;
     params_->data[index] = AlignedBytes(0, "a CPU param");  // the copy is not needed any more
     ++params_->version;
+    params_->wrote(index);
     resolve_pointers();
     repack(index);
   }
 
   void repack(std::size_t index) {
+    std::lock_guard held(packs_->mutex);
     for (std::size_t i = 0; i < plan_->packs.size(); ++i) {
       const Ref& r = plan_->refs[std::size_t(plan_->packs[i].buffer)];
-      if (r.base == Base::Param && std::size_t(r.index) == index) pack_operand(*plan_, *params_, i);
+      if (r.base == Base::Param && std::size_t(r.index) == index) pack_operand(*plan_, *params_, *packs_, i);
     }
+  }
+
+  // Repacks the packed copies of params written through an executable of another plan since they were packed.
+  void refresh_packs() {
+    const std::uint64_t total = params_->total_writes.load(std::memory_order_acquire);
+    if (packs_->seen.load(std::memory_order_acquire) == total) return;
+    std::lock_guard held(packs_->mutex);
+    for (std::size_t i = 0; i < plan_->packs.size(); ++i) {
+      const Ref& r = plan_->refs[std::size_t(plan_->packs[i].buffer)];
+      if (r.base == Base::Param && packs_->packed_at[i] != params_->writes[std::size_t(r.index)])
+        pack_operand(*plan_, *params_, *packs_, i);
+    }
+    packs_->seen.store(total, std::memory_order_release);
+  }
+
+  // The params of `src` (this backend, the same params: the graph at another extent), read where src keeps
+  // them from now on; this plan's packed copies of them are made here.
+  void share_params_from(const runtime::ExecutableGraph& src) override {
+    require_idle("share_params_from");
+    const auto* cpu = dynamic_cast<const CpuExecutable*>(&src);
+    if (!cpu)
+      throw Error("cpu: share_params_from: the source is an executable of backend '" + src.backend_name() + "'");
+    bool same = cpu->plan_->param_io.size() == plan_->param_io.size();
+    for (std::size_t i = 0; same && i < plan_->param_io.size(); ++i)
+      same = cpu->plan_->param_io[i].dtype == plan_->param_io[i].dtype &&
+             cpu->plan_->param_io[i].shape == plan_->param_io[i].shape;
+    if (!same) throw Error("cpu: share_params_from: the source's params differ in number, dtype or shape");
+    params_ = cpu->params_;
+    resolve_pointers();
+    for (std::size_t i = 0; i < plan_->param_io.size(); ++i) repack(i);
   }
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs) override {
@@ -308,7 +361,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   runtime::ExecutableCapabilities capabilities() const override {
     runtime::ExecutableCapabilities c;
     c.clone = c.persistent_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs = c.rng =
-        c.copy_params = c.kernel_times = c.shared_params = true;
+        c.copy_params = c.kernel_times = c.shared_params = c.active_extent = true;
     return c;
   }
 
@@ -404,6 +457,11 @@ class CpuExecutable final : public runtime::ExecutableGraph {
         plan_->outputs[output].bytes != handles_[index]->size())
       throw Error("cpu: feed_handle: input " + std::to_string(index) + " needs a bound handle the size of output " +
                   std::to_string(output));
+    // One feed per handle: feeding it again replaces the output it comes from.
+    std::erase_if(feeds_, [&](const auto& f) {
+      if (f.first == index) donated_[f.second] = false;
+      return f.first == index;
+    });
     feeds_.emplace_back(index, output);
     if (plan_->donor[output] == std::int32_t(index)) donated_[output] = true;
   }
@@ -488,6 +546,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
       ptrs_[std::size_t(buffer)] = static_cast<std::byte*>(const_cast<void*>(base)) + r.offset;
     }
     if (params_version_ != params_->version) resolve_pointers();  // a clone's sibling shared a param
+    refresh_packs();
     const RunCtx ctx{ptrs_.data(), shared_.data(), threads_.data(), stride_, plan_->threads, plan_->isa};
     if (micros_.empty()) {
       for (const CpuKernel* k : kernels_) k->run(ctx);
@@ -521,7 +580,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
  public:
   // Handles, feeds and pending runs are per executable; the rng setting carries over.
   std::unique_ptr<runtime::ExecutableGraph> clone() const override {
-    auto c = std::make_unique<CpuExecutable>(plan_, params_);
+    auto c = std::make_unique<CpuExecutable>(plan_, params_, packs_);
     c->set_backend_name(backend_name());
     if (rng_.seed) c->set_rng(rng_);
     return c;
@@ -537,6 +596,7 @@ class CpuExecutable final : public runtime::ExecutableGraph {
  private:
   std::shared_ptr<const Plan> plan_;
   std::shared_ptr<ParamStore> params_;
+  std::shared_ptr<PackStore> packs_;
   AlignedBytes arena_, shared_;
   std::size_t stride_;
   AlignedBytes threads_;
@@ -678,6 +738,7 @@ class CpuBackend final : public runtime::Backend {
     }
     params->shared.assign(params->data.size(), nullptr);
     params->owners.resize(params->data.size());
+    params->writes.assign(params->data.size(), 0);
 
     // Arena outputs that own their storage are written straight into the caller's memory.
     std::vector<int> out_of(lir.buffers.size(), -1);
@@ -740,15 +801,17 @@ class CpuBackend final : public runtime::Backend {
     // Packed copies of params are written by set_param (like the params; a
     // fresh page is only faulted in once), those of constants here.
     plan->packs = std::move(packs.operands);
+    auto pack_store = std::make_shared<PackStore>();
+    pack_store->packed_at.assign(plan->packs.size(), 0);
     for (std::size_t i = 0; i < plan->packs.size(); ++i) {
       const PackedOperand& op = plan->packs[i];
       const Base base = plan->refs[std::size_t(op.buffer)].base;
       if (base != Base::Param && base != Base::Constant)
         throw Error("cpu: packed GEMM operand " + std::to_string(op.buffer) + " is not a param or constant");
-      params->packed.emplace_back(packed_bytes(*plan->isa, op));
-      if (base == Base::Constant) pack_operand(*plan, *params, i);
+      pack_store->packed.emplace_back(packed_bytes(*plan->isa, op));
+      if (base == Base::Constant) pack_operand(*plan, *params, *pack_store, i);
     }
-    return std::make_unique<CpuExecutable>(std::move(plan), std::move(params));
+    return std::make_unique<CpuExecutable>(std::move(plan), std::move(params), std::move(pack_store));
   }
 };
 

@@ -10,8 +10,9 @@
 // the host, through the CPU backend, on staged copies of its operands.
 //
 // compile_lir lays out one device arena per executable (the LIR memory plan,
-// then a region for the inputs), one weights buffer shared by clones (params,
-// then constants) and one pinned host staging buffer (inputs, outputs, host
+// then a region for the inputs), the params and the constants (both shared by
+// clones; the params also by the graph compiled at other extents:
+// share_params_from) and one pinned host staging buffer (inputs, outputs, host
 // kernels' operands). The work between host kernels forms segments; each
 // segment (copies in, launches, copies out) is captured once per executable
 // as a CUDA graph and replayed by run().
@@ -252,7 +253,7 @@ struct Plan {
   bool gemms = false;
   bool convs = false;
   std::uint64_t conv_workspace = 0;  // cuDNN's, the largest any convolution asks
-  std::uint64_t arena_bytes = 0, staging_bytes = 0, weights_bytes = 0;
+  std::uint64_t arena_bytes = 0, staging_bytes = 0, params_bytes = 0, constants_bytes = 0;
   std::vector<std::uint64_t> in_staging, in_bytes, out_staging, out_bytes, param_off, param_bytes;
   std::vector<Loc> in_loc, out_loc;  // where each graph input and output lives on the device
   std::vector<Launch> launches;
@@ -260,13 +261,15 @@ struct Plan {
   std::vector<Segment> segments;
 };
 
+// Device memory an executable shares with its clones; the params also with the graph's executables at other
+// extents (share_params_from).
 struct Weights {
-  DeviceMemory mem;
+  std::shared_ptr<DeviceMemory> params, constants;
 };
 
 class CudaExecutable final : public runtime::ExecutableGraph {
  public:
-  CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<Weights> weights);
+  CudaExecutable(std::shared_ptr<const Plan> plan, Weights weights);
   ~CudaExecutable() override;
   CudaExecutable(const CudaExecutable&) = delete;
   CudaExecutable& operator=(const CudaExecutable&) = delete;
@@ -282,6 +285,7 @@ class CudaExecutable final : public runtime::ExecutableGraph {
             .gpu_handles = true,
             .kv_resident = true,
             .async_pipeline = true,
+            .active_extent = true,
             .read_outputs = true,
             .kernel_times = true};
   }
@@ -295,8 +299,9 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   // the sets run in order.
   void run_pipelined(std::span<const std::vector<const void*>> inputs,
                      std::span<const std::vector<void*>> outputs) override;
-  // Refused: the kernels and graphs are compiled for the LIR's static extents (see the definition).
-  void set_active_extent(std::optional<std::int64_t> extent) override;
+  // Reads the params of `src` (the graph at another extent) in its device memory from now on: the launches'
+  // operands and the recorded graphs are made again against it.
+  void share_params_from(const runtime::ExecutableGraph& src) override;
   // A handle is the input's own place in device memory: runs read it there, with no copy in.
   void bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) override;
   void read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const override;
@@ -309,11 +314,14 @@ class CudaExecutable final : public runtime::ExecutableGraph {
  private:
   CUdeviceptr device(const Loc& l) const {
     switch (l.where) {
-      case Where::Weights: return weights_->mem.get() + l.offset;
+      case Where::Params: return weights_.params->get() + l.offset;
+      case Where::Constants: return weights_.constants->get() + l.offset;
       case Where::Product: return product_.get() + l.offset;
       default: return arena_.get() + l.offset;
     }
   }
+  // args_: each launch's operand addresses (arg_ptrs_ point into them, so their number never changes).
+  void resolve_operands();
   void enqueue(const Copy& c, std::byte* staging) const;
   CUgraphExec capture(std::size_t s, std::byte* staging);
   void record(std::size_t s);
@@ -331,7 +339,7 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   void copy_out(std::span<void* const> outputs, const std::byte* staging);
 
   std::shared_ptr<const Plan> plan_;
-  std::shared_ptr<Weights> weights_;
+  Weights weights_;
   const Context& ctx_;
   DeviceMemory arena_;
   PinnedMemory staging_;
@@ -361,7 +369,7 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   std::array<CUevent, 2> done_{nullptr, nullptr};
 };
 
-CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<Weights> weights)
+CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, Weights weights)
     : plan_(std::move(plan)),
       weights_(std::move(weights)),
       ctx_(*plan_->ctx),
@@ -381,11 +389,8 @@ CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr
     dnn_ = ConvHandle(stream_);
     if (plan_->conv_workspace) conv_workspace_ = DeviceMemory(plan_->ctx, plan_->conv_workspace, "cuDNN's workspace");
   }
-  for (const Launch& l : plan_->launches) {
-    auto& a = args_.emplace_back();
-    for (const Loc& o : l.operands) a.push_back(device(o));
-    for (std::int64_t v : l.scalars) a.push_back(CUdeviceptr(v));  // a `long long` parameter: the same 8 bytes
-  }
+  args_.resize(plan_->launches.size());
+  resolve_operands();
   for (auto& a : args_) {
     auto& p = arg_ptrs_.emplace_back();
     for (auto& x : a) p.push_back(&x);
@@ -409,6 +414,19 @@ CudaExecutable::CudaExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr
   read_.assign(plan_->out_bytes.size(), true);
   graphs_.assign(plan_->segments.size(), nullptr);
   record_all();
+}
+
+void CudaExecutable::resolve_operands() {
+  for (std::size_t k = 0; k < plan_->launches.size(); ++k) {
+    const Launch& l = plan_->launches[k];
+    std::vector<CUdeviceptr> a;
+    for (const Loc& o : l.operands) a.push_back(device(o));
+    for (std::int64_t v : l.scalars) a.push_back(CUdeviceptr(v));  // a `long long` parameter: the same 8 bytes
+    if (args_[k].empty())
+      args_[k] = std::move(a);
+    else
+      std::copy(a.begin(), a.end(), args_[k].begin());  // in place: arg_ptrs_ point at these
+  }
 }
 
 void CudaExecutable::drop_pipeline_graph() {
@@ -600,7 +618,7 @@ void CudaExecutable::set_param(std::size_t index, const void* data, std::size_t 
   // wait on the legacy stream: the context is synchronized before any run can read the param.
   ctx_.make_current();
   const Driver& drv = ctx_.drv;
-  drv.check(drv.cuMemcpyHtoD(weights_->mem.get() + plan_->param_off[index], data, nbytes), "uploading a param");
+  drv.check(drv.cuMemcpyHtoD(weights_.params->get() + plan_->param_off[index], data, nbytes), "uploading a param");
   drv.check(drv.cuCtxSynchronize(), "uploading a param");
 }
 
@@ -739,15 +757,18 @@ void CudaExecutable::run_pipelined(std::span<const std::vector<const void*>> inp
   }
 }
 
-// The CUDA backend compiles every kernel (and captures every graph) for the LIR's static extents: a symbolic dim
-// is bound before compile_lir, and the LIR it receives does not say which dims came from the bound symbol, so an
-// executable cannot run a smaller extent. Compile the graph again with the smaller binding instead.
-void CudaExecutable::set_active_extent(std::optional<std::int64_t>) {
-  throw Error(fmt::format(
-      "set_active_extent: backend '{}' does not offer it (capability 'active_extent' is false): its kernels and "
-      "CUDA graphs are compiled for the static extents of the LIR, which does not say which dims came from the bound "
-      "symbol; compile the graph with the smaller binding instead",
-      backend_name()));
+void CudaExecutable::share_params_from(const runtime::ExecutableGraph& src) {
+  require_idle("share_params_from");
+  const auto* other = dynamic_cast<const CudaExecutable*>(&src);
+  if (!other)
+    throw Error(
+        fmt::format("cuda: share_params_from: the source is an executable of backend '{}'", src.backend_name()));
+  if (other->plan_->param_bytes != plan_->param_bytes || other->plan_->param_off != plan_->param_off)
+    throw Error("cuda: share_params_from: the source's params differ in number or size");
+  if (other->weights_.params == weights_.params) return;
+  weights_.params = other->weights_.params;
+  resolve_operands();
+  record_all();
 }
 
 std::vector<KernelTime> CudaExecutable::kernel_times() const {
@@ -864,10 +885,10 @@ std::shared_ptr<const Gemm> plan_gemm(const GemmShape& shape, std::array<std::ui
 }
 
 std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const compile::LirModule& lir,
-                                 const compile::CompileOptions& options, std::shared_ptr<Weights>& weights) {
+                                 const compile::CompileOptions& options, Weights& weights) {
   auto plan = std::make_shared<Plan>();
   plan->ctx = ctx;
-  // The arena (the LIR's memory plan, then the inputs) and the weights (params, then constants).
+  // The arena (the LIR's memory plan, then the inputs), the params and the constants.
   const Layout layout = lay_out(lir);
   const std::vector<std::uint64_t>& input_at = layout.input_at;
   const std::vector<std::uint64_t>& const_off = layout.const_off;
@@ -875,7 +896,8 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
   plan->arena_bytes = layout.arena_bytes;
   plan->param_off = layout.param_off;
   for (BufferId id : lir.params) plan->param_bytes.push_back(std::uint64_t(lir.buffer(id).nbytes()));
-  plan->weights_bytes = layout.weights_bytes;
+  plan->params_bytes = layout.params_bytes;
+  plan->constants_bytes = layout.constants_bytes;
 
   // Staging: inputs, outputs, then host kernels' operands.
   std::uint64_t staging = 0;
@@ -1134,15 +1156,19 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
   plan->staging_bytes = staging;
   plan->arena_bytes = raw_scratch;
 
-  // Weights: params start zeroed; constants are uploaded once.
-  weights = std::make_shared<Weights>();
-  weights->mem = DeviceMemory(ctx, plan->weights_bytes, "params and constants");
-  std::vector<std::byte> up(plan->weights_bytes, std::byte{0});
+  // Params start zeroed, until set_param; constants are uploaded once, here.
+  weights.params = std::make_shared<DeviceMemory>(ctx, plan->params_bytes, "params");
+  if (plan->params_bytes) {
+    ctx->drv.check(ctx->drv.cuMemsetD8Async(weights.params->get(), 0, plan->params_bytes, nullptr), "zeroing params");
+    ctx->drv.check(ctx->drv.cuCtxSynchronize(), "zeroing params");
+  }
+  weights.constants = std::make_shared<DeviceMemory>(ctx, plan->constants_bytes, "constants");
+  std::vector<std::byte> up(plan->constants_bytes, std::byte{0});
   for (std::size_t i = 0; i < lir.constant_values.size(); ++i)
     if (auto n = lir.constant_values[i].nbytes())
       std::memcpy(up.data() + const_off[i], lir.constant_values[i].data(), n);
   if (!up.empty()) {
-    ctx->drv.check(ctx->drv.cuMemcpyHtoD(weights->mem.get(), up.data(), up.size()), "uploading constants");
+    ctx->drv.check(ctx->drv.cuMemcpyHtoD(weights.constants->get(), up.data(), up.size()), "uploading constants");
     ctx->drv.check(ctx->drv.cuCtxSynchronize(), "uploading constants");  // see set_param
   }
   return plan;
@@ -1169,7 +1195,7 @@ class CudaBackend final : public runtime::Backend {
   std::unique_ptr<runtime::ExecutableGraph> compile_lir(const compile::LirModule& lir,
                                                         const compile::CompileOptions& options) override {
     if (!ctx_) throw Error("device 'cuda' is unavailable: " + why_);
-    std::shared_ptr<Weights> weights;
+    Weights weights;
     auto plan = build_plan(ctx_, lir, options, weights);
     return std::make_unique<CudaExecutable>(std::move(plan), std::move(weights));
   }

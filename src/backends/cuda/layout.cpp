@@ -21,16 +21,14 @@ Layout lay_out(const compile::LirModule& lir) {
     arena = align_up(arena + std::uint64_t(lir.buffer(id).nbytes()));
   }
   l.arena_bytes = arena;
-  std::uint64_t weights = 0;
   for (compile::BufferId id : lir.params) {
-    l.param_off.push_back(weights);
-    weights = align_up(weights + std::uint64_t(lir.buffer(id).nbytes()));
+    l.param_off.push_back(l.params_bytes);
+    l.params_bytes = align_up(l.params_bytes + std::uint64_t(lir.buffer(id).nbytes()));
   }
   for (const auto& v : lir.constant_values) {
-    l.const_off.push_back(weights);
-    weights = align_up(weights + std::uint64_t(v.nbytes()));
+    l.const_off.push_back(l.constants_bytes);
+    l.constants_bytes = align_up(l.constants_bytes + std::uint64_t(v.nbytes()));
   }
-  l.weights_bytes = weights;
   l.locs.resize(lir.buffers.size());
   for (const auto& b : lir.buffers) {
     const auto& root = lir.buffer(b.root < 0 ? b.id : b.root);
@@ -42,8 +40,8 @@ Layout lay_out(const compile::LirModule& lir) {
     switch (root.role) {
       case BufferRole::Arena: loc = {Where::Arena, std::uint64_t(root.arena_offset) + view}; break;
       case BufferRole::Input: loc = {Where::Arena, l.input_at.at(ext) + view}; break;
-      case BufferRole::Param: loc = {Where::Weights, l.param_off.at(ext) + view}; break;
-      case BufferRole::Constant: loc = {Where::Weights, l.const_off.at(ext) + view}; break;
+      case BufferRole::Param: loc = {Where::Params, l.param_off.at(ext) + view}; break;
+      case BufferRole::Constant: loc = {Where::Constants, l.const_off.at(ext) + view}; break;
     }
   }
   return l;

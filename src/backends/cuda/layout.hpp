@@ -16,20 +16,21 @@ inline constexpr std::uint64_t kArenaAlignment = 256;
 
 inline std::uint64_t align_up(std::uint64_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
-// The device allocations: the arena (the memory plan, then the inputs), the weights (params, then constants),
-// pinned host staging, and scratch for matmul products an epilogue reads. Each starts on kArenaAlignment or
-// more (cuMemAlloc's alignment).
-enum class Where : std::uint8_t { Arena, Weights, Staging, Product };
+// The device allocations: the arena (the memory plan, then the inputs), the params, the constants, pinned
+// host staging, and scratch for matmul products an epilogue reads. Each starts on kArenaAlignment or more
+// (cuMemAlloc's alignment). The params have an allocation of their own, so that the graph compiled at other
+// extents reads the same one (share_params_from).
+enum class Where : std::uint8_t { Arena, Params, Constants, Staging, Product };
 struct Loc {
   Where where = Where::Arena;
   std::uint64_t offset = 0;
 };
 
 struct Layout {
-  std::uint64_t arena_bytes = 0, weights_bytes = 0;
+  std::uint64_t arena_bytes = 0, params_bytes = 0, constants_bytes = 0;
   std::vector<std::uint64_t> input_at;   // per graph input: its offset in the arena
-  std::vector<std::uint64_t> param_off;  // per param: in the weights
-  std::vector<std::uint64_t> const_off;  // per constant: in the weights
+  std::vector<std::uint64_t> param_off;  // per param: in the params
+  std::vector<std::uint64_t> const_off;  // per constant: in the constants
   std::vector<Loc> locs;                 // per LIR buffer (a view: its root's place plus the view offset)
 };
 // Throws rlx::Error for a view of a view.

@@ -237,7 +237,7 @@ class MlxExecutable final : public runtime::ExecutableGraph {
     runtime::ExecutableCapabilities c;
     // Handles are MLX arrays: in the device's memory, fed from outputs without a host round trip.
     c.clone = c.persistent_handles = c.gpu_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.read_outputs =
-        c.rng = c.copy_params = c.kernel_times = true;
+        c.rng = c.copy_params = c.kernel_times = c.active_extent = true;
     return c;
   }
 
@@ -378,14 +378,22 @@ class MlxExecutable final : public runtime::ExecutableGraph {
     if (!other)
       throw Error("mlx: copy_params_from: the source is an executable of backend '" + src.backend_name() + "'");
     if (other->params_ == params_) return;  // clones share their params already
-    const LirModule &a = plan_->lir, &b = other->plan_->lir;
-    bool same = a.params.size() == b.params.size();
-    for (std::size_t i = 0; same && i < a.params.size(); ++i)
-      same = a.buffer(a.params[i]).dtype == b.buffer(b.params[i]).dtype &&
-             a.buffer(a.params[i]).shape == b.buffer(b.params[i]).shape;
-    if (!same) throw Error("mlx: copy_params_from: the source's params differ in number, dtype or shape");
+    if (!same_params(*other))
+      throw Error("mlx: copy_params_from: the source's params differ in number, dtype or shape");
     std::lock_guard lock(mlx_mutex());
     params_->values = other->params_->values;  // arrays are immutable: sharing them is a copy
+  }
+
+  // The graph at another extent reads the same Params from now on: a set_param through either is seen by both.
+  void share_params_from(const runtime::ExecutableGraph& src) override {
+    require_idle("share_params_from");
+    const auto* other = dynamic_cast<const MlxExecutable*>(&src);
+    if (!other)
+      throw Error("mlx: share_params_from: the source is an executable of backend '" + src.backend_name() + "'");
+    if (!same_params(*other))
+      throw Error("mlx: share_params_from: the source's params differ in number, dtype or shape");
+    std::lock_guard lock(mlx_mutex());
+    params_ = other->params_;
   }
 
  private:
@@ -397,6 +405,14 @@ class MlxExecutable final : public runtime::ExecutableGraph {
   }
 
   void require_idle(const char* method) const { pending_.require_idle(method); }
+  bool same_params(const MlxExecutable& other) const {
+    const LirModule &a = plan_->lir, &b = other.plan_->lir;
+    bool same = a.params.size() == b.params.size();
+    for (std::size_t i = 0; same && i < a.params.size(); ++i)
+      same = a.buffer(a.params[i]).dtype == b.buffer(b.params[i]).dtype &&
+             a.buffer(a.params[i]).shape == b.buffer(b.params[i]).shape;
+    return same;
+  }
 
   const Buffer& param_buffer(std::size_t index, std::string_view method) const {
     const LirModule& lir = plan_->lir;
