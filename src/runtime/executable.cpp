@@ -80,6 +80,11 @@ void ExecutableGraph::bind_handle(std::size_t, const void*, std::size_t) {
 void ExecutableGraph::read_handle(std::size_t, void*, std::size_t) const {
   not_offered("read_handle", "persistent_handles");
 }
+void ExecutableGraph::copy_handle_to(std::size_t input_index, ExecutableGraph& dst, std::size_t nbytes) const {
+  std::vector<std::byte> value(nbytes);
+  read_handle(input_index, value.data(), nbytes);
+  dst.bind_handle(input_index, value.data(), nbytes);
+}
 void ExecutableGraph::feed_handle(std::size_t, std::size_t) { not_offered("feed_handle", "kv_resident"); }
 void ExecutableGraph::share_params_from(const ExecutableGraph&) { not_offered("share_params_from", "active_extent"); }
 void ExecutableGraph::set_profiling(bool) { not_offered("set_profiling", "kernel_times"); }

@@ -265,7 +265,7 @@ void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
     next =
         Variant{std::move(compiled.result), std::move(compiled.exe), std::move(specs.inputs), std::move(specs.outputs)};
   }
-  // Bound handles and their feeds move to the executable that runs next, through the host; a handle whose shape
+  // Bound handles and their feeds move to the executable that runs next (copy_handle_to); a handle whose shape
   // changes with the extent cannot (the extent compiled stays for later).
   for (std::size_t i = 0; i < inputs_.size(); ++i) {
     if (!handles_[i] ||
@@ -286,12 +286,8 @@ void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
                             outputs_[j].name, inputs_[i].name, at(), there));
   }
   try {
-    for (std::size_t i = 0; i < inputs_.size(); ++i) {
-      if (!handles_[i]) continue;
-      ir::Tensor value(inputs_[i].dtype, inputs_[i].shape);
-      exe_->read_handle(i, value.data(), value.nbytes());
-      next.exe->bind_handle(i, value.data(), value.nbytes());
-    }
+    for (std::size_t i = 0; i < inputs_.size(); ++i)
+      if (handles_[i]) exe_->copy_handle_to(i, *next.exe, spec_bytes(inputs_[i]));
     for (const auto& [i, j] : feeds_) next.exe->feed_handle(i, j);
     if (exe_->capabilities().rng) next.exe->set_rng(exe_->rng());
     if (next.exe->capabilities().kernel_times) next.exe->set_profiling(profiling_);

@@ -106,6 +106,11 @@ class ExecutableGraph {
   // keeps between runs (a KV cache, a state); run ignores inputs[input_index].
   virtual void bind_handle(std::size_t input_index, const void* data, std::size_t nbytes);
   virtual void read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const;
+  // persistent_handles: binds this executable's handle of input `input_index` (`nbytes` bytes) to the same input
+  // of `dst`, the graph compiled at another extent (CompiledGraph::set_active_extent moves handles with it). The
+  // default goes through the host (read_handle, then dst.bind_handle); a backend copies in device memory, or
+  // shares an immutable value, where it can.
+  virtual void copy_handle_to(std::size_t input_index, ExecutableGraph& dst, std::size_t nbytes) const;
   // kv_resident: after every run, output `output_index` is copied into the
   // bound handle of `input_index` (same dtype and shape), without a host round trip.
   virtual void feed_handle(std::size_t input_index, std::size_t output_index);

@@ -451,6 +451,14 @@ class CpuExecutable final : public runtime::ExecutableGraph {
     if (nbytes) std::memcpy(dst, handles_[index]->data(), nbytes);
   }
 
+  // One copy, host memory to host memory.
+  void copy_handle_to(std::size_t index, runtime::ExecutableGraph& dst, std::size_t nbytes) const override {
+    require_idle("copy_handle_to");
+    if (index >= handles_.size() || !handles_[index])
+      throw Error("cpu: copy_handle_to: input " + std::to_string(index) + " has no handle (bind_handle it first)");
+    dst.bind_handle(index, handles_[index]->data(), nbytes);  // its own size checks
+  }
+
   void feed_handle(std::size_t index, std::size_t output) override {
     require_idle("feed_handle");
     if (index >= plan_->n_inputs || !handles_[index] || output >= plan_->outputs.size() ||

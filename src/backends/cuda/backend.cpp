@@ -305,6 +305,8 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   // A handle is the input's own place in device memory: runs read it there, with no copy in.
   void bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) override;
   void read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const override;
+  // Device to device, when `dst` is a CUDA executable of the same context.
+  void copy_handle_to(std::size_t input_index, runtime::ExecutableGraph& dst, std::size_t nbytes) const override;
   void feed_handle(std::size_t input_index, std::size_t output_index) override;
   // Profiling puts a pair of timing events around each kernel in the captured graphs; off (the default), the
   // graphs hold the kernels and copies alone.
@@ -483,6 +485,30 @@ void CudaExecutable::read_handle(std::size_t input_index, void* dst, std::size_t
   const Driver& drv = ctx_.drv;
   drv.check(drv.cuStreamSynchronize(stream_), "read_handle");
   if (nbytes) drv.check(drv.cuMemcpyDtoH(dst, device(plan_->in_loc[input_index]), nbytes), "read_handle");
+}
+
+void CudaExecutable::copy_handle_to(std::size_t input_index, runtime::ExecutableGraph& dst, std::size_t nbytes) const {
+  auto* other = dynamic_cast<CudaExecutable*>(&dst);
+  if (!other || &other->ctx_ != &ctx_) return ExecutableGraph::copy_handle_to(input_index, dst, nbytes);
+  require_idle("copy_handle_to");
+  other->require_idle("copy_handle_to");
+  check_input("copy_handle_to", input_index, nbytes);
+  other->check_input("copy_handle_to", input_index, nbytes);
+  if (!bound_[input_index])
+    throw Error(fmt::format("cuda: copy_handle_to: input {} has no handle (bind_handle it first)", input_index));
+  ctx_.make_current();
+  const Driver& drv = ctx_.drv;
+  drv.check(drv.cuStreamSynchronize(stream_), "copy_handle_to");  // this executable's last run wrote it
+  if (nbytes) {
+    drv.check(drv.cuMemcpyDtoDAsync(other->device(other->plan_->in_loc[input_index]),
+                                    device(plan_->in_loc[input_index]), nbytes, other->stream_),
+              "copy_handle_to");
+    drv.check(drv.cuStreamSynchronize(other->stream_), "copy_handle_to");
+  }
+  if (!other->bound_[input_index]) {
+    other->bound_[input_index] = true;
+    other->record_all();
+  }
 }
 
 void CudaExecutable::feed_handle(std::size_t input_index, std::size_t output_index) {

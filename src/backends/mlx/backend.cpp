@@ -345,6 +345,21 @@ class MlxExecutable final : public runtime::ExecutableGraph {
     to_bytes(*handles_[index], dst, nbytes);
   }
 
+  // The array itself: MLX arrays are immutable, so the two executables share it until one run replaces it.
+  void copy_handle_to(std::size_t index, runtime::ExecutableGraph& dst, std::size_t nbytes) const override {
+    auto* other = dynamic_cast<MlxExecutable*>(&dst);
+    if (!other) return ExecutableGraph::copy_handle_to(index, dst, nbytes);
+    require_idle("copy_handle_to");
+    other->require_idle("copy_handle_to");
+    const Buffer& b = input_buffer(index, "copy_handle_to");
+    if (!handles_[index])
+      throw Error(fmt::format("mlx: copy_handle_to: input {} has no handle (bind_handle it first)", index));
+    check_bytes("copy_handle_to: input " + std::to_string(index), b, nbytes);
+    check_bytes("copy_handle_to: input " + std::to_string(index), other->input_buffer(index, "copy_handle_to"), nbytes);
+    std::lock_guard lock(mlx_mutex());
+    other->handles_[index] = handles_[index];
+  }
+
   void feed_handle(std::size_t index, std::size_t output) override {
     require_idle("feed_handle");
     const LirModule& lir = plan_->lir;
