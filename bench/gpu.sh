@@ -12,6 +12,11 @@
 #                                        bf16: gpu_peers.py --llm), then the conformance suites on the CUDA backend (each part
 #                                        alone when named: together they can outlast one 10-minute call;
 #                                        docs/backends/cuda.md)
+#   bash bench/gpu.sh nccl [ranks]       there, on a machine with 2 or more GPUs (the multi-GPU issue): the
+#                                        distributed tests with the nccl engine (one GPU per rank, started by
+#                                        tests/distributed/run_tcp.sh), then bench_collectives beside
+#                                        torch.distributed's NCCL (bench/nccl_peer.py) on the same messages, 1 MiB
+#                                        to 1 GiB, and the ratio of their bus bandwidths
 #   bash bench/gpu.sh mlx pack [build-dir] here: the MLX backend's suites for the GPU machine (docs/backends/mlx.md,
 #                                        "mlx-cuda-13"): the mlx-cuda-13 wheel of the version the build links
 #                                        (pip download, nothing installed), its libmlx.so xz-compressed in parts
@@ -36,6 +41,8 @@ pack() {
   mapfile -t -O ${#bins[@]} bins < <(find "$build/tests" -maxdepth 1 -type f -executable \
     \( -name 'vulkan_test_*' -o -name 'cuda_test_*' -o -name 'runtime_test_capabilities' \))
   [ -x "$build/cuda_bench" ] && bins+=("$build/cuda_bench")
+  [ -x "$build/bench/bench_collectives" ] && bins+=("$build/bench/bench_collectives")
+  mapfile -t -O ${#bins[@]} bins < <(find "$build/tests" -maxdepth 1 -type f -executable -name 'distributed_test_*')
   cp "${bins[@]}" "$stage/bin/"
   cp "$build/librlx.so" "$stage/lib/"
   # Non-system libraries the binaries load (the GPU machine's glibc and libstdc++ are newer than ours).
@@ -151,6 +158,27 @@ cuda() {
       sort -n | awk '{c+=$1; f+=$2; r+=$3; n++; v[n]=$1} END {if (n) printf "  %d cases: compile %.1f s (median %.0f ms, max %.0f ms), reference %.1f s, runs %.1f s\n", n, c/1e3, v[int((n+1)/2)], v[n], f/1e3, r/1e3}'
     grep -E '^\[  FAILED  \] [A-Z]' "$out/$b.log" | sort -u | head -40
   done
+}
+
+# The multi-GPU run: every collective and the data- and tensor-parallel tests on the nccl engine, then the
+# bandwidth against PyTorch (docs/distributed.md).
+nccl() {
+  local r=/tmp/rlx out=${OUT:-/tmp/rlx-out} np=${1:-$(nvidia-smi -L | wc -l)}
+  mkdir -p "$r" "$out"
+  tar xJf .gpu/rlx-gpu.tar.xz -C "$r"
+  export LD_LIBRARY_PATH=$r/lib RLX_CACHE_DIR=$r/cache
+  nvidia-smi -L
+  echo "## the distributed tests on the nccl engine, $np ranks"
+  for t in collectives data_parallel tensor_parallel; do
+    RUN_TCP_ENGINE=nccl timeout 300 bash tests/distributed/run_tcp.sh "$np" "$r/bin/distributed_test_$t" \
+      >"$out/nccl_$t.log" 2>&1
+    echo "distributed_test_$t: exit $? | $(grep -E '^\[rank [0-9]+\] \[  (PASSED|FAILED)  \]' "$out/nccl_$t.log" | tr '\n' ' ')"
+  done
+  echo "## collective bandwidth, $np ranks: RLX's nccl engine, then torch.distributed (NCCL)"
+  RUN_TCP_ENGINE=nccl timeout 300 bash tests/distributed/run_tcp.sh "$np" "$r/bin/bench_collectives" |
+    tee "$out/collectives_rlx.txt"
+  timeout 300 bash tests/distributed/run_tcp.sh "$np" python3 bench/nccl_peer.py | tee "$out/collectives_torch.txt"
+  python3 bench/nccl_peer.py --compare "$out/collectives_rlx.txt" "$out/collectives_torch.txt"
 }
 
 cuda_pack_out() {
@@ -317,5 +345,6 @@ case "${1:-}" in
   run) run ;;
   cuda) shift; cuda "$@"; cuda_pack_out ;;
   mlx) shift; mlx "$@" ;;
-  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda [bench|suites] | mlx pack [build-dir] | mlx stash | mlx run" >&2; exit 2 ;;
+  nccl) shift; nccl "$@" ;;
+  *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda [bench|suites] | nccl [ranks] | mlx pack [build-dir] | mlx stash | mlx run" >&2; exit 2 ;;
 esac
