@@ -78,13 +78,19 @@ void reduce_in_order(ConstBuffer in, int parts, Buffer out, ReduceOp op) {
     case ir::DType::F64:
       return reduce_op(static_cast<const double*>(in.data), out.count, parts, static_cast<double*>(out.data), op);
     case ir::DType::BF16: {
-      // Widened to f32 (exact), reduced in the same order, rounded once.
-      std::vector<float> wide(in.count), acc(out.count);
+      // Widened to f32 (exact), reduced in the same order, rounded once: a block of every part at a time, so the
+      // f32 copies stay in cache and nothing the size of the message is allocated.
+      constexpr std::size_t kBlock = 4096;
       const auto* src = static_cast<const std::uint16_t*>(in.data);
-      for (std::size_t i = 0; i < in.count; ++i) wide[i] = ir::bf16_to_float(src[i]);
-      reduce_op(wide.data(), out.count, parts, acc.data(), op);
       auto* dst = static_cast<std::uint16_t*>(out.data);
-      for (std::size_t i = 0; i < out.count; ++i) dst[i] = ir::float_to_bf16(acc[i]);
+      std::vector<float> wide(static_cast<std::size_t>(parts) * kBlock), acc(kBlock);
+      for (std::size_t b = 0; b < out.count; b += kBlock) {
+        const std::size_t n = std::min(kBlock, out.count - b);
+        for (std::size_t p = 0; p < static_cast<std::size_t>(parts); ++p)
+          for (std::size_t i = 0; i < n; ++i) wide[p * n + i] = ir::bf16_to_float(src[p * out.count + b + i]);
+        reduce_op(wide.data(), n, parts, acc.data(), op);
+        for (std::size_t i = 0; i < n; ++i) dst[b + i] = ir::float_to_bf16(acc[i]);
+      }
       return;
     }
     default:

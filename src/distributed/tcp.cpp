@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -99,24 +100,23 @@ class TcpEngine final : public Engine {
   void all_reduce(Buffer data, ReduceOp op) override {
     // The Engine default (gather every rank's data, add it in rank order), with errors that say all_reduce.
     const auto world = static_cast<std::size_t>(world_);
-    std::vector<std::byte> gathered(data.bytes() * world);
-    gather({data.data, data.count, data.dtype}, {gathered.data(), data.count * world, data.dtype}, "all_reduce");
-    reduce_in_order({gathered.data(), data.count * world, data.dtype}, world_, data, op);
+    std::byte* gathered = scratch(data.bytes() * world);
+    gather({data.data, data.count, data.dtype}, {gathered, data.count * world, data.dtype}, "all_reduce");
+    reduce_in_order({gathered, data.count * world, data.dtype}, world_, data, op);
   }
 
   void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) override {
     // Chunk p of this rank's `in` goes to rank p; chunk `rank` of every rank's comes here, in rank order.
     const std::size_t n = out.bytes(), world = static_cast<std::size_t>(world_);
     const auto* src = static_cast<const std::byte*>(in.data);
-    std::vector<std::byte> mine(n * world);
-    std::memcpy(mine.data() + static_cast<std::size_t>(rank_) * n, src + static_cast<std::size_t>(rank_) * n, n);
+    std::byte* mine = scratch(n * world);
+    std::memcpy(mine + static_cast<std::size_t>(rank_) * n, src + static_cast<std::size_t>(rank_) * n, n);
     std::vector<Io> ios;
     for (int p = 0; p < world_; ++p)
       if (p != rank_)
-        ios.push_back(
-            both(p, src + static_cast<std::size_t>(p) * n, n, mine.data() + static_cast<std::size_t>(p) * n, n));
+        ios.push_back(both(p, src + static_cast<std::size_t>(p) * n, n, mine + static_cast<std::size_t>(p) * n, n));
     exchange(ios, Kind::ReduceScatter, "reduce_scatter");
-    reduce_in_order({mine.data(), out.count * world, out.dtype}, world_, out, op);
+    reduce_in_order({mine, out.count * world, out.dtype}, world_, out, op);
   }
 
   void broadcast(Buffer data, int root) override {
@@ -359,6 +359,18 @@ class TcpEngine final : public Engine {
                   (kind == Kind::PointToPoint ? "" : " (every rank must pass the same count)"));
   }
 
+  // Every rank's contribution to an all_reduce or reduce_scatter: kept between collectives (grown, never
+  // shrunk, not cleared), so that a training loop's all_reduce of the same gradients allocates and faults in
+  // its pages once.
+  std::byte* scratch(std::size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      scratch_.reset(new std::byte[bytes]);  // NOLINT(cppcoreguidelines-owning-memory): default-initialised on purpose
+      scratch_bytes_ = bytes;
+    }
+    return scratch_.get();
+  }
+  std::unique_ptr<std::byte[]> scratch_;
+  std::size_t scratch_bytes_ = 0;
   int rank_, world_;
   std::chrono::milliseconds timeout_;
   std::vector<Socket> peers_;  // by rank; this rank's own is empty
