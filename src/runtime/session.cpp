@@ -252,6 +252,15 @@ void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
                       "depend on the symbol",
                       at(), why));
     }
+    // The same graph, so the same inputs and outputs in the same order (the loops below index them alike).
+    auto names = [](const std::vector<IoSpec>& v) {
+      std::vector<std::string> n;
+      for (const auto& x : v) n.push_back(x.name);
+      return n;
+    };
+    if (names(specs.inputs) != names(inputs_) || names(specs.outputs) != names(outputs_))
+      throw Error(
+          fmt::format("set_active_extent: at {} the compiled graph's inputs or outputs differ from the bound's", at()));
     for (const auto& [pname, value] : compiled.result->promoted_params) {
       auto mine = result_->promoted_params.find(pname);
       if (mine == result_->promoted_params.end() || mine->second.nbytes() != value.nbytes() ||
@@ -266,25 +275,22 @@ void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
         Variant{std::move(compiled.result), std::move(compiled.exe), std::move(specs.inputs), std::move(specs.outputs)};
   }
   // Bound handles and their feeds move to the executable that runs next (copy_handle_to); a handle whose shape
-  // changes with the extent cannot (the extent compiled stays for later).
-  for (std::size_t i = 0; i < inputs_.size(); ++i) {
-    if (!handles_[i] ||
-        (i < next.inputs.size() && next.inputs[i].name == inputs_[i].name && next.inputs[i].shape == inputs_[i].shape))
-      continue;
-    const std::string there = i < next.inputs.size() ? type_str(next.inputs[i].dtype, next.inputs[i].shape) : "gone";
+  // changes with the extent cannot. A refusal keeps the extent compiled, for later.
+  auto refuse = [&](const std::string& why) {
     variants_.emplace(extents, std::move(next));
-    throw Error(
-        fmt::format("set_active_extent: input '{}' is bound to a handle of shape {}, which depends on the "
-                    "symbol (at {} it is {}); a handle keeps its shape across extents",
-                    inputs_[i].name, type_str(inputs_[i].dtype, inputs_[i].shape), at(), there));
-  }
-  for (const auto& [i, j] : feeds_) {
-    if (next.outputs[j].shape == inputs_[i].shape) continue;
-    const std::string there = type_str(next.outputs[j].dtype, next.outputs[j].shape);
-    variants_.emplace(extents, std::move(next));
-    throw Error(fmt::format("set_active_extent: output '{}' feeds the handle of input '{}', but at {} it is {}",
-                            outputs_[j].name, inputs_[i].name, at(), there));
-  }
+    throw Error("set_active_extent: " + why);
+  };
+  for (std::size_t i = 0; i < inputs_.size(); ++i)
+    if (handles_[i] && next.inputs[i].shape != inputs_[i].shape)
+      refuse(
+          fmt::format("input '{}' is bound to a handle of shape {}, which depends on the symbol (at {} it is {}); "
+                      "a handle keeps its shape across extents",
+                      inputs_[i].name, type_str(inputs_[i].dtype, inputs_[i].shape), at(),
+                      type_str(next.inputs[i].dtype, next.inputs[i].shape)));
+  for (const auto& [i, j] : feeds_)
+    if (next.outputs[j].shape != inputs_[i].shape)
+      refuse(fmt::format("output '{}' feeds the handle of input '{}', but at {} it is {}", outputs_[j].name,
+                         inputs_[i].name, at(), type_str(next.outputs[j].dtype, next.outputs[j].shape)));
   try {
     for (std::size_t i = 0; i < inputs_.size(); ++i)
       if (handles_[i]) exe_->copy_handle_to(i, *next.exe, spec_bytes(inputs_[i]));
@@ -444,9 +450,10 @@ void CompiledGraph::feed_handle(std::string_view input, std::string_view output)
                 " but input '" + inputs_[i].name + "' is " + type_str(inputs_[i].dtype, inputs_[i].shape));
   auto held = lock();
   exe_->feed_handle(i, j);
-  for (auto& f : feeds_)
-    if (f.first == i) f.second = j;
-  if (std::none_of(feeds_.begin(), feeds_.end(), [&](const auto& f) { return f.first == i; }))
+  auto fed = std::find_if(feeds_.begin(), feeds_.end(), [&](const auto& f) { return f.first == i; });
+  if (fed != feeds_.end())
+    fed->second = j;
+  else
     feeds_.emplace_back(i, j);
 }
 

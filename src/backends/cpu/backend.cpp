@@ -315,11 +315,13 @@ class CpuExecutable final : public runtime::ExecutableGraph {
     repack(index);
   }
 
-  void repack(std::size_t index) {
+  // Repacks the packed copies of param `index`, or of every param (nullopt).
+  void repack(std::optional<std::size_t> index) {
     std::lock_guard held(packs_->mutex);
     for (std::size_t i = 0; i < plan_->packs.size(); ++i) {
       const Ref& r = plan_->refs[std::size_t(plan_->packs[i].buffer)];
-      if (r.base == Base::Param && std::size_t(r.index) == index) pack_operand(*plan_, *params_, *packs_, i);
+      if (r.base == Base::Param && (!index || std::size_t(r.index) == *index))
+        pack_operand(*plan_, *params_, *packs_, i);
     }
   }
 
@@ -340,17 +342,10 @@ class CpuExecutable final : public runtime::ExecutableGraph {
   // them from now on; this plan's packed copies of them are made here.
   void share_params_from(const runtime::ExecutableGraph& src) override {
     require_idle("share_params_from");
-    const auto* cpu = dynamic_cast<const CpuExecutable*>(&src);
-    if (!cpu)
-      throw Error("cpu: share_params_from: the source is an executable of backend '" + src.backend_name() + "'");
-    bool same = cpu->plan_->param_io.size() == plan_->param_io.size();
-    for (std::size_t i = 0; same && i < plan_->param_io.size(); ++i)
-      same = cpu->plan_->param_io[i].dtype == plan_->param_io[i].dtype &&
-             cpu->plan_->param_io[i].shape == plan_->param_io[i].shape;
-    if (!same) throw Error("cpu: share_params_from: the source's params differ in number, dtype or shape");
-    params_ = cpu->params_;
+    const CpuExecutable& cpu = same_params(src, "share_params_from");
+    params_ = cpu.params_;
     resolve_pointers();
-    for (std::size_t i = 0; i < plan_->param_io.size(); ++i) repack(i);
+    repack(std::nullopt);
   }
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs) override {
@@ -500,16 +495,27 @@ class CpuExecutable final : public runtime::ExecutableGraph {
 
   void copy_params_from(const runtime::ExecutableGraph& src) override {
     require_idle("copy_params_from");
-    const auto* cpu = dynamic_cast<const CpuExecutable*>(&src);
-    if (!cpu) throw Error("cpu: copy_params_from: the source is an executable of backend '" + src.backend_name() + "'");
-    if (cpu->params_ == params_) return;  // clones share their params already
-    if (cpu->plan_->param_bytes != plan_->param_bytes)
-      throw Error("cpu: copy_params_from: the source's params differ in number or size");
+    const CpuExecutable& cpu = same_params(src, "copy_params_from");
+    if (cpu.params_ == params_) return;  // clones share their params already
     for (std::size_t i = 0; i < plan_->param_bytes.size(); ++i)
-      set_param(i, cpu->params_->base(i), plan_->param_bytes[i]);
+      set_param(i, cpu.params_->base(i), plan_->param_bytes[i]);
   }
 
  private:
+  // `src` as a CPU executable whose params have this one's number, dtypes and shapes; rlx::Error naming `method`.
+  const CpuExecutable& same_params(const runtime::ExecutableGraph& src, const char* method) const {
+    const auto* cpu = dynamic_cast<const CpuExecutable*>(&src);
+    if (!cpu)
+      throw Error(std::string("cpu: ") + method + ": the source is an executable of backend '" + src.backend_name() +
+                  "'");
+    bool same = cpu->plan_->param_io.size() == plan_->param_io.size();
+    for (std::size_t i = 0; same && i < plan_->param_io.size(); ++i)
+      same = cpu->plan_->param_io[i].dtype == plan_->param_io[i].dtype &&
+             cpu->plan_->param_io[i].shape == plan_->param_io[i].shape;
+    if (!same) throw Error(std::string("cpu: ") + method + ": the source's params differ in number, dtype or shape");
+    return *cpu;
+  }
+
   static std::size_t io_bytes(const Plan::Io& io) { return ir::storage_bytes(io.dtype, io.shape); }
 
   void require_idle(const char* method) const { pending_.require_idle(method); }

@@ -389,26 +389,18 @@ class MlxExecutable final : public runtime::ExecutableGraph {
 
   void copy_params_from(const runtime::ExecutableGraph& src) override {
     require_idle("copy_params_from");
-    const auto* other = dynamic_cast<const MlxExecutable*>(&src);
-    if (!other)
-      throw Error("mlx: copy_params_from: the source is an executable of backend '" + src.backend_name() + "'");
-    if (other->params_ == params_) return;  // clones share their params already
-    if (!same_params(*other))
-      throw Error("mlx: copy_params_from: the source's params differ in number, dtype or shape");
+    const MlxExecutable& other = same_params(src, "copy_params_from");
+    if (other.params_ == params_) return;  // clones share their params already
     std::lock_guard lock(mlx_mutex());
-    params_->values = other->params_->values;  // arrays are immutable: sharing them is a copy
+    params_->values = other.params_->values;  // arrays are immutable: sharing them is a copy
   }
 
   // The graph at another extent reads the same Params from now on: a set_param through either is seen by both.
   void share_params_from(const runtime::ExecutableGraph& src) override {
     require_idle("share_params_from");
-    const auto* other = dynamic_cast<const MlxExecutable*>(&src);
-    if (!other)
-      throw Error("mlx: share_params_from: the source is an executable of backend '" + src.backend_name() + "'");
-    if (!same_params(*other))
-      throw Error("mlx: share_params_from: the source's params differ in number, dtype or shape");
+    const MlxExecutable& other = same_params(src, "share_params_from");
     std::lock_guard lock(mlx_mutex());
-    params_ = other->params_;
+    params_ = other.params_;
   }
 
  private:
@@ -420,13 +412,19 @@ class MlxExecutable final : public runtime::ExecutableGraph {
   }
 
   void require_idle(const char* method) const { pending_.require_idle(method); }
-  bool same_params(const MlxExecutable& other) const {
-    const LirModule &a = plan_->lir, &b = other.plan_->lir;
+  // `src` as an MLX executable whose params have this one's number, dtypes and shapes; rlx::Error naming `method`.
+  const MlxExecutable& same_params(const runtime::ExecutableGraph& src, const char* method) const {
+    const auto* other = dynamic_cast<const MlxExecutable*>(&src);
+    if (!other)
+      throw Error(std::string("mlx: ") + method + ": the source is an executable of backend '" + src.backend_name() +
+                  "'");
+    const LirModule &a = plan_->lir, &b = other->plan_->lir;
     bool same = a.params.size() == b.params.size();
     for (std::size_t i = 0; same && i < a.params.size(); ++i)
       same = a.buffer(a.params[i]).dtype == b.buffer(b.params[i]).dtype &&
              a.buffer(a.params[i]).shape == b.buffer(b.params[i]).shape;
-    return same;
+    if (!same) throw Error(std::string("mlx: ") + method + ": the source's params differ in number, dtype or shape");
+    return *other;
   }
 
   const Buffer& param_buffer(std::size_t index, std::string_view method) const {
