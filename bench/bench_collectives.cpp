@@ -5,6 +5,10 @@
 //   RUN_TCP_ENGINE=nccl bash tests/distributed/run_tcp.sh 2 build/bench_collectives     (bench/gpu.sh nccl)
 //   bash tests/distributed/run_tcp.sh 2 build/bench_collectives --max-mib 16             (here: the tcp engine)
 //
+// On nccl the messages are in the GPUs' memory (Communicator::allocate_device), as PyTorch's peer keeps them, and
+// the collectives take them as they are; `--memory host` measures host messages staged through the GPU instead
+// (impl rlx_nccl_host). Every line says which ("memory").
+//
 // Every message is checked before it is timed: rank r sends r + 1 in every element (small integers, exact in
 // bf16), so each all_reduce must return world (world + 1) / 2 and each all_gather block r the value r + 1. A
 // sample is one collective between barriers; the median of --reps samples after 2 warm-up calls. Rank 0 prints
@@ -62,21 +66,49 @@ int main(int argc, char** argv) try {
     throw Error("bench_collectives: need 1 <= --min-mib <= --max-mib, --reps >= 1");
   auto comm = dist::init();
   const int n = comm.world_size(), r = comm.rank();
-  const std::string impl = "rlx_" + std::string(comm.engine());
+  // Messages live where the engine works: in the GPU's memory on nccl (as PyTorch's peer keeps them), with
+  // `--memory host` in host memory staged through it; in host memory on every other engine.
+  const std::string memory = arg(argc, argv, "--memory", "device");
+  if (memory != "device" && memory != "host") throw Error("bench_collectives: --memory is device or host");
+  const bool host_flag = memory == "host";
+  const bool on_device = comm.takes_device_memory() && !host_flag;
+  const std::string impl =
+      "rlx_" + std::string(comm.engine()) + (comm.takes_device_memory() && !on_device ? "_host" : "");
+  // A message: host bytes, and on the device a copy that the collectives work on.
+  struct Message {
+    std::vector<std::byte> host;
+    std::shared_ptr<dist::DeviceMemory> device;
+    dist::Buffer buffer(ir::DType t, std::size_t count) {
+      return device ? device->buffer(t, count) : dist::Buffer{host.data(), count, t};
+    }
+    void upload() {
+      if (device) device->upload(host);
+    }
+    void download() {
+      if (device) device->download(host);
+    }
+  };
+  const auto message = [&](std::size_t nbytes) {
+    Message m{std::vector<std::byte>(nbytes), nullptr};
+    if (on_device) m.device = comm.allocate_device(nbytes);
+    return m;
+  };
   for (ir::DType t : {ir::DType::F32, ir::DType::BF16}) {
     const std::size_t esize = ir::dtype_size(t);
     for (long long mib = min_mib; mib <= max_mib; mib *= 4) {
       const std::size_t bytes = std::size_t(mib) << 20, count = bytes / esize;
       const std::string suffix = "_" + std::to_string(mib) + "mib_" + std::string(ir::dtype_name(t));
       // all_reduce: every rank's message is `bytes`.
-      std::vector<std::byte> data(bytes);
-      auto reduce_once = [&] { comm.all_reduce(dist::Buffer{data.data(), count, t}); };
+      Message data = message(bytes);
+      auto reduce_once = [&] { comm.all_reduce(data.buffer(t, count)); };
       // all_gather: every rank sends bytes / n, and receives `bytes`.
       const std::size_t part = count / std::size_t(n);
-      std::vector<std::byte> in(part * esize), out(part * std::size_t(n) * esize);
-      fill(in, t, 0, part, float(r + 1));
+      Message in = message(part * esize), out = message(part * std::size_t(n) * esize);
+      fill(in.host, t, 0, part, float(r + 1));
+      in.upload();
       auto gather_once = [&] {
-        comm.all_gather(dist::ConstBuffer{in.data(), part, t}, dist::Buffer{out.data(), part * std::size_t(n), t});
+        const dist::Buffer b = in.buffer(t, part);
+        comm.all_gather(dist::ConstBuffer{b.data, b.count, b.dtype, b.memory}, out.buffer(t, part * std::size_t(n)));
       };
       struct Case {
         const char* name;
@@ -86,17 +118,22 @@ int main(int argc, char** argv) try {
         std::size_t bytes;
       };
       const Case cases[] = {{"all_reduce", reduce_once,
-                             [&](const std::string& w) { expect(data, t, 0, count, double(n) * (n + 1) / 2, w); },
+                             [&](const std::string& w) {
+                               data.download();
+                               expect(data.host, t, 0, count, double(n) * (n + 1) / 2, w);
+                             },
                              2.0 * (n - 1) / n, bytes},
                             {"all_gather", gather_once,
                              [&](const std::string& w) {
+                               out.download();
                                for (int q = 0; q < n; ++q)
-                                 expect(out, t, std::size_t(q) * part, part, double(q + 1), w);
+                                 expect(out.host, t, std::size_t(q) * part, part, double(q + 1), w);
                              },
                              double(n - 1) / n, part * std::size_t(n) * esize}};
       for (const Case& c : cases) {
         const std::string workload = c.name + suffix;
-        fill(data, t, 0, count, float(r + 1));
+        fill(data.host, t, 0, count, float(r + 1));
+        data.upload();
         c.once();
         c.check(workload);
         c.once();  // warm-up; the sums grow by a factor n a call, far from f32's and bf16's range in --reps calls
@@ -115,6 +152,7 @@ int main(int argc, char** argv) try {
                            {"median_s", median},
                            {"bytes", c.bytes},
                            {"ranks", n},
+                           {"memory", on_device ? "device" : "host"},
                            {"algbw_gbps", double(c.bytes) / median * 1e-9},
                            {"busbw_gbps", double(c.bytes) / median * 1e-9 * c.bus}};
           std::printf("%s\n", j.dump().c_str());

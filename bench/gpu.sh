@@ -127,8 +127,9 @@ cuda() {
   rm -f "$r"/llm/*.gguf "$r"/llm/weights.f32  # hundreds of MB: not for the logs
   fi
   [ "$part" = bench ] && return
-  echo "## the CUDA backend's own tests and the capability tests on CUDA"
-  for b in $(cd "$r/bin" && ls cuda_test_* runtime_test_capabilities 2>/dev/null); do
+  echo "## the CUDA backend's own tests, the capability tests on CUDA, and the nccl engine on one GPU"
+  # distributed_test_nccl: the nccl engine at world size 1, device memory and a CUDA handle's address.
+  for b in $(cd "$r/bin" && ls cuda_test_* runtime_test_capabilities distributed_test_nccl 2>/dev/null); do
     local filter='*'
     [ "$b" = runtime_test_capabilities ] && filter='*cuda*:*Cuda*:AdvisoryCapabilities.*'
     timeout 120 "$r/bin/$b" --gtest_filter="$filter" >"$out/$b.log" 2>&1

@@ -36,6 +36,8 @@ std::string_view engine_name(EngineKind kind) {
   return "?";
 }
 
+std::string_view memory_name(Memory m) { return m == Memory::Device ? "device" : "host"; }
+
 EngineKind parse_engine(std::string_view text, std::string_view field) {
   for (EngineKind k : {EngineKind::Auto, EngineKind::Local, EngineKind::Mpi, EngineKind::Tcp, EngineKind::Nccl})
     if (text == engine_name(k)) return k;
@@ -117,6 +119,41 @@ void Engine::reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) {
   reduce_in_order({mine.data(), out.count * world, out.dtype}, world_size(), out, op);
 }
 
+std::shared_ptr<DeviceMemory> Engine::allocate_device(std::size_t) {
+  throw Error("distributed.allocate_device: engine " + std::string(name()) + " has no device memory");
+}
+
+// ---- DeviceMemory ----
+
+void DeviceMemory::check_range(std::string_view what, std::size_t offset, std::size_t nbytes) const {
+  if (offset > bytes() || nbytes > bytes() - offset)
+    throw Error("distributed.DeviceMemory." + std::string(what) + ": bytes [" + std::to_string(offset) + ", " +
+                std::to_string(offset) + " + " + std::to_string(nbytes) + ") are outside the " +
+                std::to_string(bytes()) + " bytes allocated");
+}
+
+void DeviceMemory::upload(std::span<const std::byte> src, std::size_t offset) {
+  check_range("upload", offset, src.size());
+  if (!src.empty()) copy_in(src.data(), offset, src.size());
+}
+
+void DeviceMemory::download(std::span<std::byte> dst, std::size_t offset) const {
+  check_range("download", offset, dst.size());
+  if (!dst.empty()) copy_out(dst.data(), offset, dst.size());
+}
+
+Buffer DeviceMemory::buffer(ir::DType dtype, std::size_t count, std::size_t first) {
+  const std::size_t size = ir::dtype_size(dtype);
+  if (count > 0) check_range("buffer", first * size, count * size);
+  return {static_cast<std::byte*>(data()) + first * size, count, dtype, Memory::Device};
+}
+
+ConstBuffer DeviceMemory::const_buffer(ir::DType dtype, std::size_t count, std::size_t first) const {
+  const std::size_t size = ir::dtype_size(dtype);
+  if (count > 0) check_range("const_buffer", first * size, count * size);
+  return {static_cast<const std::byte*>(data()) + first * size, count, dtype, Memory::Device};
+}
+
 // ---- Communicator ----
 
 Communicator::Communicator(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {
@@ -138,12 +175,19 @@ void check_buffer(const Communicator& c, const B& b, std::string_view op, std::s
   if (b.count > 0 && b.data == nullptr)
     throw Error("distributed." + std::string(op) + ": " + std::string(field) + " is null with " +
                 std::to_string(b.count) + " elements" + at(c));
+  if (b.memory == Memory::Device && !c.takes_device_memory())
+    throw Error("distributed." + std::string(op) + ": " + std::string(field) + " is in device memory, but engine " +
+                std::string(c.engine()) + " takes host memory only (the nccl engine takes both)" + at(c));
 }
 
-void check_same_dtype(const Communicator& c, ir::DType in, ir::DType out, std::string_view op) {
-  if (in != out)
-    throw Error("distributed." + std::string(op) + ": in is " + std::string(ir::dtype_name(in)) + " but out is " +
-                std::string(ir::dtype_name(out)) + at(c));
+template <class In, class Out>
+void check_same_kind(const Communicator& c, const In& in, const Out& out, std::string_view op) {
+  if (in.dtype != out.dtype)
+    throw Error("distributed." + std::string(op) + ": in is " + std::string(ir::dtype_name(in.dtype)) + " but out is " +
+                std::string(ir::dtype_name(out.dtype)) + at(c));
+  if (in.memory != out.memory)
+    throw Error("distributed." + std::string(op) + ": in is in " + std::string(memory_name(in.memory)) +
+                " memory but out is in " + std::string(memory_name(out.memory)) + " memory" + at(c));
 }
 
 }  // namespace
@@ -166,7 +210,7 @@ void Communicator::all_reduce(ir::Tensor& t, ReduceOp op) {
 void Communicator::all_gather(ConstBuffer in, Buffer out) {
   check_buffer(*this, in, "all_gather", "in");
   check_buffer(*this, out, "all_gather", "out");
-  check_same_dtype(*this, in.dtype, out.dtype, "all_gather");
+  check_same_kind(*this, in, out, "all_gather");
   if (out.count != in.count * static_cast<std::size_t>(world_size()))
     throw Error("distributed.all_gather: out has " + std::to_string(out.count) + " elements, not in's " +
                 std::to_string(in.count) + " times the world size" + at(*this));
@@ -176,7 +220,7 @@ void Communicator::all_gather(ConstBuffer in, Buffer out) {
 void Communicator::reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) {
   check_buffer(*this, in, "reduce_scatter", "in");
   check_buffer(*this, out, "reduce_scatter", "out");
-  check_same_dtype(*this, in.dtype, out.dtype, "reduce_scatter");
+  check_same_kind(*this, in, out, "reduce_scatter");
   if (in.count != out.count * static_cast<std::size_t>(world_size()))
     throw Error("distributed.reduce_scatter: in has " + std::to_string(in.count) + " elements, not out's " +
                 std::to_string(out.count) + " times the world size" + at(*this));
@@ -208,6 +252,13 @@ void Communicator::recv(Buffer data, int src) {
 }
 
 void Communicator::barrier() { engine_->barrier(); }
+
+std::shared_ptr<DeviceMemory> Communicator::allocate_device(std::size_t bytes) {
+  if (!takes_device_memory())
+    throw Error("distributed.allocate_device: engine " + std::string(engine()) +
+                " takes host memory only; device memory needs the nccl engine" + at(*this));
+  return engine_->allocate_device(bytes);
+}
 
 // ---- the world-size-1 engine ----
 

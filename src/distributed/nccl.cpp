@@ -1,9 +1,11 @@
 // The NCCL engine: libnccl.so.2 (NVIDIA's wheel nvidia-nccl-cu13, or a system
 // install) and the CUDA driver, both opened with dlopen, so librlx has no
 // link-time dependency on either and a machine without them reports the
-// engine unavailable. Collectives take host buffers, as every engine does:
-// each call copies them into device scratch buffers, runs the NCCL collective
-// on the engine's stream and copies the result back. NCCL's sums are its own
+// engine unavailable. Collectives take buffers in the GPU's memory
+// (Memory::Device: DeviceMemory, a CUDA handle) as NCCL does, with nothing
+// copied, and host buffers as every engine does: those are copied into device
+// scratch buffers on the engine's stream, and the result back. Either way a
+// call returns once the collective has finished. NCCL's sums are its own
 // (ring or tree order, fixed for a given topology), not rank order. With
 // several ranks, rank 0's ncclUniqueId reaches the others over MPI (mpirun)
 // or through RLX's TCP store (RANK/WORLD_SIZE launchers).
@@ -17,6 +19,7 @@
 
 #include <mutex>
 
+#include "rlx/runtime/backend.hpp"
 #include "rlx/runtime/dynamic_library.hpp"
 #endif
 
@@ -42,7 +45,7 @@ struct Cu {
   RLX_NCCL_FN(cuCtxSetCurrent);
   RLX_NCCL_FN(cuMemAlloc);
   RLX_NCCL_FN(cuMemFree);
-  RLX_NCCL_FN(cuMemcpyHtoD);
+  RLX_NCCL_FN(cuMemcpyHtoDAsync);
   RLX_NCCL_FN(cuMemcpyDtoH);
   RLX_NCCL_FN(cuStreamCreate);
   RLX_NCCL_FN(cuStreamSynchronize);
@@ -64,7 +67,7 @@ struct Cu {
       RLX_NCCL_LOAD(c, cuCtxSetCurrent);
       RLX_NCCL_LOAD(c, cuMemAlloc);
       RLX_NCCL_LOAD(c, cuMemFree);
-      RLX_NCCL_LOAD(c, cuMemcpyHtoD);
+      RLX_NCCL_LOAD(c, cuMemcpyHtoDAsync);
       RLX_NCCL_LOAD(c, cuMemcpyDtoH);
       RLX_NCCL_LOAD(c, cuStreamCreate);
       RLX_NCCL_LOAD(c, cuStreamSynchronize);
@@ -181,6 +184,44 @@ class Scratch {
   std::size_t size_ = 0;
 };
 
+// Memory from Communicator::allocate_device. Uploads go through the engine's stream, as its collectives do, so
+// that a collective started after an upload reads the uploaded bytes.
+class NcclDeviceMemory final : public DeviceMemory {
+ public:
+  NcclDeviceMemory(const Cu& cu, CUcontext ctx, CUstream stream, std::size_t bytes)
+      : cu_(&cu), ctx_(ctx), stream_(stream), bytes_(bytes) {
+    cu_->check(cu_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    if (bytes_)
+      cu_->check(cu_->cuMemAlloc(&ptr_, bytes_), "allocate_device: cuMemAlloc of " + std::to_string(bytes_) + " bytes");
+  }
+  ~NcclDeviceMemory() override {
+    if (ptr_) cu_->cuMemFree(ptr_);
+  }
+  NcclDeviceMemory(const NcclDeviceMemory&) = delete;
+  NcclDeviceMemory& operator=(const NcclDeviceMemory&) = delete;
+  void* data() const override { return dev_ptr(ptr_); }
+  std::size_t bytes() const override { return bytes_; }
+
+ protected:
+  void copy_in(const std::byte* src, std::size_t offset, std::size_t n) override {
+    cu_->check(cu_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    cu_->check(cu_->cuMemcpyHtoDAsync(ptr_ + offset, src, n, stream_), "DeviceMemory.upload");
+    cu_->check(cu_->cuStreamSynchronize(stream_), "DeviceMemory.upload");
+  }
+  void copy_out(std::byte* dst, std::size_t offset, std::size_t n) const override {
+    cu_->check(cu_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    cu_->check(cu_->cuStreamSynchronize(stream_), "DeviceMemory.download");
+    cu_->check(cu_->cuMemcpyDtoH(dst, ptr_ + offset, n), "DeviceMemory.download");
+  }
+
+ private:
+  const Cu* cu_;
+  CUcontext ctx_;
+  CUstream stream_;
+  std::size_t bytes_;
+  CUdeviceptr ptr_ = 0;
+};
+
 class NcclEngine final : public Engine {
  public:
   NcclEngine(int rank, int world, int device, const ShareFromRank0& share, std::shared_ptr<void> keep_alive)
@@ -195,6 +236,7 @@ class NcclEngine final : public Engine {
     cu_.check(cu_.cuDeviceGetCount(&count), "cuDeviceGetCount");
     if (count == 0) throw Error("distributed: engine nccl: no GPU visible");
     device_ = device % count;
+    runtime::set_gpu(device_);  // this process's CUDA graphs run where its collectives do
     cu_.check(cu_.cuDeviceGet(&dev_, device_), "cuDeviceGet");
     cu_.check(cu_.cuDevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain");
     cu_.check(cu_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
@@ -222,49 +264,54 @@ class NcclEngine final : public Engine {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   bool rank_ordered_sums() const override { return false; }
+  int device() const override { return device_; }
+  bool takes_device_memory() const override { return true; }
+  std::shared_ptr<DeviceMemory> allocate_device(std::size_t bytes) override {
+    return std::make_shared<NcclDeviceMemory>(cu_, ctx_, stream_, bytes);
+  }
 
+  // Host buffers go through the scratch buffers: in through send_, out through recv_ (or send_ where NCCL works
+  // in place). Device buffers are handed to NCCL as they are.
   void all_gather(ConstBuffer in, Buffer out) override {
     std::lock_guard lock(mutex_);
-    CUdeviceptr s = stage_in(in.data, in.bytes());
-    void* r = recv_.as_ptr(out.bytes());
-    nccl_.check(nccl_.ncclAllGather(dev_ptr(s), r, in.count, nccl_type(in.dtype), comm_, stream_), "all_gather", rank_);
-    finish(out.data, r, out.bytes());
+    const void* s = source(in, send_);
+    void* r = target(out, recv_);
+    nccl_.check(nccl_.ncclAllGather(s, r, in.count, nccl_type(in.dtype), comm_, stream_), "all_gather", rank_);
+    finish(out, r);
   }
   void all_reduce(Buffer data, ReduceOp op) override {
     std::lock_guard lock(mutex_);
-    CUdeviceptr s = stage_in(data.data, data.bytes());
-    void* r = recv_.as_ptr(data.bytes());
-    nccl_.check(nccl_.ncclAllReduce(dev_ptr(s), r, data.count, nccl_type(data.dtype), nccl_op(op), comm_, stream_),
-                "all_reduce", rank_);
-    finish(data.data, r, data.bytes());
+    void* d = source(data, send_);
+    nccl_.check(nccl_.ncclAllReduce(d, d, data.count, nccl_type(data.dtype), nccl_op(op), comm_, stream_), "all_reduce",
+                rank_);
+    finish(data, d);
   }
   void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) override {
     std::lock_guard lock(mutex_);
-    CUdeviceptr s = stage_in(in.data, in.bytes());
-    void* r = recv_.as_ptr(out.bytes());
-    nccl_.check(nccl_.ncclReduceScatter(dev_ptr(s), r, out.count, nccl_type(out.dtype), nccl_op(op), comm_, stream_),
+    const void* s = source(in, send_);
+    void* r = target(out, recv_);
+    nccl_.check(nccl_.ncclReduceScatter(s, r, out.count, nccl_type(out.dtype), nccl_op(op), comm_, stream_),
                 "reduce_scatter", rank_);
-    finish(out.data, r, out.bytes());
+    finish(out, r);
   }
   void broadcast(Buffer data, int root) override {
     std::lock_guard lock(mutex_);
-    CUdeviceptr s = stage_in(data.data, data.bytes());
-    nccl_.check(nccl_.ncclBroadcast(dev_ptr(s), dev_ptr(s), data.count, nccl_type(data.dtype), root, comm_, stream_),
-                "broadcast", rank_);
-    finish(data.data, dev_ptr(s), data.bytes());
+    void* d = source(data, send_);
+    nccl_.check(nccl_.ncclBroadcast(d, d, data.count, nccl_type(data.dtype), root, comm_, stream_), "broadcast", rank_);
+    finish(data, d);
   }
   void send(ConstBuffer data, int dst) override {
     std::lock_guard lock(mutex_);
-    CUdeviceptr s = stage_in(data.data, data.bytes());
-    nccl_.check(nccl_.ncclSend(dev_ptr(s), data.count, nccl_type(data.dtype), dst, comm_, stream_), "send", rank_);
+    const void* s = source(data, send_);
+    nccl_.check(nccl_.ncclSend(s, data.count, nccl_type(data.dtype), dst, comm_, stream_), "send", rank_);
     cu_.check(cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
   }
   void recv(Buffer data, int src) override {
     std::lock_guard lock(mutex_);
     cu_.check(cu_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
-    void* r = recv_.as_ptr(data.bytes());
+    void* r = target(data, recv_);
     nccl_.check(nccl_.ncclRecv(r, data.count, nccl_type(data.dtype), src, comm_, stream_), "recv", rank_);
-    finish(data.data, r, data.bytes());
+    finish(data, r);
   }
   void barrier() override {
     float one = 1;
@@ -272,15 +319,24 @@ class NcclEngine final : public Engine {
   }
 
  private:
-  CUdeviceptr stage_in(const void* host, std::size_t bytes) {
+  // The device address NCCL reads `b` from: its own, or `scratch` after a copy from the host on the stream.
+  template <class B>
+  auto source(const B& b, Scratch& scratch) -> decltype(b.data) {
     cu_.check(cu_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
-    CUdeviceptr s = send_.get(bytes);
-    cu_.check(cu_.cuMemcpyHtoD(s, host, bytes), "cuMemcpyHtoD");
-    return s;
+    if (b.memory == Memory::Device) return b.data;
+    CUdeviceptr s = scratch.get(b.bytes());
+    cu_.check(cu_.cuMemcpyHtoDAsync(s, b.data, b.bytes(), stream_), "cuMemcpyHtoDAsync");
+    return dev_ptr(s);
   }
-  void finish(void* host, void* dev, std::size_t bytes) {
+  // The device address NCCL writes `out` to: its own, or `scratch`, copied back by finish().
+  static void* target(Buffer out, Scratch& scratch) {
+    return out.memory == Memory::Device ? out.data : scratch.as_ptr(out.bytes());
+  }
+  // Waits for the collective, and copies a host buffer's result back from `dev`.
+  void finish(Buffer out, const void* dev) {
     cu_.check(cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
-    cu_.check(cu_.cuMemcpyDtoH(host, reinterpret_cast<CUdeviceptr>(dev), bytes), "cuMemcpyDtoH");
+    if (out.memory == Memory::Host)
+      cu_.check(cu_.cuMemcpyDtoH(out.data, reinterpret_cast<CUdeviceptr>(dev), out.bytes()), "cuMemcpyDtoH");
   }
 
   const Cu& cu_;

@@ -31,6 +31,42 @@ Registry& registry() {
 }
 }  // namespace
 
+namespace {
+struct GpuChoice {
+  std::mutex mu;
+  int ordinal = 0;
+  bool claimed = false;
+};
+GpuChoice& gpu_choice() {
+  static GpuChoice g;
+  return g;
+}
+}  // namespace
+
+void set_gpu(int ordinal) {
+  if (ordinal < 0) throw Error("set_gpu: GPU " + std::to_string(ordinal) + " is not a GPU ordinal (0, 1, ...)");
+  GpuChoice& g = gpu_choice();
+  std::lock_guard lock(g.mu);
+  if (g.claimed && g.ordinal != ordinal)
+    throw Error("set_gpu: this process already runs the CUDA backend on GPU " + std::to_string(g.ordinal) +
+                "; it cannot move to GPU " + std::to_string(ordinal) +
+                " (choose the GPU before the first CUDA compile, or start one process per GPU)");
+  g.ordinal = ordinal;
+}
+
+int gpu() {
+  GpuChoice& g = gpu_choice();
+  std::lock_guard lock(g.mu);
+  return g.ordinal;
+}
+
+int claim_gpu() {
+  GpuChoice& g = gpu_choice();
+  std::lock_guard lock(g.mu);
+  g.claimed = true;
+  return g.ordinal;
+}
+
 std::string_view device_label(Device d) { return kLabels[static_cast<std::size_t>(d)].second; }
 
 Device parse_device(std::string_view name) {

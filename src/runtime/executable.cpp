@@ -25,6 +25,7 @@ constexpr std::pair<std::string_view, Bit> kBits[] = {
     {"copy_params", &ExecutableCapabilities::copy_params},
     {"kernel_times", &ExecutableCapabilities::kernel_times},
     {"shared_params", &ExecutableCapabilities::shared_params},
+    {"handle_addresses", &ExecutableCapabilities::handle_addresses},
 };
 }  // namespace
 
@@ -86,6 +87,7 @@ void ExecutableGraph::copy_handle_to(std::size_t input_index, ExecutableGraph& d
   dst.bind_handle(input_index, value.data(), nbytes);
 }
 void ExecutableGraph::feed_handle(std::size_t, std::size_t) { not_offered("feed_handle", "kv_resident"); }
+DeviceAddress ExecutableGraph::handle_address(std::size_t) const { not_offered("handle_address", "handle_addresses"); }
 void ExecutableGraph::share_params_from(const ExecutableGraph&) { not_offered("share_params_from", "active_extent"); }
 void ExecutableGraph::set_profiling(bool) { not_offered("set_profiling", "kernel_times"); }
 std::vector<KernelTime> ExecutableGraph::kernel_times() const { not_offered("kernel_times", "kernel_times"); }
@@ -122,7 +124,7 @@ ExecutableCapabilities advisory_capabilities(Device device) {
       break;
     case Device::Cuda:  // what the CUDA backend's executables claim today (the same test keeps the two equal)
       c.persistent_handles = c.gpu_handles = c.kv_resident = c.async_pipeline = c.active_extent = c.read_outputs =
-          c.kernel_times = true;
+          c.kernel_times = c.handle_addresses = true;
       break;
     case Device::Mlx:  // what the MLX backend's executables claim today (the same test keeps the two equal)
       c.persistent_handles = c.gpu_handles = c.kv_resident = c.typed_io = c.async_pipeline = c.active_extent =

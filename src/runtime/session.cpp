@@ -440,6 +440,14 @@ ir::Tensor CompiledGraph::read_handle(std::string_view input) const {
   return t;
 }
 
+DeviceAddress CompiledGraph::handle_address(std::string_view input) const {
+  auto i = input_index(input, "handle_address");
+  auto held = lock();
+  if (!handles_[i] && exe_->capabilities().handle_addresses)  // a backend without the bit says so itself
+    throw Error("handle_address: input '" + inputs_[i].name + "' is not bound to a handle (bind_handle it first)");
+  return exe_->handle_address(i);
+}
+
 void CompiledGraph::feed_handle(std::string_view input, std::string_view output) {
   auto i = input_index(input, "feed_handle");
   std::size_t j = 0;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -139,6 +140,126 @@ TEST(Collectives, SendRecvAroundTheRing) {
   EXPECT_EQ(in[0], prev);
   EXPECT_EQ(in[1], 7.0F);
   c.barrier();
+}
+
+// Collectives on buffers in the GPU's memory, on an engine that takes them (nccl: bench/gpu.sh nccl runs this
+// binary as 2 ranks on 2 GPUs). Small integers, so that every sum is exact whatever order NCCL adds in.
+TEST(Collectives, DeviceMemoryCollectivesOnTheRanksGpu) {
+  auto c = comm();
+  if (!c.takes_device_memory())
+    GTEST_SKIP() << "engine " << c.engine() << " takes host memory only (the nccl engine runs this on GPUs)";
+  const int w = c.world_size(), r = c.rank();
+  EXPECT_GE(c.device(), 0);
+  const std::size_t n = 1000;
+  for (ir::DType dt : {ir::DType::F32, ir::DType::BF16}) {
+    SCOPED_TRACE(std::string(ir::dtype_name(dt)));
+    ir::Tensor mine(dt, {static_cast<std::int64_t>(n)});
+    for (std::size_t i = 0; i < n; ++i) mine.set(static_cast<std::int64_t>(i), double((r + 1) * int(i % 7 + 1)));
+    auto m = c.allocate_device(mine.nbytes());
+    m->upload(std::span<const std::byte>(mine.data(), mine.nbytes()));
+    c.all_reduce(m->buffer(dt, n));
+    ir::Tensor got(dt, {static_cast<std::int64_t>(n)});
+    m->download(std::span<std::byte>(got.data(), got.nbytes()));
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got.get(static_cast<std::int64_t>(i)), double(w * (w + 1) / 2 * int(i % 7 + 1))) << i;
+
+    // all_gather into device memory, then reduce_scatter of it: each rank gets its chunk of world x the sum.
+    auto all = c.allocate_device(mine.nbytes() * static_cast<std::size_t>(w));
+    m->upload(std::span<const std::byte>(mine.data(), mine.nbytes()));
+    c.all_gather(m->const_buffer(dt, n), all->buffer(dt, n * static_cast<std::size_t>(w)));
+    ir::Tensor gathered(dt, {static_cast<std::int64_t>(n) * w});
+    all->download(std::span<std::byte>(gathered.data(), gathered.nbytes()));
+    for (int q = 0; q < w; ++q)
+      ASSERT_EQ(gathered.get(static_cast<std::int64_t>(q * n + 5)), double((q + 1) * 6)) << "rank " << q;
+    c.reduce_scatter(all->const_buffer(dt, n * static_cast<std::size_t>(w)), m->buffer(dt, n));
+    m->download(std::span<std::byte>(got.data(), got.nbytes()));
+    // Chunk r of the gathered buffer is rank r's contribution; every rank holds the same gathered buffer.
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got.get(static_cast<std::int64_t>(i)), double(w * (r + 1) * int(i % 7 + 1))) << i;
+    // broadcast from the last rank, in place.
+    m->upload(std::span<const std::byte>(mine.data(), mine.nbytes()));
+    c.broadcast(m->buffer(dt, n), w - 1);
+    m->download(std::span<std::byte>(got.data(), got.nbytes()));
+    ASSERT_EQ(got.get(3), double(w * 4));
+  }
+}
+
+// A test double that says it takes device memory, so that Communicator's checks of it run on any machine.
+class DeviceMemoryEngine final : public distributed::Engine {
+ public:
+  std::string_view name() const override { return "device-double"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  int device() const override { return 0; }
+  bool takes_device_memory() const override { return true; }
+  void all_gather(distributed::ConstBuffer, distributed::Buffer) override { ++calls; }
+  void broadcast(distributed::Buffer, int) override { ++calls; }
+  void send(distributed::ConstBuffer, int) override {}
+  void recv(distributed::Buffer, int) override {}
+  void barrier() override {}
+  int calls = 0;
+};
+
+// Memory behind the DeviceMemory interface that is host memory underneath: its range checks run anywhere.
+class HostBackedMemory final : public distributed::DeviceMemory {
+ public:
+  explicit HostBackedMemory(std::size_t n) : bytes_(n) {}
+  void* data() const override { return const_cast<std::byte*>(bytes_.data()); }  // NOLINT: a test double
+  std::size_t bytes() const override { return bytes_.size(); }
+
+ protected:
+  void copy_in(const std::byte* src, std::size_t offset, std::size_t n) override {
+    std::memcpy(bytes_.data() + offset, src, n);
+  }
+  void copy_out(std::byte* dst, std::size_t offset, std::size_t n) const override {
+    std::memcpy(dst, bytes_.data() + offset, n);
+  }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
+TEST(Collectives, DeviceBuffersAreCheckedBeforeAnyEngineSeesThem) {
+  auto c = comm();
+  const auto expect_error = [](auto&& f, std::initializer_list<std::string> needles) {
+    try {
+      f();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      for (const auto& needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  std::vector<float> host(4);
+  const distributed::Buffer on_device{host.data(), 4, ir::DType::F32, distributed::Memory::Device};
+  if (!c.takes_device_memory()) {
+    EXPECT_EQ(c.device(), -1);
+    expect_error([&] { c.all_reduce(on_device); },
+                 {"distributed.all_reduce: data is in device memory", "takes host memory only"});
+    expect_error([&] { c.allocate_device(16); }, {"allocate_device", "needs the nccl engine"});
+  }
+  // An engine that takes device memory still needs in and out in the same memory.
+  auto engine = std::make_shared<DeviceMemoryEngine>();
+  distributed::Communicator d(engine);
+  expect_error(
+      [&] {
+        d.all_gather(distributed::ConstBuffer{host.data(), 4, ir::DType::F32}, on_device);
+      },
+      {"all_gather: in is in host memory but out is in device memory", "engine device-double"});
+  expect_error([&] { d.allocate_device(16); }, {"engine device-double has no device memory"});
+  d.all_gather(distributed::ConstBuffer{host.data(), 4, ir::DType::F32, distributed::Memory::Device}, on_device);
+  EXPECT_EQ(engine->calls, 1);
+
+  HostBackedMemory m(16);
+  std::vector<std::byte> five(5), sixteen(16, std::byte{7});
+  m.upload(sixteen);
+  expect_error([&] { m.upload(five, 12); }, {"DeviceMemory.upload: bytes [12, 12 + 5)", "16 bytes allocated"});
+  expect_error([&] { m.download(five, 17); }, {"DeviceMemory.download: bytes [17"});
+  expect_error([&] { m.buffer(ir::DType::F32, 2, 3); }, {"DeviceMemory.buffer: bytes [12, 12 + 8)"});
+  const auto b = m.buffer(ir::DType::BF16, 2, 6);
+  EXPECT_EQ(b.data, static_cast<std::byte*>(m.data()) + 12);
+  EXPECT_EQ(b.memory, distributed::Memory::Device);
+  m.download(five, 11);
+  EXPECT_EQ(five[4], std::byte{7});
 }
 
 TEST(Collectives, UserErrorsNameTheCollectiveTheFieldAndTheRank) {

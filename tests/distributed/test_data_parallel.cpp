@@ -6,6 +6,7 @@
 // the same comparison runs against micro-batch accumulation alone.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "distributed/digits_mlp.hpp"
@@ -19,8 +20,15 @@ using namespace rlx;
 constexpr std::int64_t kGlobalBatch = 64;
 constexpr int kSteps = 12;
 
-train::TrainerOptions options(int micro_batches, bool data_parallel) {
+// Where the data-parallel ranks train: on their GPUs under the nccl engine (bench/gpu.sh nccl, one GPU per rank,
+// and the one-process reference on the same GPU), on the CPU under every other engine.
+runtime::Device rank_device() {
+  return distributed::init().engine() == "nccl" ? runtime::Device::Cuda : runtime::Device::Cpu;
+}
+
+train::TrainerOptions options(int micro_batches, bool data_parallel, runtime::Device device = runtime::Device::Cpu) {
   train::TrainerOptions o;
+  o.device = device;
   o.compile.num_threads = 1;  // one core per rank, as the benchmark runs
   o.micro_batches = micro_batches;
   o.data_parallel = data_parallel;
@@ -56,20 +64,37 @@ TEST(DataParallel, RanksTrainBitIdenticalToOneProcessWithMicroBatches) {
   std::printf("rank %d of %d (%s): data: %s\n", rank, world, std::string(comm.engine()).c_str(), data.source.c_str());
 
   // Each rank: its share, one micro-batch of `local` rows; the gradients all-reduced over `world` ranks.
-  train::Trainer dp(test::digits_mlp(local), test::digits_params(7), train::AdamW{.lr = 3e-3}, options(1, true));
+  const runtime::Device device = rank_device();
+  std::printf("training on %s\n", std::string(runtime::device_label(device)).c_str());
+  train::Trainer dp(test::digits_mlp(local), test::digits_params(7), train::AdamW{.lr = 3e-3},
+                    options(1, true, device));
   // The reference, in this same process: the whole global batch as `world` micro-batches of `local` rows.
   train::Trainer single(test::digits_mlp(local), test::digits_params(7), train::AdamW{.lr = 3e-3},
-                        options(world, false));
+                        options(world, false, device));
   ASSERT_EQ(dp.communicator()->world_size(), world);
+  // Rank-ordered sums (mpi, tcp, local) equal the micro-batches' sum bit for bit; so does any engine's at 2 ranks
+  // (a + b == b + a). NCCL's order over more ranks is its own: then within 1e-6.
+  const bool exact = comm.rank_ordered_sums() || world <= 2;
   double first = 0, last = 0;
   for (int s = 0; s < kSteps; ++s) {
     const double l_dp = dp.step(batch(data, s, rank * local, local));
     const double l_single = single.step(batch(data, s, 0, kGlobalBatch));
-    EXPECT_EQ(l_dp, l_single) << "step " << s;  // the mean loss over the global batch, on every rank
+    if (exact)
+      EXPECT_EQ(l_dp, l_single) << "step " << s;  // the mean loss over the global batch, on every rank
+    else
+      EXPECT_NEAR(l_dp, l_single, 1e-6 * std::abs(l_single)) << "step " << s;
     if (s == 0) first = l_dp;
     last = l_dp;
   }
-  expect_bit_identical(dp, single);
+  if (exact) {
+    expect_bit_identical(dp, single);
+  } else {
+    for (const auto& [name, t] : single.params()) {
+      const ir::Tensor& u = dp.param(name);
+      for (std::int64_t i = 0; i < t.numel(); ++i)
+        ASSERT_NEAR(u.get(i), t.get(i), 1e-6 * std::max(1.0, std::abs(t.get(i)))) << name << "[" << i << "]";
+    }
+  }
   EXPECT_LT(last, first);  // and it learns
   EXPECT_EQ(dp.steps(), kSteps);
 }

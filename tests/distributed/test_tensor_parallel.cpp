@@ -16,6 +16,8 @@
 
 #include "rlx/compile/shard.hpp"
 #include "rlx/distributed/distributed.hpp"
+#include "rlx/error.hpp"
+#include "rlx/models/demo_models.hpp"
 #include "rlx/runtime/session.hpp"
 
 namespace {
@@ -188,6 +190,73 @@ TEST(TensorParallel, AttentionBlockSplitByHeadsMatchesTheWholeWithOneAllReduce) 
   }
   EXPECT_LE(worst, 1e-6) << "rank " << comm.rank() << " of " << comm.world_size();
   EXPECT_GT(std::abs(want.data_as<float>()[0]), 1e-3);  // a real output, not zeros on both sides
+}
+
+// Where the ranks run their shards: their GPUs under the nccl engine (bench/gpu.sh nccl), the CPU otherwise.
+runtime::Device rank_device(const distributed::Communicator& c) {
+  return c.engine() == "nccl" ? runtime::Device::Cuda : runtime::Device::Cpu;
+}
+
+// models::encoder_block cut over 2 shards, Megatron-style (models::encoder_block_shard): attention by heads, the
+// FFN by hidden units, one all-reduce after each. Every rank ends with the whole block's y.
+TEST(TensorParallel, EncoderBlockMatchesTheWholeWithTwoAllReduces) {
+  auto comm = distributed::init();
+  const models::EncoderConfig c{.batch = 2, .seq = 16, .d_model = 64, .heads = 4, .d_ff = 128};
+  const ir::Graph whole = models::encoder_block(c);
+  const auto params = models::random_params(whole, 5);
+  const auto inputs = models::random_inputs(whole, 6);
+  runtime::Session session(rank_device(comm));
+  auto full = session.compile(whole);
+  for (const auto& [n, t] : params) full.set_param(n, t);
+  const ir::Tensor want = full.run({{"x", inputs.at("x")}})[0];
+
+  // The ranges: the attention node by heads, and W1's columns (the FFN's hidden units), from compile::shard.
+  const auto heads = [&] {
+    for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(whole.nodes().size()); ++n)
+      if (whole.node(n).op == ir::OpKind::Attention)
+        for (auto& o : compile::shard::shardings(whole, n, kShards))
+          if (o.cut == compile::shard::Cut::Heads) return o.ranges;
+    throw std::runtime_error("no heads cut");
+  }();
+  const auto hidden = compile::shard::split_extent(c.d_ff, kShards);
+  ASSERT_EQ(heads.size(), static_cast<std::size_t>(kShards));
+
+  ir::Tensor x1(ir::DType::F32, {c.batch, c.seq, c.d_model}), y(ir::DType::F32, {c.batch, c.seq, c.d_model});
+  const auto add_into = [](ir::Tensor& acc, const ir::Tensor& t) {
+    for (std::int64_t i = 0; i < t.numel(); ++i) acc.data_as<float>()[i] += t.data_as<float>()[i];
+  };
+  // Each rank runs the shards it owns (all of them in one process under plain ctest); one all-reduce per part.
+  std::vector<std::pair<runtime::CompiledGraph, runtime::CompiledGraph>> mine;
+  for (int s = comm.rank(); s < kShards; s += comm.world_size()) {
+    const auto i = static_cast<std::size_t>(s);
+    const models::EncoderShardRange r{heads[i].start, heads[i].length, hidden[i].start, hidden[i].length, s == 0};
+    const auto shard = models::encoder_block_shard(c, r);
+    auto attention = session.compile(shard.attention);
+    auto ffn = session.compile(shard.ffn);
+    for (const auto& [n, t] : models::encoder_shard_params(params, c, r)) {
+      for (auto* part : {&attention, &ffn})
+        for (const auto& spec : part->param_specs())
+          if (spec.name == n) part->set_param(n, t);
+    }
+    mine.emplace_back(std::move(attention), std::move(ffn));
+  }
+  for (auto& [attention, ffn] : mine) add_into(x1, attention.run({{"x", inputs.at("x")}})[0]);
+  comm.all_reduce(x1);
+  for (auto& [attention, ffn] : mine) add_into(y, ffn.run({{"x1", x1}})[0]);
+  comm.all_reduce(y);
+
+  double worst = 0, scale = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    worst = std::max(worst, std::abs(double(y.data_as<float>()[i]) - double(want.data_as<float>()[i])));
+    scale = std::max(scale, std::abs(double(want.data_as<float>()[i])));
+  }
+  EXPECT_LE(worst, 1e-5) << "rank " << comm.rank() << " of " << comm.world_size() << " on "
+                         << runtime::device_label(session.device());
+  EXPECT_GT(scale, 0.1);  // a real output
+
+  // The ranges are checked, and a shard's part cannot silently take the whole block's params.
+  EXPECT_THROW(models::encoder_block_shard(c, {.head0 = 3, .heads = 2, .ff0 = 0, .ff = 8}), Error);
+  EXPECT_THROW(models::encoder_block_shard(c, {.head0 = 0, .heads = 1, .ff0 = 0, .ff = 0}), Error);
 }
 
 }  // namespace

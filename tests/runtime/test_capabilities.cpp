@@ -238,6 +238,19 @@ TEST_P(Capabilities, ClaimedBitsWorkAndOthersRefuse) {
     if (!caps.kv_resident) expect_refused([&] { c.feed_handle("state", "y"); }, "feed_handle", backend, "kv_resident");
   }
 
+  if (caps.handle_addresses) {
+    auto h = compile();
+    EXPECT_THROW(h.handle_address("state"), Error);  // nothing bound yet
+    h.bind_handle("state", ir::view(in_.at("state")));
+    const runtime::DeviceAddress a = h.handle_address("state");
+    EXPECT_NE(a.data, nullptr);
+    EXPECT_EQ(a.bytes, in_.at("state").nbytes());
+    EXPECT_EQ(a.gpu, runtime::gpu());
+    EXPECT_EQ(h.handle_address("state").data, a.data);  // the handle's for the executable's lifetime
+  } else {
+    expect_refused([&] { c.handle_address("state"); }, "handle_address", backend, "handle_addresses");
+  }
+
   if (caps.active_extent) {
     expect_active_extents(caps);
   } else {

@@ -127,4 +127,17 @@ TEST(Devices, ParseAndLabel) {
   EXPECT_EQ(runtime::device_list_str(std::vector<Device>{}), "-");
 }
 
+// ctest runs each case in a process of its own, so claiming the GPU here touches no other case.
+TEST(Devices, TheProcessGpuIsChosenOnceABackendClaimsIt) {
+  EXPECT_EQ(runtime::gpu(), 0);
+  expect_error([] { runtime::set_gpu(-1); }, {"GPU -1"});
+  runtime::set_gpu(3);  // free to move until a backend starts on it
+  EXPECT_EQ(runtime::gpu(), 3);
+  runtime::set_gpu(1);
+  EXPECT_EQ(runtime::claim_gpu(), 1);
+  runtime::set_gpu(1);  // the same GPU again is fine
+  expect_error([] { runtime::set_gpu(2); }, {"already runs the CUDA backend on GPU 1", "GPU 2"});
+  EXPECT_EQ(runtime::gpu(), 1);
+}
+
 }  // namespace

@@ -6,8 +6,9 @@
 //   tcp    RLX's own, for CPU processes started by a launcher that sets
 //          RANK/WORLD_SIZE (torchrun style): ranks meet through a TCP store
 //          on MASTER_ADDR:MASTER_PORT and connect a mesh of TCP connections;
-//   nccl   NVIDIA's NCCL, loaded with dlopen (libnccl.so.2), on host buffers
-//          staged through one GPU per rank.
+//   nccl   NVIDIA's NCCL, loaded with dlopen (libnccl.so.2), one GPU per rank:
+//          on buffers in that GPU's memory directly, and on host buffers
+//          staged through it.
 // Every sum over ranks that the MPI, tcp and local engines compute is taken in rank
 // order (each rank gathers every contribution and adds rank 0's, then rank
 // 1's, ...), so a run is bit-reproducible and equals a single process adding
@@ -33,19 +34,51 @@ std::string_view engine_name(EngineKind kind);
 // "auto", "local", "mpi", "tcp" or "nccl"; throws rlx::Error naming `field` otherwise.
 EngineKind parse_engine(std::string_view text, std::string_view field = "engine");
 
-// A typed run of elements in host memory: what every collective moves.
+// Where a buffer's bytes are. Device: memory on this rank's GPU (Communicator::device()), a CUDA device
+// address in that GPU's primary context, such as DeviceMemory::data() or a CUDA backend handle's address
+// (CompiledGraph::handle_address). Only engines that say so take it (Communicator::takes_device_memory); the
+// work that wrote it must have finished (a CompiledGraph run has, when it returns).
+enum class Memory { Host, Device };
+std::string_view memory_name(Memory m);  // "host", "device"
+
+// A typed run of elements: what every collective moves.
 // Element types: f32, f64 and bf16 (bf16 sums are taken in f32, then rounded once).
 struct Buffer {
   void* data = nullptr;
   std::size_t count = 0;  // elements
   ir::DType dtype = ir::DType::F32;
+  Memory memory = Memory::Host;
   std::size_t bytes() const { return count * ir::dtype_size(dtype); }
 };
 struct ConstBuffer {
   const void* data = nullptr;
   std::size_t count = 0;
   ir::DType dtype = ir::DType::F32;
+  Memory memory = Memory::Host;
   std::size_t bytes() const { return count * ir::dtype_size(dtype); }
+};
+
+// Memory on the GPU of this rank, from Communicator::allocate_device: what a collective on device memory reads
+// and writes without staging, as PyTorch's CUDA tensors are for torch.distributed. Freed with the last holder.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual void* data() const = 0;  // the device address
+  virtual std::size_t bytes() const = 0;
+  // Host to device and back, `src.size()` / `dst.size()` bytes at byte `offset`; rlx::Error naming the range
+  // when it does not fit.
+  void upload(std::span<const std::byte> src, std::size_t offset = 0);
+  void download(std::span<std::byte> dst, std::size_t offset = 0) const;
+  // A view of elements [first, first + count) as a collective's buffer; rlx::Error when they do not fit.
+  Buffer buffer(ir::DType dtype, std::size_t count, std::size_t first = 0);
+  ConstBuffer const_buffer(ir::DType dtype, std::size_t count, std::size_t first = 0) const;
+
+ protected:
+  virtual void copy_in(const std::byte* src, std::size_t offset, std::size_t bytes) = 0;
+  virtual void copy_out(std::byte* dst, std::size_t offset, std::size_t bytes) const = 0;
+
+ private:
+  void check_range(std::string_view what, std::size_t offset, std::size_t bytes) const;
 };
 
 // What an engine implements. Arguments arrive checked by Communicator (sizes,
@@ -69,6 +102,11 @@ class Engine {
   virtual void barrier() = 0;
   // True when the engine's sums are taken in rank order (the default all_reduce and reduce_scatter).
   virtual bool rank_ordered_sums() const { return true; }
+  // Device memory: the GPU this rank runs on (-1: none), whether every collective also takes Memory::Device
+  // buffers there, and memory there. The defaults: no GPU; allocate_device is never reached.
+  virtual int device() const { return -1; }
+  virtual bool takes_device_memory() const { return false; }
+  virtual std::shared_ptr<DeviceMemory> allocate_device(std::size_t bytes);
 };
 
 // out = op over `parts` (world contiguous chunks of out.count elements each, in `in`), taken in chunk order:
@@ -84,8 +122,15 @@ class Communicator {
   int world_size() const { return engine_->world_size(); }
   std::string_view engine() const { return engine_->name(); }
   bool rank_ordered_sums() const { return engine_->rank_ordered_sums(); }
+  // The GPU of this rank (-1: the engine has none), and whether collectives take buffers in its memory
+  // (Memory::Device) directly: nccl's do, with no copy through the host.
+  int device() const { return engine_->device(); }
+  bool takes_device_memory() const { return engine_->takes_device_memory(); }
+  // `bytes` of memory on device(); rlx::Error, naming the engine, where collectives take host memory only.
+  std::shared_ptr<DeviceMemory> allocate_device(std::size_t bytes);
 
-  // Each throws rlx::Error naming the collective, the field and the rank on a size, rank or dtype that does not fit.
+  // Each throws rlx::Error naming the collective, the field and the rank on a size, rank, dtype or memory that
+  // does not fit (a device buffer on an engine that takes host memory only; in and out in different memories).
   void all_reduce(Buffer data, ReduceOp op = ReduceOp::Sum);
   void all_gather(ConstBuffer in, Buffer out);
   void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op = ReduceOp::Sum);

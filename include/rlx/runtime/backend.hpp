@@ -24,6 +24,14 @@ enum class Device : std::uint8_t { Cpu, Cuda, Rocm, Metal, Mlx, Gpu, Vulkan, Cor
 std::string_view device_label(Device d);     // "cpu", "cuda", ...
 Device parse_device(std::string_view name);  // aliases nvidia->cuda, wgpu->gpu; throws rlx::Error
 
+// The GPU this process runs the CUDA backend on, as cudaSetDevice and torch.cuda.set_device choose it: 0 until
+// set. One process drives one GPU, and rlx::distributed::init() with the nccl engine sets it to its rank's GPU
+// (LOCAL_RANK), so each rank's graphs run where its collectives do. The backend claims the GPU when it starts
+// (claim_gpu); setting another one after that throws rlx::Error naming both, as does a negative ordinal.
+void set_gpu(int ordinal);
+int gpu();
+int claim_gpu();  // what a backend calls as it starts: gpu(), fixed from now on
+
 // What an executable offers beyond set_param and run. Each method below has a
 // bit; a method whose bit is false throws rlx::Error naming the method, the
 // backend and the bit (never a silent no-op). gpu_handles only describes where
@@ -41,10 +49,19 @@ struct ExecutableCapabilities {
   bool copy_params = false;                     // copy_params_from
   bool kernel_times = false;                    // set_profiling / kernel_times: each kernel's time in the last run
   bool shared_params = false;                   // share_param reads the caller's memory in place (else it copies)
+  bool handle_addresses = false;                // handle_address: a bound handle's CUDA device address
   std::vector<std::string_view> names() const;  // the bits that are set, in declaration order
   static const std::vector<std::string_view>& all_names();
   bool has(std::string_view name) const;  // by name; throws rlx::Error on an unknown name
   bool operator==(const ExecutableCapabilities&) const = default;
+};
+
+// Where a bound handle lives in a GPU's memory (ExecutableGraph::handle_address): a CUDA device address in the
+// primary context of GPU `gpu`, `bytes` long.
+struct DeviceAddress {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  int gpu = -1;
 };
 
 // The run-time seed of a graph's random ops. seed 0 keeps the seeds written in
@@ -114,6 +131,11 @@ class ExecutableGraph {
   // kv_resident: after every run, output `output_index` is copied into the
   // bound handle of `input_index` (same dtype and shape), without a host round trip.
   virtual void feed_handle(std::size_t input_index, std::size_t output_index);
+  // handle_addresses: where the bound handle of input `input_index` lives, for libraries that take device
+  // addresses (rlx::distributed's collectives on Memory::Device: an all-reduce of a handle in place, with no copy
+  // through the host). Waits for the last run first. The address is the executable's for its lifetime; later runs
+  // read whatever was written there.
+  virtual DeviceAddress handle_address(std::size_t input_index) const;
   // active_extent: from now on this executable reads every param from `src`'s storage, without a copy, so that
   // a write through either is seen by both. `src` is an executable of the same backend whose params have the
   // same number, dtypes and shapes: the graph compiled at another extent of a symbolic dim.

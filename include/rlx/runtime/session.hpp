@@ -90,6 +90,10 @@ class CompiledGraph {
   ir::Tensor read_handle(std::string_view input) const;
   // kv_resident: after each run, `output` is written back into the handle of `input`.
   void feed_handle(std::string_view input, std::string_view output);
+  // handle_addresses: where the bound handle of `input` lives in the GPU's memory, after the last run, for
+  // libraries that take device addresses: a rlx::distributed collective reduces it in place (Memory::Device) with
+  // nothing copied through the host, and the next run reads the result. docs/distributed.md shows it.
+  DeviceAddress handle_address(std::string_view input) const;
   // active_extent: later runs use `extent` for a symbolic dim bound at compile time (CompileOptions::bind), from 1
   // up to its bound; nullopt (or the bound) restores the bound. Inputs and outputs then have that extent's shapes
   // (input_specs(), output_specs() and compile_result() describe the graph that runs). As XLA and TensorRT's

@@ -95,7 +95,14 @@ class Context {
 
  private:
   explicit Context(const Driver& d) : drv(d) {
-    drv.check(drv.cuDeviceGet(&device_, 0), "cuDeviceGet");
+    // The process's GPU (runtime::set_gpu; the nccl engine's rank GPU), fixed from now on.
+    const int ordinal = runtime::claim_gpu();
+    int count = 0;
+    drv.check(drv.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    if (ordinal >= count)
+      throw Error(
+          fmt::format("cuda: GPU {} was chosen (runtime::set_gpu), but the driver sees {} GPU(s)", ordinal, count));
+    drv.check(drv.cuDeviceGet(&device_, ordinal), "cuDeviceGet");
     char name[256] = {};
     drv.check(drv.cuDeviceGetName(name, sizeof name, device_), "cuDeviceGetName");
     int major = 0, minor = 0;
@@ -110,7 +117,7 @@ class Context {
               "shared memory per block");
     std::size_t mem = 0;
     drv.check(drv.cuDeviceTotalMem(&mem, device_), "cuDeviceTotalMem");
-    info.ordinal = 0;
+    info.ordinal = ordinal;
     info.name = name;
     info.arch = fmt::format("sm_{}{}", major, minor);
     info.memory_bytes = mem;
@@ -287,7 +294,8 @@ class CudaExecutable final : public runtime::ExecutableGraph {
             .async_pipeline = true,
             .active_extent = true,
             .read_outputs = true,
-            .kernel_times = true};
+            .kernel_times = true,
+            .handle_addresses = true};
   }
   void run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) override;
   // commit_no_wait runs every segment but the last to completion (host kernels included) and launches the last
@@ -307,6 +315,7 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   void read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const override;
   // Device to device, when `dst` is a CUDA executable of the same context.
   void copy_handle_to(std::size_t input_index, runtime::ExecutableGraph& dst, std::size_t nbytes) const override;
+  runtime::DeviceAddress handle_address(std::size_t input_index) const override;
   void feed_handle(std::size_t input_index, std::size_t output_index) override;
   // Profiling puts a pair of timing events around each kernel in the captured graphs; off (the default), the
   // graphs hold the kernels and copies alone.
@@ -509,6 +518,18 @@ void CudaExecutable::copy_handle_to(std::size_t input_index, runtime::Executable
     other->bound_[input_index] = true;
     other->record_all();
   }
+}
+
+runtime::DeviceAddress CudaExecutable::handle_address(std::size_t input_index) const {
+  require_idle("handle_address");
+  if (input_index >= plan_->in_bytes.size())
+    throw Error(fmt::format("cuda: handle_address: input index {} out of range ({} inputs)", input_index,
+                            plan_->in_bytes.size()));
+  if (!bound_[input_index])
+    throw Error(fmt::format("cuda: handle_address: input {} has no handle (bind_handle it first)", input_index));
+  ctx_.make_current();
+  ctx_.drv.check(ctx_.drv.cuStreamSynchronize(stream_), "handle_address");  // the last run's writes are there
+  return {pointer(device(plan_->in_loc[input_index])), plan_->in_bytes[input_index], ctx_.info.ordinal};
 }
 
 void CudaExecutable::feed_handle(std::size_t input_index, std::size_t output_index) {
