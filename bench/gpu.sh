@@ -42,6 +42,7 @@ pack() {
     \( -name 'vulkan_test_*' -o -name 'cuda_test_*' -o -name 'runtime_test_capabilities' \))
   [ -x "$build/cuda_bench" ] && bins+=("$build/cuda_bench")
   [ -x "$build/bench/bench_collectives" ] && bins+=("$build/bench/bench_collectives")
+  [ -x "$build/bench/bench_tensor_parallel" ] && bins+=("$build/bench/bench_tensor_parallel")
   mapfile -t -O ${#bins[@]} bins < <(find "$build/tests" -maxdepth 1 -type f -executable -name 'distributed_test_*')
   cp "${bins[@]}" "$stage/bin/"
   cp "$build/librlx.so" "$stage/lib/"
@@ -180,6 +181,14 @@ nccl() {
     tee "$out/collectives_rlx.txt"
   timeout 300 bash tests/distributed/run_tcp.sh "$np" python3 bench/nccl_peer.py | tee "$out/collectives_torch.txt"
   python3 bench/nccl_peer.py --compare "$out/collectives_rlx.txt" "$out/collectives_torch.txt"
+  echo "## host-staged messages on the same engine (RLX's host buffers), up to 64 MiB"
+  RUN_TCP_ENGINE=nccl timeout 200 bash tests/distributed/run_tcp.sh "$np" "$r/bin/bench_collectives" --memory host \
+    --max-mib 64 | tee "$out/collectives_rlx_host.txt"
+  echo "## the tensor-parallel encoder block, $np GPUs, against the whole block on one GPU"
+  for size in small large; do
+    RUN_TCP_ENGINE=nccl timeout 200 bash tests/distributed/run_tcp.sh "$np" "$r/bin/bench_tensor_parallel" \
+      --size $size | tee "$out/tp_encoder_$size.txt"
+  done
 }
 
 cuda_pack_out() {

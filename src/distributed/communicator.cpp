@@ -3,6 +3,7 @@
 // variables.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -108,6 +109,14 @@ void Engine::all_reduce(Buffer data, ReduceOp op) {
   reduce_in_order({gathered.data(), gathered.size() / ir::dtype_size(data.dtype), data.dtype}, world_size(), data, op);
 }
 
+void Engine::all_reduce_into(ConstBuffer in, Buffer out, ReduceOp op) {
+  if (in.memory == Memory::Device)
+    throw Error("distributed.all_reduce: engine " + std::string(name()) +
+                " takes device memory but does not reduce it out of place (Engine::all_reduce_into)");
+  std::memcpy(out.data, in.data, out.bytes());
+  all_reduce(out, op);
+}
+
 void Engine::reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) {
   const auto world = static_cast<std::size_t>(world_size());
   std::vector<std::byte> gathered(in.bytes() * world);
@@ -201,6 +210,21 @@ void Communicator::check_rank(int r, std::string_view op, std::string_view field
 void Communicator::all_reduce(Buffer data, ReduceOp op) {
   check_buffer(*this, data, "all_reduce", "data");
   if (data.count > 0) engine_->all_reduce(data, op);
+}
+
+void Communicator::all_reduce(ConstBuffer in, Buffer out, ReduceOp op) {
+  check_buffer(*this, in, "all_reduce", "in");
+  check_buffer(*this, out, "all_reduce", "out");
+  check_same_kind(*this, in, out, "all_reduce");
+  if (in.count != out.count)
+    throw Error("distributed.all_reduce: in has " + std::to_string(in.count) + " elements but out has " +
+                std::to_string(out.count) + at(*this));
+  if (in.count == 0) return;
+  const auto a = reinterpret_cast<std::uintptr_t>(in.data), b = reinterpret_cast<std::uintptr_t>(out.data);
+  if (a == b) return engine_->all_reduce(out, op);  // the same buffer: in place
+  if (a < b + out.bytes() && b < a + in.bytes())
+    throw Error("distributed.all_reduce: in and out overlap without being the same buffer" + at(*this));
+  engine_->all_reduce_into(in, out, op);
 }
 
 void Communicator::all_reduce(ir::Tensor& t, ReduceOp op) {

@@ -286,6 +286,14 @@ class NcclEngine final : public Engine {
                 rank_);
     finish(data, d);
   }
+  void all_reduce_into(ConstBuffer in, Buffer out, ReduceOp op) override {
+    std::lock_guard lock(mutex_);
+    const void* s = source(in, send_);
+    void* r = target(out, recv_);
+    nccl_.check(nccl_.ncclAllReduce(s, r, out.count, nccl_type(out.dtype), nccl_op(op), comm_, stream_), "all_reduce",
+                rank_);
+    finish(out, r);
+  }
   void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) override {
     std::lock_guard lock(mutex_);
     const void* s = source(in, send_);

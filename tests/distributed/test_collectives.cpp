@@ -66,6 +66,23 @@ TEST(Collectives, AllReduceSumIsTakenInRankOrder) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[i], want[i]) << "element " << i;
 }
 
+TEST(Collectives, AllReduceOutOfPlaceLeavesItsInputAlone) {
+  auto c = comm();
+  const std::size_t n = 37;
+  const std::vector<float> mine = contribution(c.rank(), n);
+  std::vector<float> in = mine, out(n, -1.0F), inplace = mine;
+  c.all_reduce(distributed::ConstBuffer{in.data(), n}, distributed::Buffer{out.data(), n});
+  c.all_reduce(inplace);
+  EXPECT_EQ(in, mine);
+  EXPECT_EQ(out, inplace);  // the same sums as in place
+  // The same buffer as both is the in-place reduction; a partial overlap or another count is refused.
+  c.all_reduce(distributed::ConstBuffer{in.data(), n}, distributed::Buffer{in.data(), n});
+  EXPECT_EQ(in, inplace);
+  EXPECT_THROW(c.all_reduce(distributed::ConstBuffer{in.data(), n - 1}, distributed::Buffer{in.data() + 1, n - 1}),
+               Error);
+  EXPECT_THROW(c.all_reduce(distributed::ConstBuffer{in.data(), n}, distributed::Buffer{out.data(), n - 1}), Error);
+}
+
 TEST(Collectives, AllReduceMaxMinAndF64) {
   auto c = comm();
   std::vector<double> mx{static_cast<double>(c.rank()), -static_cast<double>(c.rank())};
@@ -162,6 +179,15 @@ TEST(Collectives, DeviceMemoryCollectivesOnTheRanksGpu) {
     m->download(std::span<std::byte>(got.data(), got.nbytes()));
     for (std::size_t i = 0; i < n; ++i)
       ASSERT_EQ(got.get(static_cast<std::int64_t>(i)), double(w * (w + 1) / 2 * int(i % 7 + 1))) << i;
+
+    // Out of place, device to device: `in` stays as it was.
+    auto sum = c.allocate_device(mine.nbytes());
+    m->upload(std::span<const std::byte>(mine.data(), mine.nbytes()));
+    c.all_reduce(m->const_buffer(dt, n), sum->buffer(dt, n));
+    sum->download(std::span<std::byte>(got.data(), got.nbytes()));
+    ASSERT_EQ(got.get(6), double(w * (w + 1) / 2 * 7));
+    m->download(std::span<std::byte>(got.data(), got.nbytes()));
+    ASSERT_EQ(got.get(6), double((r + 1) * 7));
 
     // all_gather into device memory, then reduce_scatter of it: each rank gets its chunk of world x the sum.
     auto all = c.allocate_device(mine.nbytes() * static_cast<std::size_t>(w));

@@ -94,6 +94,9 @@ class Engine {
   virtual void all_gather(ConstBuffer in, Buffer out) = 0;
   // In place. The default gathers every rank's data and reduces it in rank order.
   virtual void all_reduce(Buffer data, ReduceOp op);
+  // out = the op over every rank's `in` (same count, dtype and memory; not overlapping). The default copies host
+  // memory into out and reduces it in place; an engine that takes device memory overrides it.
+  virtual void all_reduce_into(ConstBuffer in, Buffer out, ReduceOp op);
   // out = the op over ranks of chunk `rank` of `in` (in.count = out.count * world_size). The default gathers.
   virtual void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op);
   virtual void broadcast(Buffer data, int root) = 0;
@@ -132,6 +135,10 @@ class Communicator {
   // Each throws rlx::Error naming the collective, the field and the rank on a size, rank, dtype or memory that
   // does not fit (a device buffer on an engine that takes host memory only; in and out in different memories).
   void all_reduce(Buffer data, ReduceOp op = ReduceOp::Sum);
+  // Out of place: `out` gets the op over every rank's `in` and `in` is left as it was, as ncclAllReduce with two
+  // buffers does. Between two CUDA handles (CompiledGraph::handle_address) it hands one graph's output to the
+  // next graph's input on the GPU: the tensor-parallel encoder in docs/distributed.md.
+  void all_reduce(ConstBuffer in, Buffer out, ReduceOp op = ReduceOp::Sum);
   void all_gather(ConstBuffer in, Buffer out);
   void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op = ReduceOp::Sum);
   void broadcast(Buffer data, int root = 0);
