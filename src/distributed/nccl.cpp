@@ -270,37 +270,23 @@ class NcclEngine final : public Engine {
     return std::make_shared<NcclDeviceMemory>(cu_, ctx_, stream_, bytes);
   }
 
-  // Host buffers go through the scratch buffers: in through send_, out through recv_ (or send_ where NCCL works
-  // in place). Device buffers are handed to NCCL as they are.
   void all_gather(ConstBuffer in, Buffer out) override {
-    std::lock_guard lock(mutex_);
-    const void* s = source(in, send_);
-    void* r = target(out, recv_);
-    nccl_.check(nccl_.ncclAllGather(s, r, in.count, nccl_type(in.dtype), comm_, stream_), "all_gather", rank_);
-    finish(out, r);
+    collective(in, out, "all_gather", [&](const void* s, void* r) {
+      return nccl_.ncclAllGather(s, r, in.count, nccl_type(in.dtype), comm_, stream_);
+    });
   }
   void all_reduce(Buffer data, ReduceOp op) override {
-    std::lock_guard lock(mutex_);
-    void* d = source(data, send_);
-    nccl_.check(nccl_.ncclAllReduce(d, d, data.count, nccl_type(data.dtype), nccl_op(op), comm_, stream_), "all_reduce",
-                rank_);
-    finish(data, d);
+    all_reduce_into({data.data, data.count, data.dtype, data.memory}, data, op);  // device memory: in place
   }
   void all_reduce_into(ConstBuffer in, Buffer out, ReduceOp op) override {
-    std::lock_guard lock(mutex_);
-    const void* s = source(in, send_);
-    void* r = target(out, recv_);
-    nccl_.check(nccl_.ncclAllReduce(s, r, out.count, nccl_type(out.dtype), nccl_op(op), comm_, stream_), "all_reduce",
-                rank_);
-    finish(out, r);
+    collective(in, out, "all_reduce", [&](const void* s, void* r) {
+      return nccl_.ncclAllReduce(s, r, out.count, nccl_type(out.dtype), nccl_op(op), comm_, stream_);
+    });
   }
   void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) override {
-    std::lock_guard lock(mutex_);
-    const void* s = source(in, send_);
-    void* r = target(out, recv_);
-    nccl_.check(nccl_.ncclReduceScatter(s, r, out.count, nccl_type(out.dtype), nccl_op(op), comm_, stream_),
-                "reduce_scatter", rank_);
-    finish(out, r);
+    collective(in, out, "reduce_scatter", [&](const void* s, void* r) {
+      return nccl_.ncclReduceScatter(s, r, out.count, nccl_type(out.dtype), nccl_op(op), comm_, stream_);
+    });
   }
   void broadcast(Buffer data, int root) override {
     std::lock_guard lock(mutex_);
@@ -327,6 +313,16 @@ class NcclEngine final : public Engine {
   }
 
  private:
+  // One NCCL call from `in` to `out`: host buffers go through the scratch buffers (in through send_, out through
+  // recv_), device buffers are handed to NCCL as they are.
+  template <class Call>
+  void collective(ConstBuffer in, Buffer out, std::string_view what, Call call) {
+    std::lock_guard lock(mutex_);
+    const void* s = source(in, send_);
+    void* r = target(out, recv_);
+    nccl_.check(call(s, r), what, rank_);
+    finish(out, r);
+  }
   // The device address NCCL reads `b` from: its own, or `scratch` after a copy from the host on the stream.
   template <class B>
   auto source(const B& b, Scratch& scratch) -> decltype(b.data) {
