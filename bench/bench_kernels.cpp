@@ -8,6 +8,7 @@
 #include "openblas_peer.hpp"
 #include "rlx/compile/quantize.hpp"
 #include "rlx/ir/graph.hpp"
+#include "rlx/models/demo_models.hpp"
 
 namespace {
 
@@ -67,6 +68,64 @@ void gemm_lowp(const Session& session, std::int64_t n, int reps) {
   const std::string name = "gemm_lowp_" + std::to_string(n) + "^3";
   emit(name, {2.0 * double(n) * double(n) * double(n), 0}, s);
   progress(name, s);
+}
+
+// Auto-mixed precision's linear layer, x @ w with f32 weights narrowed to bf16 (the precision pass's graph): the
+// weight rounded as it is packed, once (rlx_bf16_amp), against the same layer with the weight cast and packed
+// every run (rlx_bf16_cast_per_run: w fed as an input, which is what a param cost before the pack took the
+// cast over), and f32 (rlx). M rows of 1024 x 1024.
+void amp_linear(const Session& session, std::int64_t m, int reps) {
+  const std::int64_t n = 1024;
+  auto layer = [&](bool narrow, bool w_param) {
+    ir::Graph g("amp linear");
+    auto x = g.input("x", {m, n});
+    auto w = w_param ? g.param("w", {n, n}) : g.input("w", {n, n});
+    const auto bf16 = [&](ir::NodeId v) { return g.cast(g.cast(v, ir::DType::BF16), ir::DType::F32); };
+    g.add_output(narrow ? g.matmul(bf16(x), bf16(w)) : g.matmul(x, w), "y");
+    return g;
+  };
+  const ir::Tensor x = random_f32({m, n}, 1), w = random_f32({n, n}, 2);
+  Runner f32(session.compile(layer(false, true)), {{"w", w}}, {{"x", x}});
+  Runner amp(session.compile(layer(true, true)), {{"w", w}}, {{"x", x}});
+  Runner per_run(session.compile(layer(true, false)), {}, {{"x", x}, {"w", w}});
+  auto s = interleave(
+      {{"rlx", std::ref(f32)}, {"rlx_bf16_amp", std::ref(amp)}, {"rlx_bf16_cast_per_run", std::ref(per_run)}},
+      {.reps = reps});
+  const std::string name = "amp_linear_" + std::to_string(m) + "x1024x1024";
+  emit(name, {2.0 * double(m) * double(n) * double(n), 0}, s);
+  progress(name, s);
+}
+
+// Auto-mixed precision on a whole encoder block (models::encoder_block, B1 S128 D512): precision=bf16 against f32,
+// where the CPU's bf16 GEMM beats its f32 one (BackendTraits::fast_low_precision; otherwise both are f32 and the
+// record says 1.0x). The bf16 output's largest difference from f32's, relative to f32's largest value, goes to
+// stderr.
+void amp_encoder(const Session& session, int reps) {
+  const ir::Graph g = models::encoder_block();
+  const auto params = models::random_params(g, 31);
+  const auto inputs = models::random_inputs(g, 32);
+  compile::CompileOptions bf16;
+  bf16.precision = compile::Precision::Bf16;
+  Runner f32(session.compile(g), params, inputs);
+  Runner amp(session.compile(g, bf16), params, inputs);
+  f32();
+  amp();
+  const ir::Tensor &a = f32.outputs()[0], &b = amp.outputs()[0];
+  double gap = 0, top = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    gap = std::max(gap, std::abs(double(a.data_as<float>()[i]) - double(b.data_as<float>()[i])));
+    top = std::max(top, std::abs(double(a.data_as<float>()[i])));
+  }
+  std::size_t lowered = 0;
+  for (const auto& e : amp.graph().compile_result().precision.entries) lowered += e.dtype == ir::DType::BF16;
+  auto s = interleave({{"rlx", std::ref(f32)}, {"rlx_bf16_amp", std::ref(amp)}}, {.reps = reps});
+  const models::EncoderConfig c;
+  const double flops = 2.0 * double(c.seq) * (4.0 * double(c.d_model * c.d_model) + 2.0 * double(c.d_model * c.d_ff)) +
+                       4.0 * double(c.heads) * double(c.seq * c.seq) * double(c.d_model / c.heads);
+  emit("amp_encoder_s128_d512_h8", {flops, 0}, s);
+  progress("amp_encoder_s128_d512_h8", s);
+  std::fprintf(stderr, "    %zu ops in bf16; max |bf16 - f32| = %.2e of the largest |y| %.2f\n", lowered, gap / top,
+               top);
 }
 
 // Post-training int8 quantization end to end (compile::quantize): a 256 x 1024 -> 1024 -> relu -> 10
@@ -223,6 +282,9 @@ int main(int argc, char** argv) try {
     if (const auto name = "gemm_" + std::to_string(n) + "^3"; want(name)) gemm(session, name, n, n, n, reps);
   if (want("gemv_1x4096x4096")) gemm(session, "gemv_1x4096x4096", 1, 4096, 4096, reps);
   if (want("gemm_lowp_1024^3")) gemm_lowp(session, 1024, reps);
+  for (std::int64_t m : {1, 16, 64, 256})
+    if (want("amp_linear_" + std::to_string(m) + "x1024x1024")) amp_linear(session, m, reps);
+  if (want("amp_encoder_s128_d512_h8")) amp_encoder(session, reps);
   if (want("ptq_mlp_b256_w1024")) ptq_mlp(session, reps);
   if (want("ptq_digits_b256")) ptq_digits(session, reps);
   if (want("elementwise_chain8_16M")) elementwise(session, reps);

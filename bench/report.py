@@ -33,10 +33,17 @@ BACKWARD_TARGETS = {("train_sgd_mlp_b64_w1024_l2", "rlx_forward_as_inputs"): 2.5
 # the compiler's own choice, which carries the target).
 SPEEDUPS = {("gemm_lowp_1024^3", "rlx_int8"): 2.0, ("gemm_lowp_1024^3", "rlx_bf16"): 1.6,
             ("ptq_mlp_b256_w1024", "rlx_int8"): 1.8, ("ptq_digits_b256", "rlx_int8"): 1.8,
-            ("ptq_digits_b256", "rlx_int8_all"): None}
+            ("ptq_digits_b256", "rlx_int8_all"): None,
+            # Auto-mixed precision's weights packed once, against f32 and against casting and packing them every
+            # run; the encoder block with precision=bf16 against f32 (targets only where the issue set them).
+            **{(f"amp_linear_{m}x1024x1024", impl): None for m in (1, 16, 64, 256)
+               for impl in ("rlx_bf16_amp", "rlx_bf16_cast_per_run")},
+            ("amp_encoder_s128_d512_h8", "rlx_bf16_amp"): None}
 # The implementation under test: RLX's C++ API, or pyrlx where a workload measures the bindings.
 SUBJECTS = ("rlx", "pyrlx", "rlx_mlx")
-ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemm_lowp_1024^3", "ptq_mlp_b256_w1024", "ptq_digits_b256",
+ORDER = ["gemm_512^3", "gemm_1024^3", "gemm_2048^3", "gemm_lowp_1024^3", "amp_linear_1x1024x1024",
+         "amp_linear_16x1024x1024", "amp_linear_64x1024x1024", "amp_linear_256x1024x1024", "amp_encoder_s128_d512_h8",
+         "ptq_mlp_b256_w1024", "ptq_digits_b256",
          "gemv_1x4096x4096", "elementwise_chain8_16M",
          "softmax_4096x4096", "layer_norm_4096x4096", "rms_norm_4096x4096", "conv2d_8x256x14x14_k3",
          "conv2d_1x256x14x14_k3", "conv2d_1x256x14x14_o1024_k1", "resnet_bottleneck_1x1024x14x14",

@@ -218,6 +218,7 @@ class Lowering {
   bool join_siblings(const Node& n);
   bool absorb_transposed_b(const Node& n);
   bool absorb_widened_operand(const Node& n);
+  bool absorb_narrowed_param(const Node& n);
   bool absorb_attention_layout(const Node& n);
   bool absorb_attention_output_layout(const Node& n);
   bool join_readers_as_prologue(const Node& n, const std::function<bool(const Node& reader)>& accepts);
@@ -546,6 +547,44 @@ bool Lowering::absorb_widened_operand(const Node& n) {
   return join_readers_as_prologue(n, [](const Node& reader) { return reader.op == OpKind::MatMul; });
 }
 
+// A param narrowed to bf16 only to be widened back as the B of bf16 matmuls (their A widened from bf16 in the
+// kernel too) joins those kernels as well (BackendTraits::matmul_narrowed_params): the kernel reads the f32 param
+// and rounds it as it packs it, once per write of the param, where a cast kernel and a pack ran every run.
+bool Lowering::absorb_narrowed_param(const Node& n) {
+  if (!bt_.matmul_narrowed_params || n.op != OpKind::Cast || n.dtype != DType::BF16 || is_output_[n.id] ||
+      users_[n.id].empty())
+    return false;
+  const Node& param = g_.node(n.inputs[0]);
+  if (param.op != OpKind::Param || param.dtype != DType::F32 || !param.shape.is_static() || param.shape.rank() != 2 ||
+      param.shape.numel() == 0)
+    return false;
+  std::vector<int> kernels;
+  for (auto u : users_[n.id]) {
+    const Node& widened = g_.node(u);
+    if (widened.op != OpKind::Cast || widened.dtype != DType::F32 || view_[u] || owners_[u].empty()) return false;
+    for (int gid : owners_[u]) {
+      const Group& grp = groups_[std::size_t(gid)];
+      if (!grp.anchor || grp.nodes.at(u) != Role::Prologue) return false;
+      const Node& mm = g_.node(*grp.anchor);
+      if (mm.op != OpKind::MatMul || mm.dtype != DType::F32 || mm.inputs[1] != u || mm.inputs[0] == u) return false;
+      // The bf16 GEMM's A: widened from bf16 inside this kernel, already (a later node) or when its turn comes
+      // (nodes are visited last to first, and absorb_widened_operand takes a cast that only matmuls read).
+      const Node& a = g_.node(mm.inputs[0]);
+      const bool a_widened = a.op == OpKind::Cast && a.dtype == DType::F32 &&
+                             g_.node(a.inputs[0]).dtype == DType::BF16 && !is_output_[a.id] &&
+                             std::all_of(users_[a.id].begin(), users_[a.id].end(),
+                                         [&](NodeId r) { return g_.node(r).op == OpKind::MatMul; });
+      if (!(grp.nodes.contains(a.id) || (a.id < n.id && a_widened))) return false;
+      kernels.push_back(gid);
+    }
+  }
+  for (int gid : kernels) {
+    groups_[std::size_t(gid)].nodes[n.id] = Role::Prologue;
+    if (std::find(owners_[n.id].begin(), owners_[n.id].end(), gid) == owners_[n.id].end()) owners_[n.id].push_back(gid);
+  }
+  return true;
+}
+
 // The results of one control-flow op share its kernel: one loop writes them all.
 bool Lowering::join_siblings(const Node& n) {
   for (std::size_t gid = 0; gid < groups_.size(); ++gid) {
@@ -693,7 +732,7 @@ LirModule Lowering::run(std::vector<FusionRecord>* fusion) {
     if (!live_[i] || is_buffer_leaf(n.op)) continue;
     if (view_[i])
       visit_view(n);
-    else if (absorb_widened_operand(n))
+    else if (absorb_widened_operand(n) || absorb_narrowed_param(n))
       continue;
     else if (is_ew(n.op))
       visit_elementwise(n);

@@ -66,6 +66,32 @@ TEST(Precision, MatmulsRunInBf16WhereTheBackendIsFasterAndNothingElseDoes) {
   EXPECT_EQ(kernels, 6);
 }
 
+// On the CPU with a bf16 GEMM that beats f32 (AMX), the weights are not cast per run: each weight's cast to bf16
+// is in its matmul's kernel, which reads the f32 param and rounds it once as it packs it (matmul_narrowed_params).
+TEST(Precision, TheCpusBf16MatmulsReadTheirF32WeightsWithNoCastKernel) {
+  auto cpu = runtime::make_backend(runtime::Device::Cpu)->traits();
+  if (!cpu.matmul_narrowed_params) GTEST_SKIP() << "this CPU has no bf16 GEMM (avx512_bf16 or AMX)";
+  cpu.fast_low_precision.insert({ir::OpKind::MatMul, ir::DType::BF16});  // as on AMX
+  cpu.low_precision_matmul_min_rows = 0;
+  const auto r = compile_with(small_encoder(), cpu, Precision::Bf16);
+  // A kernel's body reads its buffers as inputs: a weight narrowed in a matmul kernel is a cast to bf16 of an f32
+  // input that is a param buffer.
+  int narrowed = 0;
+  for (const auto& k : r.lir.kernels) {
+    if (k.kind != KernelKind::MatMul) continue;
+    for (const auto& n : k.body.nodes()) {
+      if (n.op != ir::OpKind::Cast || n.dtype != ir::DType::BF16) continue;
+      const ir::Node& src = k.body.node(n.inputs[0]);
+      narrowed += src.op == ir::OpKind::Input && src.dtype == ir::DType::F32;  // not the product's own rounding
+    }
+  }
+  EXPECT_EQ(narrowed, 6) << r.lir.to_text();  // q, k, v, o and the FFN's two weights
+  // Without the trait, each weight is cast by a kernel of its own, every run.
+  cpu.matmul_narrowed_params = false;
+  const auto per_run = compile_with(small_encoder(), cpu, Precision::Bf16);
+  EXPECT_EQ(per_run.lir.kernels.size(), r.lir.kernels.size() + 6);
+}
+
 TEST(Precision, ABackendWithoutFasterKernelsKeepsF32AndSaysWhy) {
   auto cpu = runtime::make_backend(runtime::Device::Cpu)->traits();
   cpu.fast_low_precision.erase({ir::OpKind::MatMul, ir::DType::BF16});  // the CPU without AMX
@@ -82,8 +108,8 @@ TEST(Precision, ABackendWithoutFasterKernelsKeepsF32AndSaysWhy) {
   EXPECT_NE(mixed.precision.to_text().find("left in f32"), std::string::npos);
 }
 
-// A backend whose bf16 matmul pays only past some rows (the CPU on AMX: it casts and packs a weight per run)
-// keeps the smaller matmuls in f32 and says how many rows they have.
+// A backend whose bf16 matmul pays only past some rows (one that casts a weight every run) keeps the smaller
+// matmuls in f32 and says how many rows they have.
 TEST(Precision, MatmulsWithTooFewRowsStayF32AndSayWhy) {
   auto t = backends::cuda::traits();
   t.low_precision_matmul_min_rows = 32;

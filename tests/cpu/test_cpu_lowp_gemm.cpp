@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/gemm_pack.hpp"
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/lowp_gemm.hpp"
 #include "conformance/harness.hpp"
@@ -302,6 +303,49 @@ TEST(LowpGemm, CastsAndEpiloguesFuseIntoOneKernel) {
     const auto compiled = Session(Device::Cpu).compile(*g);  // kept: the result lives in it
     const auto& lir = compiled.compile_result().lir;
     EXPECT_EQ(lir.kernels.size(), 1u) << g->name() << ":\n" << lir.to_text();
+  }
+}
+
+// Auto-mixed precision's weight: an f32 param narrowed to bf16 for a bf16 matmul (lower.cpp's
+// absorb_narrowed_param). Where the ISA has a bf16 GEMM, the matmul's kernel reads the f32 param and rounds it as
+// it packs it, once per write: no cast kernel runs for it, and the result is bit for bit what a cast kernel and a
+// pack every run give (the same graph with w an input). A new value is rounded and packed again.
+TEST(LowpGemm, ANarrowedParamIsRoundedAsItIsPackedOnceOnEveryIsa) {
+  const auto narrowed = [](bool w_param, std::int64_t M, std::int64_t N, std::int64_t K) {
+    Graph g(w_param ? "narrowed param" : "narrowed input");
+    auto x = g.cast(g.cast(g.input("x", {M, K}), DType::BF16), DType::F32);
+    auto w = w_param ? g.param("w", {K, N}) : g.input("w", {K, N});
+    g.add_output(g.relu(g.matmul(x, g.cast(g.cast(w, DType::BF16), DType::F32))), "y");
+    return g;
+  };
+  std::mt19937_64 rng(rlx::testing::test_seed());
+  for (const auto& isa : available_isas()) {
+    Env env("RLX_CPU_ISA", isa);
+    const bool bf16_gemm = select_lowp_table().bf16_nr > 0;
+    for (auto [M, N, K] : {Shape3{7, 65, 33}, Shape3{64, 130, 257}}) {
+      const std::string what = isa + " " + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+      Check c = check(what);
+      c.gens.clear();
+      EXPECT_TRUE(conformance::matches_reference(Device::Cpu, narrowed(true, M, N, K), c)) << what;
+
+      auto param = Session(Device::Cpu).compile(narrowed(true, M, N, K));
+      auto input = Session(Device::Cpu).compile(narrowed(false, M, N, K));
+      const auto& lir = param.compile_result().lir;
+      if (bf16_gemm) {
+        // x's cast and the matmul: w's cast is in the matmul's kernel, which reads the f32 param.
+        EXPECT_EQ(lir.kernels.size(), input.compile_result().lir.kernels.size() - 1) << what << ":\n" << lir.to_text();
+        EXPECT_EQ(packed_operand_count(*make_cpu_backend()->compile_lir(lir, {})), 1u) << what;
+      }
+      for (int round = 0; round < 2; ++round) {  // the second value is packed again (set_param)
+        const ir::Tensor x = rlx::testing::random_tensor(DType::F32, {M, K}, rng);
+        const ir::Tensor w = rlx::testing::random_tensor(DType::F32, {K, N}, rng);
+        param.set_param("w", w);
+        const ir::Tensor got = param.run({{"x", x}})[0];
+        const ir::Tensor want = input.run({{"x", x}, {"w", w}})[0];
+        ASSERT_EQ(got.nbytes(), want.nbytes());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.nbytes()), 0) << what << " round " << round;
+      }
+    }
   }
 }
 

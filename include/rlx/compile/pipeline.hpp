@@ -87,6 +87,10 @@ struct BackendTraits {
   // An operand given as a widening cast (bf16 or f16 to f32, i8 or u8 to i32) read in its narrow type: the
   // kernel runs the low-precision product (an int8 or bf16 GEMM) instead of widening it in memory first.
   bool matmul_widened_operands = false;
+  // A weight narrowed to bf16 only for a bf16 matmul (B = widen(bf16(param f32)), with A widened from bf16 too):
+  // the cast joins the matmul's kernel, which reads the f32 param and rounds it to bf16 as it packs it, once per
+  // write of the param, instead of a cast kernel and a pack on every run (auto-mixed precision's weights).
+  bool matmul_narrowed_params = false;
   // A Native attention may read q, k and v through permutes that keep the head dim last (a [B, S, H, D]
   // projection read as [B, H, S, D]) and write its result through such a permute, in place of movement
   // kernels copying them: the kernel's body is then the permutes around the attention.
@@ -94,8 +98,9 @@ struct BackendTraits {
   // (op, dtype) pairs that run faster than in f32 here: the precision pass lowers an op only onto these, so an
   // auto-mixed-precision graph is never slower than its f32 form (docs/precision.md).
   std::set<std::pair<ir::OpKind, ir::DType>> fast_low_precision;
-  // The fewest rows (M of an M·K·N matmul) at which the precision pass's bf16 or f16 matmul beats f32 here:
-  // the CPU casts and packs a weight per run (K·N work) that the rows' faster products must pay back.
+  // The fewest rows (M of an M·K·N matmul) at which the precision pass's bf16 or f16 matmul beats f32 here, for a
+  // backend with a per-run cost the rows' faster products must pay back (a weight cast every run: K·N work).
+  // 0 on the CPU, which rounds and packs its weights once (matmul_narrowed_params), and on CUDA.
   std::int64_t low_precision_matmul_min_rows = 0;
   // The least work (M·K·N multiply-adds) at which PTQ's int8 matmul beats f32 once its input is quantized and
   // its output dequantized, and the least width N (its GEMM's panels are that wide): smaller ones stay f32.

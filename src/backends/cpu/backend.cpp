@@ -185,6 +185,14 @@ void pack_operand(const Plan& plan, const ParamStore& store, PackStore& packs, s
   if (op.spec.format != PackFormat::F32) {
     const LowpTable& t = *plan.lowp;
     const bool int8 = op.spec.format == PackFormat::Int8;
+    // A narrowed param: its f32 values rounded to bf16 as the precision pass's cast would round them, then packed.
+    std::vector<std::uint16_t> rounded;
+    if (op.spec.round_from_f32) {
+      rounded.resize(std::size_t(op.K * op.N));
+      const auto* f = reinterpret_cast<const float*>(src);
+      for (std::size_t e = 0; e < rounded.size(); ++e) rounded[e] = ir::float_to_bf16(f[e]);
+      src = reinterpret_cast<const std::byte*>(rounded.data());
+    }
     parallel_for(
         i64(lowp_panels(int8 ? t.i8_nr : t.bf16_nr, op.N)), 1,
         [&](i64 p0, i64 p1) {
@@ -678,13 +686,16 @@ class CpuBackend final : public runtime::Backend {
     t.attention_layout_views = true;
     t.matmul_multi_output_epilogue = true;
     t.matmul_widened_operands = true;  // int8 and bf16 GEMMs (lowp_gemm.hpp)
+    // bf16 weights rounded as they are packed, once per write (a PackSpec with round_from_f32).
+    t.matmul_narrowed_params = select_lowp_table().bf16_nr > 0;
     // PTQ's int8 matmuls where the CPU has an int8 GEMM (VNNI); bf16 matmuls only on AMX: with vdpbf16ps
     // alone, bf16's peak is f32's, so auto-mixed precision would only add casts (docs/precision.md).
     if (select_lowp_table().i8_nr > 0) t.fast_low_precision.insert({OpKind::MatMul, ir::DType::I8});
-    if (select_lowp_table().bf16_beats_f32) t.fast_low_precision.insert({OpKind::MatMul, ir::DType::BF16});
-    // Measured (docs/precision.md): two 1024-wide layers in bf16 on AMX run 0.77x f32's speed at 64 rows and
-    // 1.2x at 256, the weights' per-run cast and pack against the rows' faster products.
-    t.low_precision_matmul_min_rows = 256;
+    if (bf16_beats_f32(select_lowp_table())) t.fast_low_precision.insert({OpKind::MatMul, ir::DType::BF16});
+    // No least row count: the weights are rounded and packed once per write (matmul_narrowed_params), so a bf16
+    // layer pays from one row (Zen 4, 1024 x 1024, bench_kernels amp_linear: 2.0x f32 at 1 row, 1.5x at 16, 2.0x
+    // at 64 and 256; casting and packing the weight every run had made it 0.1x, 0.33x, 0.84x and 1.0x).
+    t.low_precision_matmul_min_rows = 0;
     // Where PTQ's int8 form of a matmul beats its f32 one: measured per lowp table (lowp_impl.inc).
     t.int8_matmul_min_macs = select_lowp_table().i8_min_macs;
     t.int8_matmul_min_n = select_lowp_table().i8_min_n;

@@ -29,6 +29,7 @@ struct PackSpec {
   std::size_t bytes = 0;         // Int8, Bf16, Conv, Winograd: the packed copy's size
   std::int64_t groups = 1;       // Conv: N = O output channels in `groups` groups, K = Cg * taps (KH * KW)
   std::int64_t taps = 1;
+  bool round_from_f32 = false;  // Bf16: the buffer holds f32, rounded to bf16 as it is packed (a narrowed param)
 };
 
 struct PackedOperand {

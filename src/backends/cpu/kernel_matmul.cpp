@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <tuple>
 
@@ -97,6 +98,7 @@ class MatMulKernel final : public CpuKernel {
   BSource b_source = BSource::Blas;
   std::int32_t packed = -1;
   bool b_trans = false;      // b_buf holds B^T: [.., N, K]
+  bool b_rounded = false;    // b_buf holds f32 that the packed copy rounds to b_dtype (bf16): a narrowed param
   bool b_per_batch = false;  // PackedPerRun: one copy per batch (B is not shared)
   std::size_t pack_offset = 0, pack_floats = 0;
   std::size_t ct_offset = 0;  // Swapped: C^T [N, M] in shared scratch
@@ -479,6 +481,8 @@ void build_narrow(const BuildCtx& b, const ir::Node& mm, MatMulKernel& k, const 
   auto is8 = [](DType t) { return t == DType::I8 || t == DType::U8; };
   const i64 batch = i64(k.a_off.size());
   k.lowp_table = &table;
+  if (k.b_rounded && !(k.K > 0 && k.dtype == DType::F32 && k.a_dtype == DType::BF16 && table.bf16_nr > 0))
+    b.fail("internal: a param narrowed to bf16 in the kernel needs the bf16 GEMM");
   if (k.K > 0 && k.dtype == DType::I32 && is8(k.a_dtype) && is8(k.b_dtype) && table.i8_nr > 0)
     k.lowp = MatMulKernel::Lowp::Int8;
   else if (k.K > 0 && k.dtype == DType::F32 && k.a_dtype == DType::BF16 && k.b_dtype == DType::BF16 &&
@@ -516,8 +520,11 @@ void build_narrow(const BuildCtx& b, const ir::Node& mm, MatMulKernel& k, const 
   }
   if (b.packs && b_constant && b_shared) {
     k.b_source = MatMulKernel::BSource::PackedOnce;
-    k.packed = b.packs->request(B.id, k.K, k.N, k.b_trans,
-                                {int8 ? PackFormat::Int8 : PackFormat::Bf16, k.b_dtype == DType::U8, packed_bytes});
+    PackSpec spec{int8 ? PackFormat::Int8 : PackFormat::Bf16, k.b_dtype == DType::U8, packed_bytes};
+    spec.round_from_f32 = k.b_rounded;
+    k.packed = b.packs->request(B.id, k.K, k.N, k.b_trans, spec);
+  } else if (k.b_rounded) {
+    b.fail("internal: a narrowed param needs the bf16 GEMM and a packed copy");
   } else {
     k.b_source = MatMulKernel::BSource::PackedPerRun;
     k.b_per_batch = !b_shared;
@@ -537,24 +544,32 @@ std::unique_ptr<CpuKernel> build_matmul(const BuildCtx& b) {
   const ir::Node& mm = *mm_it;
   // An operand's buffer, behind the widening cast (A and B) or the permute of its last two dims (B) that
   // lower.cpp absorbs.
-  auto operand_node = [&](ir::NodeId id, bool* transposed) -> const ir::Node& {
+  // B may also be a param narrowed to bf16 in the kernel (lower.cpp's absorb_narrowed_param): its buffer is the
+  // f32 param, read as bf16 (`narrowed`), rounded once as it is packed.
+  auto operand_node = [&](ir::NodeId id, bool* transposed, std::optional<ir::DType>* narrowed) -> const ir::Node& {
     const ir::Node* n = &body.node(id);
     if (transposed && n->op == ir::OpKind::Permute) {
       *transposed = true;
       n = &body.node(n->inputs.at(0));
     }
     if (n->op == ir::OpKind::Cast) n = &body.node(n->inputs.at(0));
+    if (narrowed && n->op == ir::OpKind::Cast) {
+      *narrowed = n->dtype;
+      n = &body.node(n->inputs.at(0));
+    }
     return *n;
   };
   bool b_trans = false;
-  const auto& A = b.in_of(operand_node(mm.inputs.at(0), nullptr).id);
-  const auto& B = b.in_of(operand_node(mm.inputs.at(1), &b_trans).id);
+  std::optional<ir::DType> b_narrowed;
+  const auto& A = b.in_of(operand_node(mm.inputs.at(0), nullptr, nullptr).id);
+  const auto& B = b.in_of(operand_node(mm.inputs.at(1), &b_trans, &b_narrowed).id);
   if (A.shape.size() < 2 || B.shape.size() < 2) b.fail("matmul operands need rank >= 2");
   auto k = std::make_unique<MatMulKernel>();
   k->b_trans = b_trans;
   k->dtype = mm.dtype;
   k->a_dtype = A.dtype;
-  k->b_dtype = B.dtype;
+  k->b_dtype = b_narrowed.value_or(B.dtype);
+  k->b_rounded = b_narrowed.has_value();
   k->a_numel = numel(A.shape);
   k->b_numel = numel(B.shape);
   if (ir::is_float(mm.dtype) && mm.dtype != ir::DType::F32 && mm.dtype != ir::DType::F64)

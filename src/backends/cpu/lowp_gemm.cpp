@@ -57,6 +57,17 @@ const LowpTable& lowp_table(std::string_view isa) {
               "' (expected generic, avx2, avx512lowp or avx512amx)");
 }
 
+bool bf16_beats_f32(const LowpTable& table) {
+  if (table.bf16_beats_f32) return true;
+  if (table.bf16_nr == 0 || std::string_view(table.name) != "avx512lowp") return false;
+  static const bool amd = [] {
+    unsigned eax = 0, vendor[3] = {};  // CPUID leaf 0: the vendor string in EBX, EDX, ECX
+    if (!__get_cpuid(0, &eax, &vendor[0], &vendor[2], &vendor[1])) return false;
+    return std::string_view(reinterpret_cast<const char*>(vendor), sizeof vendor) == "AuthenticAMD";
+  }();
+  return amd;
+}
+
 const LowpTable& select_lowp_table() {
   auto want = env::get("RLX_CPU_ISA");
   if (want && *want == "generic") return generic::lowp_table();

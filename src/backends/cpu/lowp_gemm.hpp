@@ -119,5 +119,10 @@ const LowpTable& lowp_table(std::string_view isa);
 // The default: the best supported, or RLX_CPU_ISA's choice (avx512 means avx512lowp where the CPU has VNNI
 // and BF16, else avx2).
 const LowpTable& select_lowp_table();
+// Whether `table`'s bf16 GEMM beats the f32 GEMM on this CPU, so that auto-mixed precision may use it
+// (BackendTraits::fast_low_precision): AMX's always; vdpbf16ps's on AMD's cores, which issue it at the FMA's rate
+// with two products a lane (Zen 4: gemm_lowp_1024^3 at 2.06x f32), not on Intel's before AMX, which issue it at
+// half that rate (0.70x, docs/precision.md).
+bool bf16_beats_f32(const LowpTable& table);
 
 }  // namespace rlx::backends::cpu
