@@ -9,14 +9,17 @@
 #                                        also go to $OUT when it is set
 #   bash bench/gpu.sh cuda [bench|suites] there: unpacks the build and runs cuda_bench with PyTorch's figures
 #                                        beside it (then `cuda_bench decode`, GGUF decode beside PyTorch eager
-#                                        bf16: gpu_peers.py --llm), then the conformance suites on the CUDA backend (each part
+#                                        bf16: gpu_peers.py --llm), then the CUDA tests, the capability tests, the
+#                                        nccl engine on one GPU and the conformance suites on the CUDA backend (each part
 #                                        alone when named: together they can outlast one 10-minute call;
 #                                        docs/backends/cuda.md)
 #   bash bench/gpu.sh nccl [ranks]       there, on a machine with 2 or more GPUs (the multi-GPU issue): the
 #                                        distributed tests with the nccl engine (one GPU per rank, started by
 #                                        tests/distributed/run_tcp.sh), then bench_collectives beside
 #                                        torch.distributed's NCCL (bench/nccl_peer.py) on the same messages, 1 MiB
-#                                        to 1 GiB, and the ratio of their bus bandwidths
+#                                        to 1 GiB in GPU memory, and the ratio of their bus bandwidths; host-staged
+#                                        messages to 64 MiB; bench_tensor_parallel (the encoder block sharded over
+#                                        the GPUs against one GPU, small and large)
 #   bash bench/gpu.sh mlx pack [build-dir] here: the MLX backend's suites for the GPU machine (docs/backends/mlx.md,
 #                                        "mlx-cuda-13"): the mlx-cuda-13 wheel of the version the build links
 #                                        (pip download, nothing installed), its libmlx.so xz-compressed in parts

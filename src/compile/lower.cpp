@@ -570,11 +570,12 @@ bool Lowering::absorb_narrowed_param(const Node& n) {
       // The bf16 GEMM's A: widened from bf16 inside this kernel, already (a later node) or when its turn comes
       // (nodes are visited last to first, and absorb_widened_operand takes a cast that only matmuls read).
       const Node& a = g_.node(mm.inputs[0]);
-      const bool a_widened = a.op == OpKind::Cast && a.dtype == DType::F32 &&
-                             g_.node(a.inputs[0]).dtype == DType::BF16 && !is_output_[a.id] &&
-                             std::all_of(users_[a.id].begin(), users_[a.id].end(),
-                                         [&](NodeId r) { return g_.node(r).op == OpKind::MatMul; });
-      if (!(grp.nodes.contains(a.id) || (a.id < n.id && a_widened))) return false;
+      const bool a_from_bf16 =
+          a.op == OpKind::Cast && a.dtype == DType::F32 && g_.node(a.inputs[0]).dtype == DType::BF16;
+      const bool a_will_join = a.id < n.id && !is_output_[a.id] &&
+                               std::all_of(users_[a.id].begin(), users_[a.id].end(),
+                                           [&](NodeId r) { return g_.node(r).op == OpKind::MatMul; });
+      if (!a_from_bf16 || !(grp.nodes.contains(a.id) || a_will_join)) return false;
       kernels.push_back(gid);
     }
   }

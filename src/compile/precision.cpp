@@ -57,7 +57,13 @@ ir::Graph auto_mixed_precision(const ir::Graph& g, Precision policy, const Backe
                        ir::dtype_name(low), ir::op_name(n.op)));
       return std::nullopt;
     }
-    if (n.op == ir::OpKind::MatMul && backend.low_precision_matmul_min_rows > 0) {
+    // A weight the backend rounds and packs once (matmul_narrowed_params: a static [K, N] f32 param read as B)
+    // costs nothing per run, so such a matmul pays from one row; any other B is cast every run.
+    const ir::Node* b = n.op == ir::OpKind::MatMul && n.inputs.size() == 2 ? &g.node(n.inputs[1]) : nullptr;
+    const bool weight_packed_once = low == ir::DType::BF16 && backend.matmul_narrowed_params && b &&
+                                    b->op == ir::OpKind::Param && b->dtype == ir::DType::F32 && b->shape.is_static() &&
+                                    b->shape.rank() == 2;
+    if (n.op == ir::OpKind::MatMul && backend.low_precision_matmul_min_rows > 0 && !weight_packed_once) {
       const auto& dims = n.shape.dims();
       std::int64_t rows = 1;
       for (std::size_t d = 0; d + 1 < dims.size(); ++d)

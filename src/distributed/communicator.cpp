@@ -151,16 +151,22 @@ void DeviceMemory::download(std::span<std::byte> dst, std::size_t offset) const 
   if (!dst.empty()) copy_out(dst.data(), offset, dst.size());
 }
 
+void DeviceMemory::check_elements(std::string_view what, ir::DType dtype, std::size_t count, std::size_t first) const {
+  const std::size_t size = ir::dtype_size(dtype), fit = bytes() / size;
+  if (count > fit || first > fit - count)  // no product that could wrap around
+    throw Error("distributed.DeviceMemory." + std::string(what) + ": " + std::string(ir::dtype_name(dtype)) +
+                " elements [" + std::to_string(first) + ", " + std::to_string(first) + " + " + std::to_string(count) +
+                ") do not fit the " + std::to_string(bytes()) + " bytes allocated");
+}
+
 Buffer DeviceMemory::buffer(ir::DType dtype, std::size_t count, std::size_t first) {
-  const std::size_t size = ir::dtype_size(dtype);
-  if (count > 0) check_range("buffer", first * size, count * size);
-  return {static_cast<std::byte*>(data()) + first * size, count, dtype, Memory::Device};
+  check_elements("buffer", dtype, count, first);
+  return {static_cast<std::byte*>(data()) + first * ir::dtype_size(dtype), count, dtype, Memory::Device};
 }
 
 ConstBuffer DeviceMemory::const_buffer(ir::DType dtype, std::size_t count, std::size_t first) const {
-  const std::size_t size = ir::dtype_size(dtype);
-  if (count > 0) check_range("const_buffer", first * size, count * size);
-  return {static_cast<const std::byte*>(data()) + first * size, count, dtype, Memory::Device};
+  check_elements("const_buffer", dtype, count, first);
+  return {static_cast<const std::byte*>(data()) + first * ir::dtype_size(dtype), count, dtype, Memory::Device};
 }
 
 // ---- Communicator ----

@@ -17,6 +17,7 @@
 #include <cuda.h>
 #include <nccl.h>
 
+#include <memory>
 #include <mutex>
 
 #include "rlx/runtime/backend.hpp"
@@ -185,17 +186,18 @@ class Scratch {
 };
 
 // Memory from Communicator::allocate_device. Uploads go through the engine's stream, as its collectives do, so
-// that a collective started after an upload reads the uploaded bytes.
+// that a collective started after an upload reads the uploaded bytes. It keeps the engine (its context and
+// stream) alive, so it may outlive every Communicator.
 class NcclDeviceMemory final : public DeviceMemory {
  public:
-  NcclDeviceMemory(const Cu& cu, CUcontext ctx, CUstream stream, std::size_t bytes)
-      : cu_(&cu), ctx_(ctx), stream_(stream), bytes_(bytes) {
+  NcclDeviceMemory(std::shared_ptr<const void> engine, const Cu& cu, CUcontext ctx, CUstream stream, std::size_t bytes)
+      : engine_(std::move(engine)), cu_(&cu), ctx_(ctx), stream_(stream), bytes_(bytes) {
     cu_->check(cu_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
     if (bytes_)
       cu_->check(cu_->cuMemAlloc(&ptr_, bytes_), "allocate_device: cuMemAlloc of " + std::to_string(bytes_) + " bytes");
   }
   ~NcclDeviceMemory() override {
-    if (ptr_) cu_->cuMemFree(ptr_);
+    if (ptr_ && cu_->cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) cu_->cuMemFree(ptr_);  // from any thread
   }
   NcclDeviceMemory(const NcclDeviceMemory&) = delete;
   NcclDeviceMemory& operator=(const NcclDeviceMemory&) = delete;
@@ -215,6 +217,7 @@ class NcclDeviceMemory final : public DeviceMemory {
   }
 
  private:
+  std::shared_ptr<const void> engine_;
   const Cu* cu_;
   CUcontext ctx_;
   CUstream stream_;
@@ -222,7 +225,7 @@ class NcclDeviceMemory final : public DeviceMemory {
   CUdeviceptr ptr_ = 0;
 };
 
-class NcclEngine final : public Engine {
+class NcclEngine final : public Engine, public std::enable_shared_from_this<NcclEngine> {
  public:
   NcclEngine(int rank, int world, int device, const ShareFromRank0& share, std::shared_ptr<void> keep_alive)
       : cu_(Cu::get()),
@@ -236,7 +239,13 @@ class NcclEngine final : public Engine {
     cu_.check(cu_.cuDeviceGetCount(&count), "cuDeviceGetCount");
     if (count == 0) throw Error("distributed: engine nccl: no GPU visible");
     device_ = device % count;
-    runtime::set_gpu(device_);  // this process's CUDA graphs run where its collectives do
+    try {
+      runtime::set_gpu(device_);  // this process's CUDA graphs run where its collectives do
+    } catch (const Error& e) {
+      throw Error("distributed: engine nccl: rank " + std::to_string(rank_) + " runs on GPU " +
+                  std::to_string(device_) + ", but " + e.what() +
+                  "; create CUDA sessions after distributed::init(), or set CUDA_VISIBLE_DEVICES per rank");
+    }
     cu_.check(cu_.cuDeviceGet(&dev_, device_), "cuDeviceGet");
     cu_.check(cu_.cuDevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain");
     cu_.check(cu_.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
@@ -267,7 +276,7 @@ class NcclEngine final : public Engine {
   int device() const override { return device_; }
   bool takes_device_memory() const override { return true; }
   std::shared_ptr<DeviceMemory> allocate_device(std::size_t bytes) override {
-    return std::make_shared<NcclDeviceMemory>(cu_, ctx_, stream_, bytes);
+    return std::make_shared<NcclDeviceMemory>(shared_from_this(), cu_, ctx_, stream_, bytes);
   }
 
   void all_gather(ConstBuffer in, Buffer out) override {

@@ -50,7 +50,8 @@ void set_gpu(int ordinal) {
   if (g.claimed && g.ordinal != ordinal)
     throw Error("set_gpu: this process already runs the CUDA backend on GPU " + std::to_string(g.ordinal) +
                 "; it cannot move to GPU " + std::to_string(ordinal) +
-                " (choose the GPU before the first CUDA compile, or start one process per GPU)");
+                " (the backend starts on its GPU when it is first created: a Session or make_backend for cuda; "
+                "choose the GPU before that, or start one process per GPU)");
   g.ordinal = ordinal;
 }
 

@@ -110,6 +110,28 @@ TEST(Precision, ABackendWithoutFasterKernelsKeepsF32AndSaysWhy) {
 
 // A backend whose bf16 matmul pays only past some rows (one that casts a weight every run) keeps the smaller
 // matmuls in f32 and says how many rows they have.
+// The row floor is for a B cast every run: a weight the backend rounds and packs once (a static [K, N] f32 param,
+// matmul_narrowed_params) goes to bf16 at any row count; a transposed one still needs the rows.
+TEST(Precision, AWeightPackedOnceNeedsNoRows) {
+  auto t = backends::cuda::traits();
+  t.low_precision_matmul_min_rows = 32;
+  t.matmul_narrowed_params = true;
+  ir::Graph g("packed once");
+  const auto x = g.input("x", {16, 16});
+  g.add_output(g.matmul(x, g.param("w", {16, 16})));                     // 16 rows, a plain weight
+  g.add_output(g.matmul(x, g.permute(g.param("v", {16, 16}), {1, 0})));  // 16 rows, a transposed weight
+  const auto r = compile_with(g, t, Precision::Bf16);
+  ASSERT_EQ(r.precision.entries.size(), 2u) << r.precision.to_text();
+  EXPECT_EQ(r.precision.entries[0].dtype, ir::DType::BF16) << r.precision.entries[0].reason;
+  EXPECT_EQ(r.precision.entries[1].dtype, ir::DType::F32) << r.precision.entries[1].reason;
+  EXPECT_NE(r.precision.entries[1].reason.find("16 rows, below the 32"), std::string::npos)
+      << r.precision.entries[1].reason;
+  t.matmul_narrowed_params = false;  // without the trait both need the rows
+  const auto without = compile_with(g, t, Precision::Bf16);
+  ASSERT_EQ(without.precision.entries.size(), 2u);
+  EXPECT_EQ(without.precision.entries[0].dtype, ir::DType::F32) << without.precision.entries[0].reason;
+}
+
 TEST(Precision, MatmulsWithTooFewRowsStayF32AndSayWhy) {
   auto t = backends::cuda::traits();
   t.low_precision_matmul_min_rows = 32;

@@ -336,6 +336,16 @@ TEST(LowpGemm, ANarrowedParamIsRoundedAsItIsPackedOnceOnEveryIsa) {
         EXPECT_EQ(lir.kernels.size(), input.compile_result().lir.kernels.size() - 1) << what << ":\n" << lir.to_text();
         EXPECT_EQ(packed_operand_count(*make_cpu_backend()->compile_lir(lir, {})), 1u) << what;
       }
+      {
+        // A widened from f16 (the weight's casts written first, so lowering meets A's cast after W's): no bf16
+        // product, so W's cast stays a kernel of its own, and the graph compiles and runs.
+        Graph h("f16 x narrowed param");
+        auto wn = h.cast(h.cast(h.param("w", {K, N}), DType::BF16), DType::F32);
+        h.add_output(h.matmul(h.cast(h.input("x", {M, K}, DType::F16), DType::F32), wn), "y");
+        Check f = check(what + " f16 A");
+        f.gens.clear();
+        EXPECT_TRUE(conformance::matches_reference(Device::Cpu, h, f)) << what;
+      }
       for (int round = 0; round < 2; ++round) {  // the second value is packed again (set_param)
         const ir::Tensor x = rlx::testing::random_tensor(DType::F32, {M, K}, rng);
         const ir::Tensor w = rlx::testing::random_tensor(DType::F32, {K, N}, rng);

@@ -280,7 +280,10 @@ TEST(Collectives, DeviceBuffersAreCheckedBeforeAnyEngineSeesThem) {
   m.upload(sixteen);
   expect_error([&] { m.upload(five, 12); }, {"DeviceMemory.upload: bytes [12, 12 + 5)", "16 bytes allocated"});
   expect_error([&] { m.download(five, 17); }, {"DeviceMemory.download: bytes [17"});
-  expect_error([&] { m.buffer(ir::DType::F32, 2, 3); }, {"DeviceMemory.buffer: bytes [12, 12 + 8)"});
+  expect_error([&] { m.buffer(ir::DType::F32, 2, 3); }, {"DeviceMemory.buffer: f32 elements [3, 3 + 2)"});
+  // Counts whose byte sizes wrap around are refused, not reduced modulo 2^64.
+  expect_error([&] { m.buffer(ir::DType::F32, std::size_t(1) << 62); }, {"do not fit the 16 bytes"});
+  expect_error([&] { m.const_buffer(ir::DType::F32, 1, ~std::size_t(0) / 2); }, {"do not fit"});
   const auto b = m.buffer(ir::DType::BF16, 2, 6);
   EXPECT_EQ(b.data, static_cast<std::byte*>(m.data()) + 12);
   EXPECT_EQ(b.memory, distributed::Memory::Device);

@@ -66,8 +66,9 @@ TEST(Nccl, DeviceMemoryIsTakenAsItIs) {
   std::vector<float> v{1.5F, -2.0F, 3.25F, 8.0F}, got(4);
   auto m = c->allocate_device(v.size() * sizeof(float));
   m->upload(std::as_bytes(std::span<const float>(v)));
-  c->all_reduce(m->buffer(ir::DType::F32, 4), distributed::ReduceOp::Max);
-  m->download(std::as_writable_bytes(std::span<float>(got)));
+  auto sum = c->allocate_device(v.size() * sizeof(float));
+  c->all_reduce(m->const_buffer(ir::DType::F32, 4), sum->buffer(ir::DType::F32, 4));  // out of place: a copy
+  sum->download(std::as_writable_bytes(std::span<float>(got)));
   EXPECT_EQ(got, v);
   auto out = c->allocate_device(2 * sizeof(float));
   c->all_gather(m->const_buffer(ir::DType::F32, 2, 2), out->buffer(ir::DType::F32, 2));
@@ -105,9 +106,13 @@ TEST(Nccl, ACudaHandleIsWrittenInPlaceThroughItsDeviceAddress) {
   const ir::Tensor y = compiled.run({{"x", ir::Tensor::from_f32({4}, std::vector<float>{0.5F, 0.5F, 0.5F, 0.5F})}})[0];
   EXPECT_EQ(y.data_as<float>()[0], 10.5F);
   EXPECT_EQ(y.data_as<float>()[3], 40.5F);
-  // And the reverse: the handle as a collective's input.
-  c->all_reduce(distributed::Buffer{a.data, 4, ir::DType::F32, distributed::Memory::Device});
-  EXPECT_EQ(compiled.read_handle("state").data_as<float>()[1], 20.0F);
+  // And the reverse: the handle as a collective's input, reduced out of place into other memory.
+  auto copy = c->allocate_device(16);
+  c->all_reduce(distributed::ConstBuffer{a.data, 4, ir::DType::F32, distributed::Memory::Device},
+                copy->buffer(ir::DType::F32, 4));
+  std::vector<float> back(4);
+  copy->download(std::as_writable_bytes(std::span<float>(back)));
+  EXPECT_EQ(back, next);
 }
 
 }  // namespace

@@ -254,7 +254,7 @@ TEST(TensorParallel, EncoderBlockMatchesTheWholeWithTwoAllReduces) {
                          << runtime::device_label(session.device());
   EXPECT_GT(scale, 0.1);  // a real output
 
-  // The ranges are checked, and a shard's part cannot silently take the whole block's params.
+  // Ranges outside the block's heads or hidden units, or empty ones, are refused.
   EXPECT_THROW(models::encoder_block_shard(c, {.head0 = 3, .heads = 2, .ff0 = 0, .ff = 8}), Error);
   EXPECT_THROW(models::encoder_block_shard(c, {.head0 = 0, .heads = 1, .ff0 = 0, .ff = 0}), Error);
 }

@@ -99,8 +99,8 @@ struct BackendTraits {
   // auto-mixed-precision graph is never slower than its f32 form (docs/precision.md).
   std::set<std::pair<ir::OpKind, ir::DType>> fast_low_precision;
   // The fewest rows (M of an M·K·N matmul) at which the precision pass's bf16 or f16 matmul beats f32 here, for a
-  // backend with a per-run cost the rows' faster products must pay back (a weight cast every run: K·N work).
-  // 0 on the CPU, which rounds and packs its weights once (matmul_narrowed_params), and on CUDA.
+  // backend with a per-run cost the rows' faster products must pay back (B cast and packed every run: K·N work).
+  // Not applied to a bf16 matmul whose B the backend rounds and packs once (matmul_narrowed_params).
   std::int64_t low_precision_matmul_min_rows = 0;
   // The least work (M·K·N multiply-adds) at which PTQ's int8 matmul beats f32 once its input is quantized and
   // its output dequantized, and the least width N (its GEMM's panels are that wide): smaller ones stay f32.

@@ -79,6 +79,7 @@ class DeviceMemory {
 
  private:
   void check_range(std::string_view what, std::size_t offset, std::size_t bytes) const;
+  void check_elements(std::string_view what, ir::DType dtype, std::size_t count, std::size_t first) const;
 };
 
 // What an engine implements. Arguments arrive checked by Communicator (sizes,

@@ -692,10 +692,12 @@ class CpuBackend final : public runtime::Backend {
     // alone, bf16's peak is f32's, so auto-mixed precision would only add casts (docs/precision.md).
     if (select_lowp_table().i8_nr > 0) t.fast_low_precision.insert({OpKind::MatMul, ir::DType::I8});
     if (bf16_beats_f32(select_lowp_table())) t.fast_low_precision.insert({OpKind::MatMul, ir::DType::BF16});
-    // No least row count: the weights are rounded and packed once per write (matmul_narrowed_params), so a bf16
-    // layer pays from one row (Zen 4, 1024 x 1024, bench_kernels amp_linear: 2.0x f32 at 1 row, 1.5x at 16, 2.0x
-    // at 64 and 256; casting and packing the weight every run had made it 0.1x, 0.33x, 0.84x and 1.0x).
-    t.low_precision_matmul_min_rows = 0;
+    // A weight rounded and packed once per write (matmul_narrowed_params: a [K, N] f32 param read as B) costs
+    // nothing per run, so such a bf16 layer pays from one row and the precision pass applies no floor to it (Zen
+    // 4, 1024 x 1024, bench_kernels amp_linear: 1.6x f32 at 1 row, 1.7x at 16, 1.9x at 64). Any other B (a
+    // transposed weight, an activation) is cast and packed every run, K·N work that only enough rows pay back:
+    // 0.11x f32 at 1 row, 0.29x at 16, 0.91x at 64, 1.5x at 256 there; on AMX 0.77x at 64 and 1.2x at 256.
+    t.low_precision_matmul_min_rows = 256;
     // Where PTQ's int8 form of a matmul beats its f32 one: measured per lowp table (lowp_impl.inc).
     t.int8_matmul_min_macs = select_lowp_table().i8_min_macs;
     t.int8_matmul_min_n = select_lowp_table().i8_min_n;
