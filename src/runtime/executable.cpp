@@ -99,9 +99,15 @@ Backend::Compiled Backend::compile(const ir::Graph& graph, const compile::Compil
   const auto t = traits();
   auto result = std::make_shared<compile::CompileResult>(compile::compile(graph, t, options));
   result->dispatch = kernel_dispatch_report(*result, t);
-  auto exe = compile_lir(result->lir, options);
-  exe->set_backend_name(std::string(name()));
+  auto exe = executable(*result, options);
   return {std::move(result), std::move(exe)};
+}
+
+std::unique_ptr<ExecutableGraph> Backend::executable(const compile::CompileResult& result,
+                                                     const compile::CompileOptions& options) {
+  auto exe = compile_lir(result.lir, options);
+  exe->set_backend_name(std::string(name()));
+  return exe;
 }
 
 std::set<ir::OpKind> Backend::supported_ops() const {

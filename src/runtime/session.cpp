@@ -66,8 +66,11 @@ CompiledGraph::CompiledGraph(std::shared_ptr<const compile::CompileResult> resul
   inputs_ = std::move(specs.inputs);
   params_ = std::move(specs.params);
   outputs_ = std::move(specs.outputs);
-  if (source_)
+  if (source_) {
     for (const auto& [symbol, bound] : source_->options.bind) extents_.push_back(bound);
+    compiled_extents_ = std::make_shared<CompiledExtents>();
+    compiled_extents_->results.emplace(extents_, result_);
+  }
   params_set_ = std::make_shared<std::vector<bool>>(params_.size(), false);
   handles_.assign(inputs_.size(), false);
   for (const auto& [name, value] : result_->promoted_params) set_param(name, value);
@@ -169,7 +172,8 @@ CompiledGraph CompiledGraph::clone() const {
   auto held = lock();
   CompiledGraph c(result_, exe_->clone(), device_, source_);
   c.params_set_ = params_set_;
-  c.extents_ = extents_;  // at the same extent; other extents are compiled again when it asks for them
+  c.extents_ = extents_;  // at the same extent; others are made executable from the shared results on demand
+  c.compiled_extents_ = compiled_extents_;
   return c;
 }
 
@@ -230,13 +234,24 @@ void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
   } else {
     auto options = source_->options;
     for (std::size_t i = 0; i < extents.size(); ++i) options.bind[i].second = extents[i];
-    Backend::Compiled compiled;
+    // Compiled once for the graph and its clones: a result one of them made is only made executable here.
+    std::shared_ptr<const compile::CompileResult> result;
+    std::unique_ptr<ExecutableGraph> exe;
     try {
-      compiled = source_->backend->compile(source_->graph, options);
+      std::lock_guard family(compiled_extents_->mutex);
+      auto& shared = compiled_extents_->results[extents];
+      if (!shared) {
+        auto compiled = source_->backend->compile(source_->graph, options);
+        exe = std::move(compiled.exe);
+        shared = std::move(compiled.result);
+      } else {
+        exe = source_->backend->executable(*shared, options);
+      }
+      result = shared;
     } catch (const Error& e) {
       throw Error(fmt::format("set_active_extent: compiling the graph at {}: {}", at(), e.what()));
     }
-    auto specs = io_specs(compiled.result->lir);
+    auto specs = io_specs(result->lir);
     // Every extent reads the same params, so they must not depend on the symbol (nor may promoted constants).
     if (!same_specs(specs.params, params_)) {
       std::string why = "a different number of params";
@@ -261,7 +276,7 @@ void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
     if (names(specs.inputs) != names(inputs_) || names(specs.outputs) != names(outputs_))
       throw Error(
           fmt::format("set_active_extent: at {} the compiled graph's inputs or outputs differ from the bound's", at()));
-    for (const auto& [pname, value] : compiled.result->promoted_params) {
+    for (const auto& [pname, value] : result->promoted_params) {
       auto mine = result_->promoted_params.find(pname);
       if (mine == result_->promoted_params.end() || mine->second.nbytes() != value.nbytes() ||
           std::memcmp(mine->second.data(), value.data(), value.nbytes()) != 0)
@@ -270,9 +285,8 @@ void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
                         "with CompileOptions::promote_constants_over_bytes = 0",
                         at(), pname));
     }
-    compiled.exe->share_params_from(*exe_);
-    next =
-        Variant{std::move(compiled.result), std::move(compiled.exe), std::move(specs.inputs), std::move(specs.outputs)};
+    exe->share_params_from(*exe_);
+    next = Variant{std::move(result), std::move(exe), std::move(specs.inputs), std::move(specs.outputs)};
   }
   // Bound handles and their feeds move to the executable that runs next (copy_handle_to); a handle whose shape
   // changes with the extent cannot. A refusal keeps the extent compiled, for later.

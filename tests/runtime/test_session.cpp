@@ -103,6 +103,34 @@ TEST(Session, SymbolsBoundAtCompileTime) {
   EXPECT_TRUE(tensors_close(out[0], reference::run(ir::bind_symbols(g, o.bind), inputs)[0]));
 }
 
+// A compiled graph and its clones compile each extent once between them: an extent one compiled is made
+// executable by the other from the same compile result, and both run it correctly.
+TEST(Session, ClonesShareTheExtentsCompiledByEachOther) {
+  const ir::Shape rows(std::vector<ir::Dim>{ir::Dim::symbol("S"), ir::Dim(4)});
+  compile::CompileOptions o;
+  o.bind = {{"S", 6}};
+  ir::Graph g("rows");
+  g.add_output(g.softmax(g.mul(g.input("x", rows), g.param("w", {4})), 0), "y");  // over S: the extent matters
+  auto original = Session().compile(g, o);
+  std::mt19937_64 rng(rlx::testing::test_seed());
+  original.set_param("w", rlx::testing::random_tensor(ir::DType::F32, {4}, rng));
+  auto clone = original.clone();
+  original.set_active_extent(3);
+  clone.set_active_extent(3);
+  EXPECT_EQ(&clone.compile_result(), &original.compile_result());  // not compiled again
+  clone.set_active_extent(2);  // first compiled by the clone, then used by the original
+  original.set_active_extent(2);
+  EXPECT_EQ(&clone.compile_result(), &original.compile_result());
+  for (std::int64_t s : {2, 3, 6}) {
+    original.set_active_extent(s);
+    clone.set_active_extent(s);
+    const ir::Tensor x = rlx::testing::random_tensor(ir::DType::F32, {s, 4}, rng);
+    const ir::Tensor want = original.run({{"x", x}})[0];
+    EXPECT_TRUE(rlx::testing::tensors_close(clone.run({{"x", x}})[0], want)) << "S=" << s;
+    EXPECT_EQ(want.shape(), (std::vector<std::int64_t>{s, 4}));
+  }
+}
+
 // What set_active_extent refuses, naming what depends on the symbol: a param (every extent shares the params),
 // a handle (it moves from extent to extent) and an output fed into a handle. A refusal leaves the extent as it was.
 TEST(Session, ActiveExtentRefusesWhatDependsOnTheSymbol) {

@@ -188,6 +188,9 @@ class Backend {
     std::unique_ptr<ExecutableGraph> exe;
   };
   Compiled compile(const ir::Graph& graph, const compile::CompileOptions& options = {});
+  // compile's second half: an executable of a result compile() made before (for this backend, with `options`).
+  std::unique_ptr<ExecutableGraph> executable(const compile::CompileResult& result,
+                                              const compile::CompileOptions& options);
   // Ops a graph may use here: every op whose dispatch tier is not unsupported.
   std::set<ir::OpKind> supported_ops() const;
 };

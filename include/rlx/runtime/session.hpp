@@ -97,7 +97,8 @@ class CompiledGraph {
   // active_extent: later runs use `extent` for a symbolic dim bound at compile time (CompileOptions::bind), from 1
   // up to its bound; nullopt (or the bound) restores the bound. Inputs and outputs then have that extent's shapes
   // (input_specs(), output_specs() and compile_result() describe the graph that runs). As XLA and TensorRT's
-  // profiles do, the graph is compiled once per extent, on first use, and kept: every extent's executable reads
+  // profiles do, the graph is compiled once per extent, on first use, and kept (its clones share the compile
+  // results, and only make an extent executable for themselves): every extent's executable reads
   // the same params (ExecutableGraph::share_params_from: none is copied), and bound handles and their feeds move
   // with the extent (a handle's shape must not depend on the symbol). The first form needs the graph to bind one
   // symbol. rlx::Error for an extent out of range, an unknown symbol, or a backend without the capability.
@@ -165,6 +166,13 @@ class CompiledGraph {
     std::vector<IoSpec> inputs, outputs;
   };
   std::map<std::vector<std::int64_t>, Variant> variants_;
+  // Every extent's compile result, shared by a compiled graph and its clones: an extent one of them compiled is
+  // only made executable again by the others (Backend::executable), not compiled again.
+  struct CompiledExtents {
+    std::mutex mutex;
+    std::map<std::vector<std::int64_t>, std::shared_ptr<const compile::CompileResult>> results;
+  };
+  std::shared_ptr<CompiledExtents> compiled_extents_;
   std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output) given to feed_handle
   bool profiling_ = false;
   std::shared_ptr<std::vector<bool>> params_set_;  // shared by clones, like the weights
