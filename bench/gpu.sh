@@ -132,13 +132,18 @@ cuda() {
   fi
   [ "$part" = bench ] && return
   echo "## the CUDA backend's own tests, the capability tests on CUDA, and the nccl engine on one GPU"
-  # distributed_test_nccl: the nccl engine at world size 1, device memory and a CUDA handle's address.
-  for b in $(cd "$r/bin" && ls cuda_test_* runtime_test_capabilities distributed_test_nccl 2>/dev/null); do
+  # distributed_test_nccl: the nccl engine at world size 1, device memory and a CUDA handle's address. The
+  # data- and tensor-parallel tests at world size 1 on the nccl engine: the Trainer and the sharded encoder block
+  # on CUDA, as the multi-GPU run (bench/gpu.sh nccl) runs them on each rank.
+  for b in $(cd "$r/bin" && ls cuda_test_* runtime_test_capabilities distributed_test_nccl \
+    distributed_test_data_parallel distributed_test_tensor_parallel 2>/dev/null); do
     local filter='*'
     [ "$b" = runtime_test_capabilities ] && filter='*cuda*:*Cuda*:AdvisoryCapabilities.*'
+    case $b in distributed_test_data_parallel | distributed_test_tensor_parallel) export RLX_DISTRIBUTED=nccl ;; esac
     timeout 120 "$r/bin/$b" --gtest_filter="$filter" >"$out/$b.log" 2>&1
     echo "$b: exit $? | $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]' "$out/$b.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED  \] [A-Z]|Failure|rror' "$out/$b.log" | head -20
+    unset RLX_DISTRIBUTED
   done
   # NVRTC's time (tens of ms per kernel) dominates the suites: each binary runs as gtest shards, one per core.
   local shards
