@@ -41,9 +41,6 @@ using detail::Deadline;
 using detail::Socket;
 
 constexpr std::uint32_t kMagic = 0x524C5854;  // "RLXT"
-// From this size on, an all_reduce among more than 2 ranks runs as a reduce-scatter and an all-gather (two
-// exchanges, 2 (W - 1) / W of the message each way) rather than one gather of everything ((W - 1) times it).
-constexpr std::size_t kSplitAllReduceBytes = std::size_t(64) << 10;
 enum class Kind : std::uint32_t { Hello = 1, AllGather, ReduceScatter, Broadcast, PointToPoint, Barrier };
 
 std::string_view kind_name(std::uint32_t kind) {

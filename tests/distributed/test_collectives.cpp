@@ -70,6 +70,22 @@ TEST(Collectives, AllReduceSumIsTakenInRankOrder) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[i], want[i]) << "element " << i;
 }
 
+// Past kSplitAllReduceBytes, beyond 2 ranks, all_reduce runs as a reduce-scatter then an all-gather (the
+// engines' default and tcp's): the sums stay rank-ordered bit for bit, the leftover count % W elements too.
+TEST(Collectives, ALargeAllReduceIsStillTakenInRankOrder) {
+  auto c = comm();
+  if (!c.rank_ordered_sums() && c.world_size() > 2)
+    GTEST_SKIP() << "engine " << c.engine() << " sums in its own order (NCCL's ring or tree), not rank order";
+  const std::size_t n = distributed::kSplitAllReduceBytes / sizeof(float) + 1;  // past the size; n % 3 == 2
+  std::vector<float> data = contribution(c.rank(), n), want = contribution(0, n);
+  for (int r = 1; r < c.world_size(); ++r) {
+    const auto v = contribution(r, n);
+    for (std::size_t i = 0; i < n; ++i) want[i] += v[i];
+  }
+  c.all_reduce(data);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[i], want[i]) << "element " << i << " of " << n;
+}
+
 TEST(Collectives, AllReduceOutOfPlaceLeavesItsInputAlone) {
   auto c = comm();
   const std::size_t n = 37;

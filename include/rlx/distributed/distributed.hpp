@@ -93,7 +93,8 @@ class Engine {
   virtual int world_size() const = 0;
   // out = every rank's `in`, concatenated in rank order (out.count = in.count * world_size).
   virtual void all_gather(ConstBuffer in, Buffer out) = 0;
-  // In place. The default gathers every rank's data and reduces it in rank order.
+  // In place. The default gathers every rank's data and reduces it in rank order; beyond 2 ranks, a message of
+  // kSplitAllReduceBytes or more goes through reduce_scatter then all_gather (the same rank-ordered sums).
   virtual void all_reduce(Buffer data, ReduceOp op);
   // out = the op over every rank's `in` (same count, dtype and memory; not overlapping). The default copies host
   // memory into out and reduces it in place; an engine that takes device memory overrides it.
@@ -112,6 +113,10 @@ class Engine {
   virtual bool takes_device_memory() const { return false; }
   virtual std::shared_ptr<DeviceMemory> allocate_device(std::size_t bytes);
 };
+
+// From this size on, an all_reduce among more than 2 ranks is a reduce-scatter then an all-gather (Engine's
+// default, and the tcp engine's): two exchanges of 2 (W - 1) / W of the message, not one of (W - 1) times it.
+inline constexpr std::size_t kSplitAllReduceBytes = std::size_t(64) << 10;
 
 // out = op over `parts` (world contiguous chunks of out.count elements each, in `in`), taken in chunk order:
 // ((p0 op p1) op p2) ... The reduction every rank-ordered engine uses.
