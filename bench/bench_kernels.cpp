@@ -110,12 +110,7 @@ void amp_encoder(const Session& session, int reps) {
   Runner amp(session.compile(g, bf16), params, inputs);
   f32();
   amp();
-  const ir::Tensor &a = f32.outputs()[0], &b = amp.outputs()[0];
-  double gap = 0, top = 0;
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    gap = std::max(gap, std::abs(double(a.data_as<float>()[i]) - double(b.data_as<float>()[i])));
-    top = std::max(top, std::abs(double(a.data_as<float>()[i])));
-  }
+  const double gap = max_abs_diff(f32.outputs()[0], amp.outputs()[0]), top = max_abs(f32.outputs()[0]);
   std::size_t lowered = 0;
   for (const auto& e : amp.graph().compile_result().precision.entries) lowered += e.dtype == ir::DType::BF16;
   auto s = interleave({{"rlx", std::ref(f32)}, {"rlx_bf16_amp", std::ref(amp)}}, {.reps = reps});

@@ -42,19 +42,6 @@ dist::ConstBuffer device_input(const runtime::DeviceAddress& a) {
   return {a.data, a.bytes / sizeof(float), ir::DType::F32, dist::Memory::Device};
 }
 
-double worst_gap(const ir::Tensor& got, const ir::Tensor& want) {
-  double worst = 0;
-  for (std::int64_t i = 0; i < want.numel(); ++i)
-    worst = std::max(worst, std::abs(double(got.data_as<float>()[i]) - double(want.data_as<float>()[i])));
-  return worst;
-}
-
-double largest(const ir::Tensor& t) {
-  double m = 0;
-  for (std::int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::abs(double(t.data_as<float>()[i])));
-  return m;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -127,7 +114,7 @@ int main(int argc, char** argv) try {
     tp_output = [&] { return cur; };
   }
   tp_step();
-  const double gap = worst_gap(tp_output(), want), scale = largest(want);
+  const double gap = max_abs_diff(tp_output(), want), scale = max_abs(want);
   if (!(gap <= 1e-4 * std::max(1.0, scale)))
     throw Error("bench_tensor_parallel: rank " + std::to_string(rank) + ": the sharded block is " +
                 std::to_string(gap) + " from the whole block's y (largest |y| " + std::to_string(scale) + ")");

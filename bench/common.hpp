@@ -152,6 +152,19 @@ class Runner {
 
 inline unsigned cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+// The largest |t| and the largest |a - b| over f32 tensors of one size: a benchmark's own check of its output.
+inline double max_abs(const ir::Tensor& t) {
+  double m = 0;
+  for (std::int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::abs(double(t.data_as<float>()[i])));
+  return m;
+}
+inline double max_abs_diff(const ir::Tensor& a, const ir::Tensor& b) {
+  double m = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i)
+    m = std::max(m, std::abs(double(a.data_as<float>()[i]) - double(b.data_as<float>()[i])));
+  return m;
+}
+
 // memcpy split over all cores: both the copy-bandwidth limit and the peer of
 // the (multi-threaded) fused elementwise kernel.
 inline void parallel_memcpy(void* dst, const void* src, std::size_t n) {

@@ -554,10 +554,7 @@ bool Lowering::absorb_narrowed_param(const Node& n) {
   if (!bt_.matmul_narrowed_params || n.op != OpKind::Cast || n.dtype != DType::BF16 || is_output_[n.id] ||
       users_[n.id].empty())
     return false;
-  const Node& param = g_.node(n.inputs[0]);
-  if (param.op != OpKind::Param || param.dtype != DType::F32 || !param.shape.is_static() || param.shape.rank() != 2 ||
-      param.shape.numel() == 0)
-    return false;
+  if (!is_narrowable_weight(g_.node(n.inputs[0]))) return false;
   std::vector<int> kernels;
   for (auto u : users_[n.id]) {
     const Node& widened = g_.node(u);

@@ -32,6 +32,11 @@ std::string PrecisionReport::to_text() const {
   return out;
 }
 
+bool is_narrowable_weight(const ir::Node& param) {
+  return param.op == ir::OpKind::Param && param.dtype == ir::DType::F32 && param.shape.is_static() &&
+         param.shape.rank() == 2 && param.shape.numel() > 0;
+}
+
 namespace passes {
 
 ir::Graph auto_mixed_precision(const ir::Graph& g, Precision policy, const BackendTraits& backend,
@@ -60,9 +65,8 @@ ir::Graph auto_mixed_precision(const ir::Graph& g, Precision policy, const Backe
     // A weight the backend rounds and packs once (matmul_narrowed_params: a static [K, N] f32 param read as B)
     // costs nothing per run, so such a matmul pays from one row; any other B is cast every run.
     const ir::Node* b = n.op == ir::OpKind::MatMul && n.inputs.size() == 2 ? &g.node(n.inputs[1]) : nullptr;
-    const bool weight_packed_once = low == ir::DType::BF16 && backend.matmul_narrowed_params && b &&
-                                    b->op == ir::OpKind::Param && b->dtype == ir::DType::F32 && b->shape.is_static() &&
-                                    b->shape.rank() == 2;
+    const bool weight_packed_once =
+        low == ir::DType::BF16 && backend.matmul_narrowed_params && b && is_narrowable_weight(*b);
     if (n.op == ir::OpKind::MatMul && backend.low_precision_matmul_min_rows > 0 && !weight_packed_once) {
       const auto& dims = n.shape.dims();
       std::int64_t rows = 1;

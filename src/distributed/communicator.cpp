@@ -108,7 +108,7 @@ void Engine::all_reduce(Buffer data, ReduceOp op) {
   // order by rank r) and all_gather: the same sums as gathering everything, with 2 (W - 1) / W of the message moved
   // each way by an engine whose reduce_scatter sends each rank its chunk only (MPI's: MPI_Alltoall).
   const std::size_t chunk = data.count / world, esize = ir::dtype_size(data.dtype);
-  if (world > 2 && data.bytes() >= kSplitAllReduceBytes) {
+  if (splits_all_reduce(world_size(), data.bytes())) {
     auto* base = static_cast<std::byte*>(data.data);
     std::byte* mine = base + static_cast<std::size_t>(rank()) * chunk * esize;
     reduce_scatter({data.data, chunk * world, data.dtype}, {mine, chunk, data.dtype}, op);

@@ -98,27 +98,26 @@ class TcpEngine final : public Engine {
   void all_gather(ConstBuffer in, Buffer out) override { gather(in, out, "all_gather"); }
 
   void all_reduce(Buffer data, ReduceOp op) override {
-    // Beyond 2 ranks, a large message is reduced as a reduce-scatter then an all-gather: rank r adds chunk r of
-    // every rank's data in rank order, then every rank gathers the chunks. The sums are those of gathering every
-    // rank's data and adding it in rank order, but each rank sends and receives 2 (W - 1) / W of the message
-    // instead of (W - 1) times it. At 2 ranks both move the message once, and one exchange beats two.
-    const auto world = static_cast<std::size_t>(world_);
-    const std::size_t chunk = data.count / world, esize = ir::dtype_size(data.dtype);
-    if (world_ > 2 && data.bytes() >= kSplitAllReduceBytes) {
-      auto* base = static_cast<std::byte*>(data.data);
-      const Buffer mine{base + static_cast<std::size_t>(rank_) * chunk * esize, chunk, data.dtype};
-      scatter_reduce({data.data, chunk * world, data.dtype}, mine, op, "all_reduce");
-      gather({mine.data, chunk, data.dtype}, {data.data, chunk * world, data.dtype}, "all_reduce");
-      // The last count % W elements (fewer than W), gathered whole.
-      if (const std::size_t rest = data.count - chunk * world; rest > 0)
-        gather_reduce({base + chunk * world * esize, rest, data.dtype}, op);
-      return;
-    }
+    // Beyond 2 ranks a large message takes Engine's split (this engine's reduce_scatter, then all_gather: each
+    // rank moves 2 (W - 1) / W of it); otherwise everything is gathered into the scratch and added in rank order.
+    if (splits_all_reduce(world_, data.bytes())) return Engine::all_reduce(data, op);
     gather_reduce(data, op);
   }
 
+  // Chunk p of this rank's `in` goes to rank p; chunk `rank` of every rank's comes here and is reduced into `out`
+  // in rank order. `out` may be chunk `rank` of `in` itself (Engine's all_reduce): it is written after every chunk
+  // has been sent.
   void reduce_scatter(ConstBuffer in, Buffer out, ReduceOp op) override {
-    scatter_reduce(in, out, op, "reduce_scatter");
+    const std::size_t n = out.bytes(), world = static_cast<std::size_t>(world_);
+    const auto* src = static_cast<const std::byte*>(in.data);
+    std::byte* mine = scratch(n * world);
+    std::memcpy(mine + static_cast<std::size_t>(rank_) * n, src + static_cast<std::size_t>(rank_) * n, n);
+    std::vector<Io> ios;
+    for (int p = 0; p < world_; ++p)
+      if (p != rank_)
+        ios.push_back(both(p, src + static_cast<std::size_t>(p) * n, n, mine + static_cast<std::size_t>(p) * n, n));
+    exchange(ios, Kind::ReduceScatter, "reduce_scatter");
+    reduce_in_order({mine, out.count * world, out.dtype}, world_, out, op);
   }
 
   void broadcast(Buffer data, int root) override {
@@ -182,21 +181,6 @@ class TcpEngine final : public Engine {
     std::byte* gathered = scratch(data.bytes() * world);
     gather({data.data, data.count, data.dtype}, {gathered, data.count * world, data.dtype}, "all_reduce");
     reduce_in_order({gathered, data.count * world, data.dtype}, world_, data, op);
-  }
-
-  // Chunk p of this rank's `in` goes to rank p; chunk `rank` of every rank's comes here and is reduced into `out`
-  // in rank order. `out` may be chunk `rank` of `in` itself: it is written after every chunk has been sent.
-  void scatter_reduce(ConstBuffer in, Buffer out, ReduceOp op, std::string_view name) {
-    const std::size_t n = out.bytes(), world = static_cast<std::size_t>(world_);
-    const auto* src = static_cast<const std::byte*>(in.data);
-    std::byte* mine = scratch(n * world);
-    std::memcpy(mine + static_cast<std::size_t>(rank_) * n, src + static_cast<std::size_t>(rank_) * n, n);
-    std::vector<Io> ios;
-    for (int p = 0; p < world_; ++p)
-      if (p != rank_)
-        ios.push_back(both(p, src + static_cast<std::size_t>(p) * n, n, mine + static_cast<std::size_t>(p) * n, n));
-    exchange(ios, Kind::ReduceScatter, name);
-    reduce_in_order({mine, out.count * world, out.dtype}, world_, out, op);
   }
 
   void gather(ConstBuffer in, Buffer out, std::string_view op) {

@@ -114,6 +114,10 @@ struct BackendTraits {
   bool arena_reuse_across_dtypes = true;
 };
 
+// The weights BackendTraits::matmul_narrowed_params covers: a static, non-empty [K, N] f32 param. The precision
+// pass (no row floor for them) and the lowering (the cast joins the matmul) ask the same question.
+bool is_narrowable_weight(const ir::Node& param);
+
 // Auto-mixed precision (the precision pass, docs/precision.md): f32 runs everything as written; bf16 and f16
 // run matmuls and convolutions in that type with f32 accumulation where the backend has faster kernels for
 // them, while reductions, softmax, norms and losses stay f32.

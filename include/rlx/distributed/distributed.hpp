@@ -117,6 +117,9 @@ class Engine {
 // From this size on, an all_reduce among more than 2 ranks is a reduce-scatter then an all-gather (Engine's
 // default, and the tcp engine's): two exchanges of 2 (W - 1) / W of the message, not one of (W - 1) times it.
 inline constexpr std::size_t kSplitAllReduceBytes = std::size_t(64) << 10;
+inline bool splits_all_reduce(int world_size, std::size_t bytes) {
+  return world_size > 2 && bytes >= kSplitAllReduceBytes;
+}
 
 // out = op over `parts` (world contiguous chunks of out.count elements each, in `in`), taken in chunk order:
 // ((p0 op p1) op p2) ... The reduction every rank-ordered engine uses.
