@@ -195,6 +195,10 @@ int decode_bench(const std::filesystem::path& dir, bool smoke) {
       const auto key = fmt::format("llm_{}", name);
       const std::vector<float> logits = decode(path, key, false, prompt, tokens, copy, device);
       if (type != gguf::GgmlType::Q4_1) continue;
+      if (!smoke) {  // each kernel launched after the previous one ends, to compare with the programmatic launches
+        env::ScopedOverride serial("RLX_CUDA_PROGRAMMATIC_LAUNCH", "0");
+        decode(path, key + "_serial", false, prompt, tokens, copy, device);
+      }
       // The peer's inputs, and RLX's first logits in both modes for its comparison.
       const std::vector<float> exact = decode(path, key + "_f32act", true, prompt, tokens, copy, device);
       write_dequantized(gguf::File::open(path), s, dir, prompt, tokens);
@@ -274,6 +278,15 @@ int main(int argc, char** argv) {
       std::vector<void*> no_out(o.out.size(), nullptr);
       report("overhead_3k_resident_us", median_wall_s([&] { exe.run_read_outputs(no_in, no_out); }, 500, 2000) * 1e6,
              "us");
+      {
+        // The same graph with each kernel launched after the previous one ends (no programmatic launches).
+        env::ScopedOverride serial("RLX_CUDA_PROGRAMMATIC_LAUNCH", "0");
+        auto os = prepare(*backend, small);
+        auto& se = *os.compiled.exe;
+        se.bind_handle(0, os.in[0], os.inputs[0].size());
+        report("overhead_3k_resident_serial_us",
+               median_wall_s([&] { se.run_read_outputs(no_in, no_out); }, 500, 2000) * 1e6, "us");
+      }
       exe.set_profiling(true);
       exe.run_read_outputs(no_in, no_out);
       double busy = 0;

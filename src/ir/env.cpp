@@ -69,6 +69,10 @@ const std::vector<Var>& catalog() {
       {"RLX_CUDA_GEMM_EPILOGUE", Type::Bool, "1",
        "0: a matmul's bias, residual and relu run as a kernel of their own after cuBLASLt instead of in its "
        "epilogue; to compare the two."},
+      {"RLX_CUDA_PROGRAMMATIC_LAUNCH", Type::Bool, "1",
+       "0: the CUDA backend launches each kernel after the one before it has ended, instead of programmatically "
+       "(on sm_90 and later a generated kernel's launch overlaps the previous kernel's run and waits at its entry "
+       "for that kernel's end); to compare the two."},
       {"RLX_DISPATCH_REPORT", Type::Bool, "0",
        "1: print each compile's dispatch report (every op's tier on the backend, and why) to stderr."},
       {"RLX_SMOLLM2_GGUF", Type::String, "",

@@ -82,6 +82,7 @@ using std::min;
 #define RLX_COMBINE_ENTRY inline void
 #define RLX_SHARED(name) rlx_f4* name = g_shared.data()
 #define RLX_SYNC() g_barrier->arrive_and_wait()
+#define RLX_GRID_WAIT() (void)0
 #define RLX_SYNC_OR(p) sync_or(p)
 #define RLX_SHFL(v, o) shuffle((v), (o))
 #define RLX_UNROLL
@@ -428,6 +429,15 @@ TEST(CudaAttention, TheProgramsCompile) {
       AttentionLaunch l;
       std::string why;
       ASSERT_TRUE(plan_attention(lir, *attention_kernel(lir), dev, &l, &why)) << why;
+      // Both entries (the kernel and the combine of key splits) wait for the previous grid first: the backend
+      // launches them programmatically.
+      const auto waits = [&](const std::string& entry) {
+        const auto at = l.source.find(entry + "(");
+        return at != std::string::npos &&
+               l.source.find("RLX_GRID_WAIT();", at) < l.source.find(';', l.source.find('{', at));
+      };
+      EXPECT_TRUE(waits(l.entry));
+      EXPECT_TRUE(waits(l.combine_entry));
       EXPECT_GT(compile_for_arch(l.source, "sm_90"), 0u);
     }
   }

@@ -80,6 +80,7 @@ const Driver& Driver::get() {
     RLX_LOAD(d, cuModuleGetFunction);
     RLX_LOAD(d, cuFuncSetAttribute);
     RLX_LOAD(d, cuLaunchKernel);
+    RLX_LOAD(d, cuLaunchKernelEx);
     if (!missing.empty())
       return fmt::format("the NVIDIA driver ({}) lacks {}: it is older than CUDA 12", d.lib.name(), missing);
     if (CUresult r = d.cuInit(0); r != CUDA_SUCCESS) {

@@ -73,6 +73,7 @@ struct Driver {
   RLX_CUDA_FN(cuModuleGetFunction);
   RLX_CUDA_FN(cuFuncSetAttribute);
   RLX_CUDA_FN(cuLaunchKernel);
+  RLX_CUDA_FN(cuLaunchKernelEx);
 
   // The process's driver, loaded and initialised once; throws rlx::Error saying why it is not usable.
   static const Driver& get();

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string_view>
 
+#include "rlx/codegen/c.hpp"
 #include "rlx/ir/tensor.hpp"
 
 namespace rlx::backends::cuda {
@@ -29,6 +30,7 @@ constexpr std::string_view kHead = R"(
 #define RLX_COMBINE_ENTRY extern "C" __global__ void __launch_bounds__(RLX_CNT)
 #define RLX_SHARED(name) extern __shared__ rlx_f4 name[]
 #define RLX_SYNC() __syncthreads()
+#define RLX_GRID_WAIT() rlx_grid_dependency_wait()
 #define RLX_SYNC_OR(p) __syncthreads_or(p)
 #define RLX_SHFL(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))
 #define RLX_UNROLL _Pragma("unroll")
@@ -147,7 +149,8 @@ bool plan_attention(const compile::LirModule& lir, const compile::Kernel& k, con
     defs += fmt::format("#define RLX_{0}SB {1}LL\n#define RLX_{0}SH {2}LL\n#define RLX_{0}SS {3}LL\n", name,
                         s->strides[0], s->strides[1], s->strides[2]);
   AttentionLaunch l;
-  l.source = defs + std::string(kHead) + std::string(kKernel) + "\n" + std::string(kCombine) + "\n";
+  l.source = defs + std::string(kHead) + std::string(codegen::c::kCudaGridDependencyWait) + std::string(kKernel) +
+             "\n" + std::string(kCombine) + "\n";
   l.block = unsigned(2 * bq);
   l.grid = unsigned(std::min<std::int64_t>(items(bq) * splits, std::numeric_limits<std::int32_t>::max()));
   l.shared = unsigned(4 * shared_floats(bq, D, vs));

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "backends/cuda/layout.hpp"
+#include "rlx/codegen/c.hpp"
 #include "rlx/ir/dtype.hpp"
 
 namespace rlx::backends::cuda {
@@ -78,6 +79,7 @@ template <int T>
 static __device__ __forceinline__ void rlx_qmm(const float* __restrict__ x, const unsigned char* __restrict__ w,
                                                float* __restrict__ y, long long M, long long N, long long K,
                                                long long q8) {
+  rlx_grid_dependency_wait();  // first: a programmatic dependent launch is safe (codegen/c.hpp)
   typedef rlx_qt<T> Q;
   const int lane = threadIdx.x & 31;
   const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
@@ -129,6 +131,7 @@ static __device__ __forceinline__ void rlx_qmm(const float* __restrict__ x, cons
 template <int T>
 static __device__ __forceinline__ void rlx_deq(const unsigned char* __restrict__ x, float* __restrict__ y,
                                                long long nblocks) {
+  rlx_grid_dependency_wait();  // first: a programmatic dependent launch is safe (codegen/c.hpp)
   typedef rlx_qt<T> Q;
   const long long total = nblocks * Q::parts, step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
@@ -154,6 +157,7 @@ template <int T>
 static __device__ __forceinline__ void rlx_emb(const unsigned char* __restrict__ table, const void* __restrict__ ids,
                                                float* __restrict__ out, long long R, long long nbrow, long long vocab,
                                                long long ids64) {
+  rlx_grid_dependency_wait();  // first: a programmatic dependent launch is safe (codegen/c.hpp)
   typedef rlx_qt<T> Q;
   const long long per_row = nbrow * Q::parts, total = R * per_row, step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
@@ -173,6 +177,7 @@ template <class E>
 static __device__ __forceinline__ void rlx_emb_plain(const E* __restrict__ table, const void* __restrict__ ids,
                                                      E* __restrict__ out, long long R, long long D, long long vocab,
                                                      long long ids64) {
+  rlx_grid_dependency_wait();  // first: a programmatic dependent launch is safe (codegen/c.hpp)
   const long long total = R * D, step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step)
     out[i] = table[rlx_q_row(ids, i / D, ids64, vocab) * D + i % D];
@@ -237,7 +242,8 @@ const std::string& quant_program(ir::DType t) {
   std::lock_guard lock(mu);
   std::string& s = programs[type_id(t) >= 0 ? t : ir::DType::F32];
   if (s.empty()) {
-    s = std::string(kHead) + std::string(kPartsCode) + "\n" + std::string(kKernels);
+    s = std::string(kHead) + std::string(codegen::c::kCudaGridDependencyWait) + std::string(kPartsCode) + "\n" +
+        std::string(kKernels);
     if (type_id(t) >= 0)
       s += fmt::format(fmt::runtime(kPerType), fmt::arg("id", type_id(t)), fmt::arg("name", ir::dtype_name(t)),
                        fmt::arg("bytes", ir::block_bytes(t)), fmt::arg("elems", ir::block_elems(t)));

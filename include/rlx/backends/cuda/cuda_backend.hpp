@@ -33,6 +33,9 @@ struct DeviceInfo {
   int max_shared_bytes = 48 * 1024;  // dynamic shared memory a block may opt in to (227 KiB on the H100)
   std::uint64_t memory_bytes = 0;
   int driver_version = 0;  // 13000 for CUDA 13.0
+  // sm_90 and later: a kernel may be launched while the one before it runs (programmatic dependent launch), its
+  // generated code waiting at entry for that kernel's end (codegen::c::kCudaGridDependencyWait).
+  bool programmatic_launch = false;
 };
 DeviceInfo selected_device();  // throws rlx::Error when unavailable
 
