@@ -139,16 +139,18 @@ struct CudaOptions {
 CudaModule emit_cuda(const compile::LirModule& lir, const CudaOptions& options = {});
 // Programmatic dependent launch (sm_90 and later). Every function of the CUDA dialect starts by calling
 // rlx_grid_dependency_wait(), which this text defines (the prelude carries it; a backend's own programs include
-// it too). It waits until the grid launched before it in the stream has completed and its writes are visible,
-// then lets the grid after it launch. So a backend may launch such a function with
+// it too). It lets the grid after it in the stream launch, then waits until the grid launched before it has
+// completed and its writes are visible. So a backend may launch such a function with
 // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION after another such function: its launch overlaps the
-// previous kernel's run instead of following its end, and nothing it reads or writes is touched early. Below
-// sm_90 the call is empty, and the attribute must not be used.
+// previous kernel's run instead of following its end, and nothing it reads or writes is touched early. (A grid
+// launches only once every block of the one before it has started, so the earliest unfinished grid always has
+// all its blocks running: the waits cannot deadlock.) Below sm_90 the call is empty, and the attribute must not
+// be used.
 inline constexpr std::string_view kCudaGridDependencyWait =
     R"(static __device__ __forceinline__ void rlx_grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 )";

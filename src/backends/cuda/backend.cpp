@@ -1074,8 +1074,11 @@ std::shared_ptr<Plan> build_plan(const std::shared_ptr<Context>& ctx, const comp
         l.kernel = ki;
         l.entry = ph.entry;
         l.waits_for_grid = true;
-        l.block = ph.serial ? 1 : kBlock;
-        l.grid = ph.serial ? 1 : unsigned(std::min<std::int64_t>((ph.iterations + kBlock - 1) / kBlock, max_grid));
+        // A phase of fewer iterations than a block (a warp reducing a short row) gets the whole warps it needs:
+        // a smaller block starts sooner.
+        const auto block = unsigned(std::min<std::int64_t>(kBlock, (ph.iterations + 31) / 32 * 32));
+        l.block = ph.serial ? 1 : block;
+        l.grid = ph.serial ? 1 : unsigned(std::min<std::int64_t>((ph.iterations + block - 1) / block, max_grid));
         l.operands = operands;
         plan->launches.push_back(std::move(l));
         seg.launches.push_back(plan->launches.size() - 1);
