@@ -61,19 +61,19 @@ bool same_specs(const std::vector<CompiledGraph::IoSpec>& a, const std::vector<C
 
 CompiledGraph::CompiledGraph(std::shared_ptr<const compile::CompileResult> result, std::unique_ptr<ExecutableGraph> exe,
                              Device device, std::shared_ptr<const Source> source)
-    : result_(std::move(result)), exe_(std::move(exe)), source_(std::move(source)), device_(device) {
-  auto specs = io_specs(result_->lir);
-  inputs_ = std::move(specs.inputs);
+    : active_{std::move(result), std::move(exe), {}, {}}, source_(std::move(source)), device_(device) {
+  auto specs = io_specs(active_.result->lir);
+  active_.inputs = std::move(specs.inputs);
   params_ = std::move(specs.params);
-  outputs_ = std::move(specs.outputs);
+  active_.outputs = std::move(specs.outputs);
   if (source_) {
     for (const auto& [symbol, bound] : source_->options.bind) extents_.push_back(bound);
     compiled_extents_ = std::make_shared<CompiledExtents>();
-    compiled_extents_->results.emplace(extents_, result_);
+    compiled_extents_->results.emplace(extents_, active_.result);
   }
   params_set_ = std::make_shared<std::vector<bool>>(params_.size(), false);
-  handles_.assign(inputs_.size(), false);
-  for (const auto& [name, value] : result_->promoted_params) set_param(name, value);
+  handles_.assign(active_.inputs.size(), false);
+  for (const auto& [name, value] : active_.result->promoted_params) set_param(name, value);
 }
 
 std::size_t CompiledGraph::param_index(std::string_view name, const char* method) const {
@@ -89,7 +89,7 @@ void CompiledGraph::set_param(std::string_view name, const ir::TensorView& value
   const std::size_t i = param_index(name, "set_param");
   check_value("param", params_[i], value);
   auto held = lock();
-  exe_->set_param(i, value.data, value.nbytes);
+  active_.exe->set_param(i, value.data, value.nbytes);
   (*params_set_)[i] = true;
 }
 
@@ -98,7 +98,7 @@ void CompiledGraph::share_param(std::string_view name, const ir::TensorView& val
   const std::size_t i = param_index(name, "share_param");
   check_value("param", params_[i], value);
   auto held = lock();
-  exe_->share_param(i, value.data, value.nbytes, owner);
+  active_.exe->share_param(i, value.data, value.nbytes, owner);
   (*params_set_)[i] = true;
 }
 
@@ -107,56 +107,57 @@ void CompiledGraph::bind_inputs(std::span<const NamedTensor> inputs) {
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (!(*params_set_)[i]) throw Error("run: param '" + params_[i].name + "' has not been set (call set_param first)");
   auto& ptrs = in_ptrs_;
-  ptrs.assign(inputs_.size(), nullptr);
+  ptrs.assign(active_.inputs.size(), nullptr);
   for (const auto& in : inputs) {
     std::size_t i = 0;
-    while (i < inputs_.size() && inputs_[i].name != in.name) ++i;
-    if (i == inputs_.size()) {
+    while (i < active_.inputs.size() && active_.inputs[i].name != in.name) ++i;
+    if (i == active_.inputs.size()) {
       std::string known;
-      for (const auto& s : inputs_) known += (known.empty() ? "" : ", ") + s.name;
+      for (const auto& s : active_.inputs) known += (known.empty() ? "" : ", ") + s.name;
       throw Error("run: the graph has no input named '" + in.name + "' (inputs: " + known + ")");
     }
     if (ptrs[i]) throw Error("run: input '" + in.name + "' is given twice");
     if (handles_[i]) throw Error("run: input '" + in.name + "' is bound to a handle (bind_handle); leave it out");
-    check_value("input", inputs_[i], in.value);
+    check_value("input", active_.inputs[i], in.value);
     ptrs[i] = in.value.data ? in.value.data : this;  // any non-null pointer for zero-size inputs
   }
-  for (std::size_t i = 0; i < inputs_.size(); ++i)
-    if (!ptrs[i] && !handles_[i]) throw Error("run: input '" + inputs_[i].name + "' is missing");
+  for (std::size_t i = 0; i < active_.inputs.size(); ++i)
+    if (!ptrs[i] && !handles_[i]) throw Error("run: input '" + active_.inputs[i].name + "' is missing");
 }
 
 void CompiledGraph::run_into(std::span<const NamedTensor> inputs, std::span<ir::Tensor> outputs) {
   auto held = lock();
   bind_inputs(inputs);
-  if (outputs.size() != outputs_.size())
-    throw Error("run_into: expected " + std::to_string(outputs_.size()) + " outputs, got " +
+  if (outputs.size() != active_.outputs.size())
+    throw Error("run_into: expected " + std::to_string(active_.outputs.size()) + " outputs, got " +
                 std::to_string(outputs.size()));
   out_ptrs_.resize(outputs.size());
   for (std::size_t j = 0; j < outputs.size(); ++j) {
-    check_value("output", outputs_[j], ir::view(outputs[j]));
+    check_value("output", active_.outputs[j], ir::view(outputs[j]));
     out_ptrs_[j] = outputs[j].data();
   }
   {
     RunControl::Scope scope(*control_);
-    exe_->run(in_ptrs_, out_ptrs_);
+    active_.exe->run(in_ptrs_, out_ptrs_);
   }
 }
 
 void CompiledGraph::run_raw(std::span<const NamedTensor> inputs, std::span<void* const> outputs) {
   auto held = lock();
   bind_inputs(inputs);
-  if (outputs.size() != outputs_.size())
-    throw Error("run: expected " + std::to_string(outputs_.size()) + " outputs, got " + std::to_string(outputs.size()));
+  if (outputs.size() != active_.outputs.size())
+    throw Error("run: expected " + std::to_string(active_.outputs.size()) + " outputs, got " +
+                std::to_string(outputs.size()));
   {
     RunControl::Scope scope(*control_);
-    exe_->run(in_ptrs_, outputs);
+    active_.exe->run(in_ptrs_, outputs);
   }
 }
 
 std::vector<ir::Tensor> CompiledGraph::run(std::span<const NamedTensor> inputs) {
   std::vector<ir::Tensor> outs;
-  outs.reserve(outputs_.size());
-  for (const auto& s : outputs_) outs.emplace_back(s.dtype, s.shape);
+  outs.reserve(active_.outputs.size());
+  for (const auto& s : active_.outputs) outs.emplace_back(s.dtype, s.shape);
   run_into(inputs, outs);
   return outs;
 }
@@ -170,7 +171,7 @@ std::vector<ir::Tensor> CompiledGraph::run(const std::map<std::string, ir::Tenso
 
 CompiledGraph CompiledGraph::clone() const {
   auto held = lock();
-  CompiledGraph c(result_, exe_->clone(), device_, source_);
+  CompiledGraph c(active_.result, active_.exe->clone(), device_, source_);
   c.params_set_ = params_set_;
   c.extents_ = extents_;  // at the same extent; others are made executable from the shared results on demand
   c.compiled_extents_ = compiled_extents_;
@@ -198,9 +199,9 @@ void CompiledGraph::set_active_extent(std::optional<std::int64_t> extent) { set_
 
 void CompiledGraph::set_active_extent(std::string_view symbol, std::optional<std::int64_t> extent) {
   auto held = lock();
-  if (!exe_->capabilities().active_extent)
+  if (!active_.exe->capabilities().active_extent)
     throw Error(fmt::format("set_active_extent: backend '{}' does not offer it (capability 'active_extent' is false)",
-                            exe_->backend_name()));
+                            active_.exe->backend_name()));
   if (pending_) throw Error("set_active_extent: a commit_no_wait is pending; call sync_pending first");
   const std::size_t s = bound_symbol(symbol, "set_active_extent");
   const auto& [name, bound] = source_->options.bind[s];
@@ -273,19 +274,19 @@ void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
       for (const auto& x : v) n.push_back(x.name);
       return n;
     };
-    if (names(specs.inputs) != names(inputs_) || names(specs.outputs) != names(outputs_))
+    if (names(specs.inputs) != names(active_.inputs) || names(specs.outputs) != names(active_.outputs))
       throw Error(
           fmt::format("set_active_extent: at {} the compiled graph's inputs or outputs differ from the bound's", at()));
     for (const auto& [pname, value] : result->promoted_params) {
-      auto mine = result_->promoted_params.find(pname);
-      if (mine == result_->promoted_params.end() || mine->second.nbytes() != value.nbytes() ||
+      auto mine = active_.result->promoted_params.find(pname);
+      if (mine == active_.result->promoted_params.end() || mine->second.nbytes() != value.nbytes() ||
           std::memcmp(mine->second.data(), value.data(), value.nbytes()) != 0)
         throw Error(
             fmt::format("set_active_extent: at {} the promoted constant '{}' differs from the bound's; compile "
                         "with CompileOptions::promote_constants_over_bytes = 0",
                         at(), pname));
     }
-    exe->share_params_from(*exe_);
+    exe->share_params_from(*active_.exe);
     next = Variant{std::move(result), std::move(exe), std::move(specs.inputs), std::move(specs.outputs)};
   }
   // Bound handles and their feeds move to the executable that runs next (copy_handle_to); a handle whose shape
@@ -294,47 +295,44 @@ void CompiledGraph::activate(const std::vector<std::int64_t>& extents) {
     variants_.emplace(extents, std::move(next));
     throw Error("set_active_extent: " + why);
   };
-  for (std::size_t i = 0; i < inputs_.size(); ++i)
-    if (handles_[i] && next.inputs[i].shape != inputs_[i].shape)
+  for (std::size_t i = 0; i < active_.inputs.size(); ++i)
+    if (handles_[i] && next.inputs[i].shape != active_.inputs[i].shape)
       refuse(
           fmt::format("input '{}' is bound to a handle of shape {}, which depends on the symbol (at {} it is {}); "
                       "a handle keeps its shape across extents",
-                      inputs_[i].name, type_str(inputs_[i].dtype, inputs_[i].shape), at(),
+                      active_.inputs[i].name, type_str(active_.inputs[i].dtype, active_.inputs[i].shape), at(),
                       type_str(next.inputs[i].dtype, next.inputs[i].shape)));
   for (const auto& [i, j] : feeds_)
-    if (next.outputs[j].shape != inputs_[i].shape)
-      refuse(fmt::format("output '{}' feeds the handle of input '{}', but at {} it is {}", outputs_[j].name,
-                         inputs_[i].name, at(), type_str(next.outputs[j].dtype, next.outputs[j].shape)));
+    if (next.outputs[j].shape != active_.inputs[i].shape)
+      refuse(fmt::format("output '{}' feeds the handle of input '{}', but at {} it is {}", active_.outputs[j].name,
+                         active_.inputs[i].name, at(), type_str(next.outputs[j].dtype, next.outputs[j].shape)));
   try {
-    for (std::size_t i = 0; i < inputs_.size(); ++i)
-      if (handles_[i]) exe_->copy_handle_to(i, *next.exe, spec_bytes(inputs_[i]));
+    for (std::size_t i = 0; i < active_.inputs.size(); ++i)
+      if (handles_[i]) active_.exe->copy_handle_to(i, *next.exe, spec_bytes(active_.inputs[i]));
     for (const auto& [i, j] : feeds_) next.exe->feed_handle(i, j);
-    if (exe_->capabilities().rng) next.exe->set_rng(exe_->rng());
+    if (active_.exe->capabilities().rng) next.exe->set_rng(active_.exe->rng());
     if (next.exe->capabilities().kernel_times) next.exe->set_profiling(profiling_);
   } catch (...) {
     variants_.emplace(extents, std::move(next));  // this extent still runs
     throw;
   }
-  variants_.emplace(extents_, Variant{std::move(result_), std::move(exe_), std::move(inputs_), std::move(outputs_)});
-  result_ = std::move(next.result);
-  exe_ = std::move(next.exe);
-  inputs_ = std::move(next.inputs);
-  outputs_ = std::move(next.outputs);
+  variants_.emplace(extents_, std::move(active_));
+  active_ = std::move(next);
   extents_ = extents;
 }
 
 std::string CompiledGraph::ir(std::string_view level) const {
-  if (level == "hir") return ir::to_text(result_->hir);
-  if (level == "mir") return ir::to_text(result_->mir);
-  if (level == "lir") return result_->lir.to_text();
+  if (level == "hir") return ir::to_text(active_.result->hir);
+  if (level == "mir") return ir::to_text(active_.result->mir);
+  if (level == "lir") return active_.result->lir.to_text();
   throw Error("ir: unknown level '" + std::string(level) + "' (expected hir, mir or lir)");
 }
 
 std::size_t CompiledGraph::input_index(std::string_view name, std::string_view method) const {
-  for (std::size_t i = 0; i < inputs_.size(); ++i)
-    if (inputs_[i].name == name) return i;
+  for (std::size_t i = 0; i < active_.inputs.size(); ++i)
+    if (active_.inputs[i].name == name) return i;
   std::string known;
-  for (const auto& s : inputs_) known += (known.empty() ? "" : ", ") + s.name;
+  for (const auto& s : active_.inputs) known += (known.empty() ? "" : ", ") + s.name;
   throw Error(std::string(method) + ": the graph has no input named '" + std::string(name) +
               "' (inputs: " + (known.empty() ? "none" : known) + ")");
 }
@@ -344,7 +342,7 @@ void CompiledGraph::set_param_typed(std::string_view name, const ir::TensorView&
     if (params_[i].name != name) continue;
     check_value("param", {params_[i].name, value.dtype, params_[i].shape}, value);
     auto held = lock();
-    exe_->set_param_typed(i, value);
+    active_.exe->set_param_typed(i, value);
     (*params_set_)[i] = true;
     return;
   }
@@ -356,20 +354,20 @@ std::vector<ir::Tensor> CompiledGraph::run_typed(std::span<const NamedTensor> in
   if (pending_) throw Error("run_typed: a commit_no_wait is pending; call sync_pending first");
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (!(*params_set_)[i]) throw Error("run_typed: param '" + params_[i].name + "' has not been set");
-  std::vector<ir::TensorView> views(inputs_.size());
-  std::vector<bool> given(inputs_.size(), false);
+  std::vector<ir::TensorView> views(active_.inputs.size());
+  std::vector<bool> given(active_.inputs.size(), false);
   for (const auto& in : inputs) {
     auto i = input_index(in.name, "run_typed");
     if (given[i]) throw Error("run_typed: input '" + in.name + "' is given twice");
     if (handles_[i]) throw Error("run_typed: input '" + in.name + "' is bound to a handle (bind_handle); leave it out");
-    check_value("input", {inputs_[i].name, in.value.dtype, inputs_[i].shape}, in.value);
+    check_value("input", {active_.inputs[i].name, in.value.dtype, active_.inputs[i].shape}, in.value);
     views[i] = in.value;
     given[i] = true;
   }
-  for (std::size_t i = 0; i < inputs_.size(); ++i)
-    if (!given[i] && !handles_[i]) throw Error("run_typed: input '" + inputs_[i].name + "' is missing");
+  for (std::size_t i = 0; i < active_.inputs.size(); ++i)
+    if (!given[i] && !handles_[i]) throw Error("run_typed: input '" + active_.inputs[i].name + "' is missing");
   RunControl::Scope scope(*control_);
-  return exe_->run_typed(views);
+  return active_.exe->run_typed(views);
 }
 
 std::vector<ir::Tensor> CompiledGraph::run_read_outputs(std::span<const NamedTensor> inputs,
@@ -377,19 +375,19 @@ std::vector<ir::Tensor> CompiledGraph::run_read_outputs(std::span<const NamedTen
   auto held = lock();
   bind_inputs(inputs);
   std::vector<ir::Tensor> outs;
-  out_ptrs_.assign(outputs_.size(), nullptr);
+  out_ptrs_.assign(active_.outputs.size(), nullptr);
   for (auto j : indices) {
-    if (j >= outputs_.size())
+    if (j >= active_.outputs.size())
       throw Error("run_read_outputs: output index " + std::to_string(j) + " out of range (" +
-                  std::to_string(outputs_.size()) + " outputs)");
-    outs.emplace_back(outputs_[j].dtype, outputs_[j].shape);
+                  std::to_string(active_.outputs.size()) + " outputs)");
+    outs.emplace_back(active_.outputs[j].dtype, active_.outputs[j].shape);
   }
   // Every index gets its own tensor; a repeated index is filled by a copy after the run.
   for (std::size_t k = 0; k < indices.size(); ++k)
     if (!out_ptrs_[indices[k]]) out_ptrs_[indices[k]] = outs[k].data();
   {
     RunControl::Scope scope(*control_);
-    exe_->run_read_outputs(in_ptrs_, out_ptrs_);
+    active_.exe->run_read_outputs(in_ptrs_, out_ptrs_);
   }
   for (std::size_t k = 0; k < indices.size(); ++k)
     if (out_ptrs_[indices[k]] != outs[k].data()) std::memcpy(outs[k].data(), out_ptrs_[indices[k]], outs[k].nbytes());
@@ -400,19 +398,19 @@ void CompiledGraph::commit_no_wait(std::span<const NamedTensor> inputs) {
   auto held = lock();
   bind_inputs(inputs);
   std::vector<ir::Tensor> outs;
-  for (const auto& s : outputs_) outs.emplace_back(s.dtype, s.shape);
+  for (const auto& s : active_.outputs) outs.emplace_back(s.dtype, s.shape);
   out_ptrs_.resize(outs.size());
   for (std::size_t j = 0; j < outs.size(); ++j) out_ptrs_[j] = outs[j].data();
   {
     RunControl::Scope scope(*control_);  // a synchronous backend runs here
-    exe_->commit_no_wait(in_ptrs_, out_ptrs_);
+    active_.exe->commit_no_wait(in_ptrs_, out_ptrs_);
   }
   pending_ = std::move(outs);  // the tensors' heap buffers do not move with the vector
 }
 
 std::vector<ir::Tensor> CompiledGraph::sync_pending() {
   auto held = lock();
-  exe_->sync_pending();
+  active_.exe->sync_pending();
   auto outs = pending_ ? std::move(*pending_) : std::vector<ir::Tensor>{};
   pending_.reset();
   return outs;
@@ -428,50 +426,53 @@ std::vector<std::vector<ir::Tensor>> CompiledGraph::run_pipelined(
     bind_inputs(input_sets[k]);
     ins.push_back(in_ptrs_);
     auto& p = outs_ptrs.emplace_back();
-    outs[k].reserve(outputs_.size());
-    for (const auto& s : outputs_) p.push_back(outs[k].emplace_back(s.dtype, s.shape).data());
+    outs[k].reserve(active_.outputs.size());
+    for (const auto& s : active_.outputs) p.push_back(outs[k].emplace_back(s.dtype, s.shape).data());
   }
   {
     RunControl::Scope scope(*control_);
-    exe_->run_pipelined(ins, outs_ptrs);
+    active_.exe->run_pipelined(ins, outs_ptrs);
   }
   return outs;
 }
 
 void CompiledGraph::bind_handle(std::string_view input, const ir::TensorView& value) {
   auto i = input_index(input, "bind_handle");
-  check_value("input", inputs_[i], value);
+  check_value("input", active_.inputs[i], value);
   auto held = lock();
-  exe_->bind_handle(i, value.data, value.nbytes);
+  active_.exe->bind_handle(i, value.data, value.nbytes);
   handles_[i] = true;
 }
 
 ir::Tensor CompiledGraph::read_handle(std::string_view input) const {
   auto i = input_index(input, "read_handle");
-  ir::Tensor t(inputs_[i].dtype, inputs_[i].shape);
+  ir::Tensor t(active_.inputs[i].dtype, active_.inputs[i].shape);
   auto held = lock();
-  exe_->read_handle(i, t.data(), t.nbytes());
+  active_.exe->read_handle(i, t.data(), t.nbytes());
   return t;
 }
 
 DeviceAddress CompiledGraph::handle_address(std::string_view input) const {
   auto i = input_index(input, "handle_address");
   auto held = lock();
-  if (!handles_[i] && exe_->capabilities().handle_addresses)  // a backend without the bit says so itself
-    throw Error("handle_address: input '" + inputs_[i].name + "' is not bound to a handle (bind_handle it first)");
-  return exe_->handle_address(i);
+  if (!handles_[i] && active_.exe->capabilities().handle_addresses)  // a backend without the bit says so itself
+    throw Error("handle_address: input '" + active_.inputs[i].name +
+                "' is not bound to a handle (bind_handle it first)");
+  return active_.exe->handle_address(i);
 }
 
 void CompiledGraph::feed_handle(std::string_view input, std::string_view output) {
   auto i = input_index(input, "feed_handle");
   std::size_t j = 0;
-  while (j < outputs_.size() && outputs_[j].name != output) ++j;
-  if (j == outputs_.size()) throw Error("feed_handle: the graph has no output named '" + std::string(output) + "'");
-  if (outputs_[j].dtype != inputs_[i].dtype || outputs_[j].shape != inputs_[i].shape)
-    throw Error("feed_handle: output '" + outputs_[j].name + "' is " + type_str(outputs_[j].dtype, outputs_[j].shape) +
-                " but input '" + inputs_[i].name + "' is " + type_str(inputs_[i].dtype, inputs_[i].shape));
+  while (j < active_.outputs.size() && active_.outputs[j].name != output) ++j;
+  if (j == active_.outputs.size())
+    throw Error("feed_handle: the graph has no output named '" + std::string(output) + "'");
+  if (active_.outputs[j].dtype != active_.inputs[i].dtype || active_.outputs[j].shape != active_.inputs[i].shape)
+    throw Error("feed_handle: output '" + active_.outputs[j].name + "' is " +
+                type_str(active_.outputs[j].dtype, active_.outputs[j].shape) + " but input '" + active_.inputs[i].name +
+                "' is " + type_str(active_.inputs[i].dtype, active_.inputs[i].shape));
   auto held = lock();
-  exe_->feed_handle(i, j);
+  active_.exe->feed_handle(i, j);
   auto fed = std::find_if(feeds_.begin(), feeds_.end(), [&](const auto& f) { return f.first == i; });
   if (fed != feeds_.end())
     fed->second = j;
@@ -484,7 +485,7 @@ void CompiledGraph::copy_params_from(const CompiledGraph& src) {
     throw Error("copy_params_from: the source graph's params differ from this graph's (compile both from one graph)");
   if (&src == this) return;
   std::scoped_lock held(*mutex_, *src.mutex_);  // both at once, in an order that cannot deadlock
-  exe_->copy_params_from(*src.exe_);
+  active_.exe->copy_params_from(*src.active_.exe);
   *params_set_ = *src.params_set_;
 }
 

@@ -63,17 +63,17 @@ class CompiledGraph {
     ir::DType dtype;
     std::vector<std::int64_t> shape;
   };
-  const std::vector<IoSpec>& input_specs() const { return inputs_; }
+  const std::vector<IoSpec>& input_specs() const { return active_.inputs; }
   const std::vector<IoSpec>& param_specs() const { return params_; }
-  const std::vector<IoSpec>& output_specs() const { return outputs_; }
-  const compile::CompileResult& compile_result() const { return *result_; }
+  const std::vector<IoSpec>& output_specs() const { return active_.outputs; }
+  const compile::CompileResult& compile_result() const { return *active_.result; }
   std::string ir(std::string_view level) const;  // "hir" | "mir" | "lir"
   Device device() const { return device_; }
-  const std::string& backend_name() const { return exe_->backend_name(); }
+  const std::string& backend_name() const { return active_.exe->backend_name(); }
 
   // ---- the optional surface (ExecutableGraph): a method the backend does not
   // offer throws rlx::Error naming the method, the backend and the capability bit.
-  ExecutableCapabilities capabilities() const { return exe_->capabilities(); }
+  ExecutableCapabilities capabilities() const { return active_.exe->capabilities(); }
   // typed_io: a value of the param's (input's) shape in any dtype, converted by the backend.
   void set_param_typed(std::string_view name, const ir::TensorView& value);
   std::vector<ir::Tensor> run_typed(std::span<const NamedTensor> inputs);
@@ -108,21 +108,21 @@ class CompiledGraph {
   std::int64_t active_extent(std::string_view symbol = {}) const;
   void set_rng(const RngOptions& rng) {
     auto held = lock();
-    exe_->set_rng(rng);
+    active_.exe->set_rng(rng);
   }
   RngOptions rng() const {
     auto held = lock();
-    return exe_->rng();
+    return active_.exe->rng();
   }
   // kernel_times: each kernel's time in the last run (after set_profiling(true) where the backend needs it).
   void set_profiling(bool on) {
     auto held = lock();
-    exe_->set_profiling(on);
+    active_.exe->set_profiling(on);
     profiling_ = on;
   }
   std::vector<KernelTime> kernel_times() const {
     auto held = lock();
-    return exe_->kernel_times();
+    return active_.exe->kernel_times();
   }
   // copy_params: every param's value from `src`, compiled from the same graph for the same backend.
   void copy_params_from(const CompiledGraph& src);
@@ -153,18 +153,18 @@ class CompiledGraph {
   // Makes the graph compiled at `extents` (one per bound symbol) the one that runs; the caller holds the lock.
   void activate(const std::vector<std::int64_t>& extents);
 
-  // The graph that runs: compiled at extents_ (one per bound symbol of source_->options.bind).
-  std::shared_ptr<const compile::CompileResult> result_;
-  std::unique_ptr<ExecutableGraph> exe_;
-  std::vector<IoSpec> inputs_, params_, outputs_;
-  std::shared_ptr<const Source> source_;  // null: the graph is not compiled again (no active extents)
-  std::vector<std::int64_t> extents_;
-  // The other extents compiled so far (set_active_extent), the bound's among them while another runs.
+  // The graph compiled at one set of extents (one per bound symbol of source_->options.bind): its compile
+  // result, its executable, and its inputs' and outputs' specs (the params' are every extent's, params_).
   struct Variant {
     std::shared_ptr<const compile::CompileResult> result;
     std::unique_ptr<ExecutableGraph> exe;
     std::vector<IoSpec> inputs, outputs;
   };
+  Variant active_;  // the one that runs, compiled at extents_
+  std::vector<IoSpec> params_;
+  std::shared_ptr<const Source> source_;  // null: the graph is not compiled again (no active extents)
+  std::vector<std::int64_t> extents_;
+  // The other extents compiled so far (set_active_extent), the bound's among them while another runs.
   std::map<std::vector<std::int64_t>, Variant> variants_;
   // Every extent's compile result, shared by a compiled graph and its clones: an extent one of them compiled is
   // only made executable again by the others (Backend::executable), not compiled again.
