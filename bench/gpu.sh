@@ -12,7 +12,8 @@
 #                                        bf16: gpu_peers.py --llm), then the CUDA tests, the capability tests, the
 #                                        nccl engine on one GPU and the conformance suites on the CUDA backend (each part
 #                                        alone when named: together they can outlast one 10-minute call;
-#                                        docs/backends/cuda.md)
+#                                        docs/backends/cuda.md); the console output also lands in
+#                                        $OUT/cuda_full.txt, and the logs are packed even when `timeout` stops it
 #   bash bench/gpu.sh nccl [ranks]       there, on a machine with 2 or more GPUs (the multi-GPU issue): the
 #                                        distributed tests with the nccl engine (one GPU per rank, started by
 #                                        tests/distributed/run_tcp.sh), then bench_collectives beside
@@ -361,7 +362,14 @@ mlx() {
 case "${1:-}" in
   pack) shift; pack "$@" ;;
   run) run ;;
-  cuda) shift; cuda "$@"; cuda_pack_out ;;
+  # The whole console output also goes to $OUT/cuda_full.txt, and the logs are packed even when an outer `timeout`
+  # stops the run (its TERM): one call's partial figures still come back.
+  cuda) shift
+    full=${OUT:-/tmp/rlx}/cuda_full.txt
+    mkdir -p "$(dirname "$full")"
+    trap 'cuda_pack_out; exit 124' TERM
+    cuda "$@" 2>&1 | tee "$full"
+    cuda_pack_out ;;
   mlx) shift; mlx "$@" ;;
   nccl) shift; nccl "$@" ;;
   *) echo "usage: bash bench/gpu.sh pack [build-dir] | run | cuda [bench|suites] | nccl [ranks] | mlx pack [build-dir] | mlx stash | mlx run" >&2; exit 2 ;;
