@@ -72,6 +72,7 @@ struct Copy {
   Where dst;
   std::uint64_t dst_off;
   std::uint64_t bytes;
+  int input = -1;  // the graph input it brings in (not copied while the input is bound to a handle)
 };
 
 struct GpuKernel {
@@ -101,6 +102,8 @@ struct Plan {
   std::vector<std::string> kernel_names, status_messages;
   std::uint64_t arena_bytes = 0, staging_bytes = 0, weights_bytes = 0;
   std::vector<std::uint64_t> in_staging, in_bytes, out_staging, out_bytes, param_off, param_bytes;
+  std::vector<std::uint64_t> in_at;  // each input's place in the arena, after the memory plan: kept between runs
+  std::vector<Copy> out_to_input;    // each output's place, as the source of a copy (feed_handle sets the target)
   std::uint64_t status_staging = 0;
   std::uint64_t status_at = 0;  // the status words' arena offset
   std::vector<GpuKernel> gpu;
@@ -126,7 +129,21 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   std::unique_ptr<runtime::ExecutableGraph> clone() const override {
     return std::make_unique<VulkanExecutable>(plan_, weights_);
   }
-  runtime::ExecutableCapabilities capabilities() const override { return {.clone = true, .kernel_times = true}; }
+  runtime::ExecutableCapabilities capabilities() const override {
+    return {.clone = true,
+            .persistent_handles = true,
+            .gpu_handles = true,
+            .kv_resident = true,
+            .read_outputs = true,
+            .kernel_times = true};
+  }
+  // Copies out only the outputs asked for (outputs[j] != nullptr).
+  void run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) override;
+  // A handle is the input's own place in the arena (after the memory plan, so no kernel's temporary reuses it):
+  // runs copy nothing in for it, and feed_handle copies an output there at the end of each run, on the device.
+  void bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) override;
+  void read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const override;
+  void feed_handle(std::size_t input_index, std::size_t output_index) override;
   // GPU timestamps are always on (a pair of timestamp writes per kernel costs no host time).
   void set_profiling(bool) override {}
   std::vector<KernelTime> kernel_times() const override { return times(); }
@@ -138,6 +155,8 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   }
   void copy(VkCommandBuffer cb, const Copy& c) const;
   void record(std::size_t s);
+  void record_all();  // again, after a handle is bound or fed
+  void check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const;
 
   std::shared_ptr<const Plan> plan_;
   std::shared_ptr<Weights> weights_;
@@ -154,6 +173,8 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   std::vector<std::vector<void*>> host_out_;
   std::vector<double> host_micros_;
   bool ran_ = false;
+  std::vector<bool> bound_;                                 // per input: bound with bind_handle
+  std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output): copied into the handle after a run
 };
 
 VulkanExecutable::VulkanExecutable(std::shared_ptr<const Plan> plan, std::shared_ptr<Weights> weights)
@@ -229,6 +250,7 @@ VulkanExecutable::VulkanExecutable(std::shared_ptr<const Plan> plan, std::shared
     host_.push_back(std::move(k));
   }
   host_micros_.assign(plan_->host.size(), 0.0);
+  bound_.assign(plan_->in_bytes.size(), false);
   for (std::size_t s = 0; s < plan_->segments.size(); ++s) record(s);
 }
 
@@ -256,7 +278,8 @@ void VulkanExecutable::record(std::size_t s) {
   if (queries_ && !seg.gpu.empty())
     vk.vkCmdResetQueryPool(cb, queries_, 2 * std::uint32_t(seg.gpu.front()), 2 * std::uint32_t(seg.gpu.size()));
   if (s == 0) vk.vkCmdFillBuffer(cb, arena_.get(), plan_->status_at, kAlign, 0);
-  for (const auto& c : seg.head) copy(cb, c);
+  for (const auto& c : seg.head)
+    if (c.input < 0 || !bound_[std::size_t(c.input)]) copy(cb, c);
   barrier(vk, cb);
   for (std::size_t g : seg.gpu) {
     const GpuKernel& k = plan_->gpu[g];
@@ -276,8 +299,89 @@ void VulkanExecutable::record(std::size_t s) {
     if (queries_) vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, 2 * std::uint32_t(g) + 1);
   }
   for (const auto& c : seg.tail) copy(cb, c);
+  // The fed handles last: the kernels that read them are past the barrier above, and the next run's first
+  // barrier orders these writes before its kernels.
+  if (s + 1 == plan_->segments.size())
+    for (auto [i, j] : feeds_) {
+      Copy c = plan_->out_to_input[j];
+      c.dst_off = plan_->in_at[i];
+      if (c.src != Where::Arena || c.src_off != c.dst_off) copy(cb, c);
+    }
   host_barrier(vk, cb);
   ctx_.check(vk.vkEndCommandBuffer(cb), "vkEndCommandBuffer");
+}
+
+void VulkanExecutable::record_all() {
+  ctx_.check(ctx_.vk.vkResetCommandPool(ctx_.device, cmd_pool_, 0), "vkResetCommandPool");
+  for (std::size_t s = 0; s < plan_->segments.size(); ++s) record(s);
+}
+
+void VulkanExecutable::check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const {
+  if (input_index >= plan_->in_bytes.size())
+    throw Error(fmt::format("vulkan: {}: input index {} out of range ({} inputs)", method, input_index,
+                            plan_->in_bytes.size()));
+  if (nbytes != plan_->in_bytes[input_index])
+    throw Error(fmt::format("vulkan: {}: input {} holds {} bytes, got {}", method, input_index,
+                            plan_->in_bytes[input_index], nbytes));
+}
+
+void VulkanExecutable::bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) {
+  check_input("bind_handle", input_index, nbytes);
+  if (nbytes) {
+    GpuBuffer up(ctx_, nbytes, true, "a handle upload");
+    std::memcpy(up.mapped(), data, nbytes);
+    ctx_.run_once(
+        [&](VkCommandBuffer cb) {
+          VkBufferCopy region{0, plan_->in_at[input_index], nbytes};
+          ctx_.vk.vkCmdCopyBuffer(cb, up.get(), arena_.get(), 1, &region);
+        },
+        "bind_handle: uploading");
+  }
+  if (!bound_[input_index]) {
+    bound_[input_index] = true;
+    record_all();
+  }
+}
+
+void VulkanExecutable::read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const {
+  check_input("read_handle", input_index, nbytes);
+  if (!bound_[input_index])
+    throw Error(fmt::format("vulkan: read_handle: input {} has no handle (bind_handle it first)", input_index));
+  if (!nbytes) return;
+  GpuBuffer down(ctx_, nbytes, true, "a handle download");
+  ctx_.run_once(
+      [&](VkCommandBuffer cb) {
+        VkBufferCopy region{plan_->in_at[input_index], 0, nbytes};
+        ctx_.vk.vkCmdCopyBuffer(cb, arena_.get(), down.get(), 1, &region);
+        host_barrier(ctx_.vk, cb);
+      },
+      "read_handle");
+  std::memcpy(dst, down.mapped(), nbytes);
+}
+
+void VulkanExecutable::feed_handle(std::size_t input_index, std::size_t output_index) {
+  if (input_index >= plan_->in_bytes.size() || output_index >= plan_->out_bytes.size())
+    throw Error(fmt::format("vulkan: feed_handle: input {} or output {} out of range ({} inputs, {} outputs)",
+                            input_index, output_index, plan_->in_bytes.size(), plan_->out_bytes.size()));
+  if (!bound_[input_index])
+    throw Error(fmt::format("vulkan: feed_handle: input {} has no handle (bind_handle it first)", input_index));
+  if (plan_->in_bytes[input_index] != plan_->out_bytes[output_index])
+    throw Error(fmt::format("vulkan: feed_handle: output {} holds {} bytes, input {} {}", output_index,
+                            plan_->out_bytes[output_index], input_index, plan_->in_bytes[input_index]));
+  // An output that is a part of the handle it feeds (a view of the input, not the whole of it) would be copied
+  // onto itself: the copy's regions would overlap.
+  const Copy& from = plan_->out_to_input[output_index];
+  const std::uint64_t at = plan_->in_at[input_index], n = plan_->in_bytes[input_index];
+  if (from.src == Where::Arena && from.src_off != at && from.src_off < at + n && at < from.src_off + n)
+    throw Error(fmt::format("vulkan: feed_handle: output {} overlaps the handle of input {} it would be copied into",
+                            output_index, input_index));
+  for (auto& f : feeds_)
+    if (f.first == input_index) {
+      f.second = output_index;
+      return record_all();
+    }
+  feeds_.emplace_back(input_index, output_index);
+  record_all();
 }
 
 void VulkanExecutable::set_param(std::size_t index, const void* data, std::size_t nbytes) {
@@ -297,13 +401,23 @@ void VulkanExecutable::set_param(std::size_t index, const void* data, std::size_
 }
 
 void VulkanExecutable::run(std::span<const void* const> inputs, std::span<void* const> outputs) {
+  for (std::size_t j = 0; j < outputs.size() && j < plan_->out_bytes.size(); ++j)
+    if (!outputs[j] && plan_->out_bytes[j])
+      throw Error(fmt::format("vulkan: run() got a null pointer for output {} (run_read_outputs skips outputs)", j));
+  run_read_outputs(inputs, outputs);
+}
+
+void VulkanExecutable::run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) {
   const Plan& p = *plan_;
   if (inputs.size() != p.in_bytes.size() || outputs.size() != p.out_bytes.size())
     throw Error(fmt::format("vulkan: run() got {} inputs and {} outputs, expected {} and {}", inputs.size(),
                             outputs.size(), p.in_bytes.size(), p.out_bytes.size()));
   std::byte* st = staging_.mapped();
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (p.in_bytes[i]) std::memcpy(st + p.in_staging[i], inputs[i], p.in_bytes[i]);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!p.in_bytes[i] || bound_[i]) continue;
+    if (!inputs[i]) throw Error(fmt::format("vulkan: run() got a null pointer for input {}, which has no handle", i));
+    std::memcpy(st + p.in_staging[i], inputs[i], p.in_bytes[i]);
+  }
   for (std::size_t s = 0; s < p.segments.size(); ++s) {
     ctx_.submit(cbs_[s], fence_);
     ctx_.wait(fence_, "waiting for a run");
@@ -322,7 +436,7 @@ void VulkanExecutable::run(std::span<const void* const> inputs, std::span<void* 
     throw Error(fmt::format("vulkan kernel '{}': index {} {}", p.kernel_names.at(k), value, p.status_messages.at(k)));
   }
   for (std::size_t j = 0; j < outputs.size(); ++j)
-    if (p.out_bytes[j]) std::memcpy(outputs[j], st + p.out_staging[j], p.out_bytes[j]);
+    if (p.out_bytes[j] && outputs[j]) std::memcpy(outputs[j], st + p.out_staging[j], p.out_bytes[j]);
 }
 
 std::vector<KernelTime> VulkanExecutable::times() const {
@@ -485,7 +599,8 @@ std::shared_ptr<const Plan> build_plan(const std::shared_ptr<Context>& ctx, cons
   auto where = [](const Loc& l) { return l.binding == 0 ? Where::Arena : Where::Weights; };
   Segment seg;
   for (std::size_t i = 0; i < lir.inputs.size(); ++i)
-    seg.head.push_back({Where::Staging, plan->in_staging[i], Where::Arena, input_at[i], plan->in_bytes[i]});
+    seg.head.push_back({Where::Staging, plan->in_staging[i], Where::Arena, input_at[i], plan->in_bytes[i], int(i)});
+  plan->in_at = input_at;
   std::size_t next_raw = 0;
   for (std::size_t ki = 0; ki < lir.kernels.size(); ++ki) {
     const auto& k = lir.kernels[ki];
@@ -543,6 +658,7 @@ std::shared_ptr<const Plan> build_plan(const std::shared_ptr<Context>& ctx, cons
   for (std::size_t j = 0; j < lir.outputs.size(); ++j) {
     const Loc& l = locs[std::size_t(lir.outputs[j])];
     seg.tail.push_back({where(l), std::uint64_t(l.offset), Where::Staging, plan->out_staging[j], plan->out_bytes[j]});
+    plan->out_to_input.push_back({where(l), std::uint64_t(l.offset), Where::Arena, 0, plan->out_bytes[j]});
   }
   plan->status_staging = staging;
   seg.tail.push_back({Where::Arena, status_at, Where::Staging, staging, 16});

@@ -61,6 +61,7 @@ namespace rlx::backends::vulkan {
   X(vkCmdDispatch)                 \
   X(vkCmdCopyBuffer)               \
   X(vkCmdFillBuffer)               \
+  X(vkResetCommandPool)            \
   X(vkCmdPipelineBarrier)          \
   X(vkCmdWriteTimestamp)           \
   X(vkCmdResetQueryPool)           \
