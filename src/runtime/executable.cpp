@@ -142,7 +142,7 @@ ExecutableCapabilities advisory_capabilities(Device device) {
           c.read_outputs = true;
       break;
     case Device::Vulkan:  // what the Vulkan backend's executables claim today (a test keeps the two equal)
-      c.persistent_handles = c.gpu_handles = c.kv_resident = c.read_outputs = c.kernel_times = true;
+      c.persistent_handles = c.gpu_handles = c.kv_resident = c.async_pipeline = c.read_outputs = c.kernel_times = true;
       break;
     case Device::Gpu:
       c.persistent_handles = c.gpu_handles = c.async_pipeline = c.read_outputs = c.kernel_times = true;

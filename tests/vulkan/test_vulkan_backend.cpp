@@ -192,6 +192,32 @@ TEST_F(Vulkan, HandlesKeepStateOnTheDeviceAndFeedOutputsBack) {
   testing::expect_error([&] { other.feed_handle("state", "next"); }, {"feed_handle", "bind_handle"});
 }
 
+// commit_no_wait returns with the last segment submitted; every other call refuses, naming the method, until
+// sync_pending, which returns the run's outputs.
+TEST_F(Vulkan, CommitNoWaitRefusesOtherCallsUntilSyncPending) {
+  Graph g("async");
+  auto x = g.input("x", Shape{16, 32});
+  g.add_output(g.matmul(x, g.param("w", Shape{32, 8})), "y");
+  runtime::Session session(runtime::Device::Vulkan);
+  auto c = session.compile(g);
+  std::mt19937_64 rng(testing::test_seed());
+  const reference::TensorMap params{{"w", testing::random_tensor(DType::F32, {32, 8}, rng)}};
+  const reference::TensorMap in{{"x", testing::random_tensor(DType::F32, {16, 32}, rng)}};
+  c.set_param("w", params.at("w"));
+  const std::vector<runtime::NamedTensor> named{{"x", ir::view(in.at("x"))}};
+  EXPECT_TRUE(c.sync_pending().empty());
+  c.commit_no_wait(named);
+  testing::expect_error([&] { c.run(named); }, {"pending", "sync_pending"});
+  testing::expect_error([&] { c.set_param("w", params.at("w")); }, {"set_param", "pending"});
+  testing::expect_error([&] { c.commit_no_wait(named); }, {"commit_no_wait", "pending"});
+  testing::expect_error([&] { (void)c.kernel_times(); }, {"kernel_times", "pending"});
+  const auto got = c.sync_pending();
+  const auto want = reference::run(g, in, params);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(testing::tensors_close(got[0], want[0]));
+  EXPECT_TRUE(testing::tensors_close(c.run(named)[0], want[0]));  // idle again
+}
+
 class TempCache {
  public:
   TempCache()

@@ -134,9 +134,18 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
             .persistent_handles = true,
             .gpu_handles = true,
             .kv_resident = true,
+            .async_pipeline = true,
             .read_outputs = true,
             .kernel_times = true};
   }
+  // async_pipeline: commit_no_wait stages the inputs, runs every segment but the last to completion (the host
+  // kernels between them included) and submits the last; sync_pending waits for its fence and copies the outputs
+  // out. Every other call in between throws, naming the method. run_pipelined runs the sets one after the other
+  // (a device copy of the CPU has nothing to overlap them with).
+  void commit_no_wait(std::span<const void* const> inputs, std::span<void* const> outputs) override;
+  void sync_pending() override;
+  void run_pipelined(std::span<const std::vector<const void*>> inputs,
+                     std::span<const std::vector<void*>> outputs) override;
   // Copies out only the outputs asked for (outputs[j] != nullptr).
   void run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) override;
   // A handle is the input's own place in the arena (after the memory plan, so no kernel's temporary reuses it):
@@ -146,7 +155,10 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   void feed_handle(std::size_t input_index, std::size_t output_index) override;
   // GPU timestamps are always on (a pair of timestamp writes per kernel costs no host time).
   void set_profiling(bool) override {}
-  std::vector<KernelTime> kernel_times() const override { return times(); }
+  std::vector<KernelTime> kernel_times() const override {
+    require_idle("kernel_times");
+    return times();
+  }
   std::vector<KernelTime> times() const;
 
  private:
@@ -156,6 +168,9 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   void copy(VkCommandBuffer cb, const Copy& c) const;
   void record(std::size_t s);
   void record_all();  // again, after a handle is bound or fed
+  void require_idle(std::string_view method) const;
+  void begin(std::span<const void* const> inputs);  // stages, runs all but the last segment, submits the last
+  void end(std::span<void* const> outputs);         // waits for the last segment, checks, copies out
   void check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const;
 
   std::shared_ptr<const Plan> plan_;
@@ -173,6 +188,8 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   std::vector<std::vector<void*>> host_out_;
   std::vector<double> host_micros_;
   bool ran_ = false;
+  bool pending_ = false;  // commit_no_wait's run, until sync_pending
+  std::vector<void*> pending_out_;
   std::vector<bool> bound_;                                 // per input: bound with bind_handle
   std::vector<std::pair<std::size_t, std::size_t>> feeds_;  // (input, output): copied into the handle after a run
 };
@@ -257,6 +274,7 @@ VulkanExecutable::VulkanExecutable(std::shared_ptr<const Plan> plan, std::shared
 VulkanExecutable::~VulkanExecutable() {
   const Vk& vk = ctx_.vk;
   VkDevice dev = ctx_.device;
+  if (pending_) vk.vkWaitForFences(dev, 1, &fence_, VK_TRUE, UINT64_MAX);  // its buffers are about to go
   if (queries_) vk.vkDestroyQueryPool(dev, queries_, nullptr);
   if (fence_) vk.vkDestroyFence(dev, fence_, nullptr);
   if (cmd_pool_) vk.vkDestroyCommandPool(dev, cmd_pool_, nullptr);
@@ -326,6 +344,7 @@ void VulkanExecutable::check_input(std::string_view method, std::size_t input_in
 }
 
 void VulkanExecutable::bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) {
+  require_idle("bind_handle");
   check_input("bind_handle", input_index, nbytes);
   if (nbytes) {
     GpuBuffer up(ctx_, nbytes, true, "a handle upload");
@@ -344,6 +363,7 @@ void VulkanExecutable::bind_handle(std::size_t input_index, const void* data, st
 }
 
 void VulkanExecutable::read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const {
+  require_idle("read_handle");
   check_input("read_handle", input_index, nbytes);
   if (!bound_[input_index])
     throw Error(fmt::format("vulkan: read_handle: input {} has no handle (bind_handle it first)", input_index));
@@ -360,6 +380,7 @@ void VulkanExecutable::read_handle(std::size_t input_index, void* dst, std::size
 }
 
 void VulkanExecutable::feed_handle(std::size_t input_index, std::size_t output_index) {
+  require_idle("feed_handle");
   if (input_index >= plan_->in_bytes.size() || output_index >= plan_->out_bytes.size())
     throw Error(fmt::format("vulkan: feed_handle: input {} or output {} out of range ({} inputs, {} outputs)",
                             input_index, output_index, plan_->in_bytes.size(), plan_->out_bytes.size()));
@@ -385,6 +406,7 @@ void VulkanExecutable::feed_handle(std::size_t input_index, std::size_t output_i
 }
 
 void VulkanExecutable::set_param(std::size_t index, const void* data, std::size_t nbytes) {
+  require_idle("set_param");
   if (index >= plan_->param_bytes.size())
     throw Error(fmt::format("vulkan: param index {} out of range ({} params)", index, plan_->param_bytes.size()));
   if (nbytes != plan_->param_bytes[index])
@@ -407,26 +429,68 @@ void VulkanExecutable::run(std::span<const void* const> inputs, std::span<void* 
   run_read_outputs(inputs, outputs);
 }
 
+void VulkanExecutable::require_idle(std::string_view method) const {
+  if (pending_) throw Error(fmt::format("vulkan: {}: a commit_no_wait is pending; call sync_pending first", method));
+}
+
 void VulkanExecutable::run_read_outputs(std::span<const void* const> inputs, std::span<void* const> outputs) {
+  require_idle("run");
+  if (outputs.size() != plan_->out_bytes.size())
+    throw Error(fmt::format("vulkan: run() got {} outputs, expected {}", outputs.size(), plan_->out_bytes.size()));
+  begin(inputs);
+  end(outputs);
+}
+
+void VulkanExecutable::commit_no_wait(std::span<const void* const> inputs, std::span<void* const> outputs) {
+  require_idle("commit_no_wait");
+  if (outputs.size() != plan_->out_bytes.size())
+    throw Error(
+        fmt::format("vulkan: commit_no_wait got {} outputs, expected {}", outputs.size(), plan_->out_bytes.size()));
+  begin(inputs);
+  pending_ = true;
+  pending_out_.assign(outputs.begin(), outputs.end());
+}
+
+void VulkanExecutable::sync_pending() {
+  if (!pending_) return;
+  pending_ = false;  // whatever the wait says: the run is over
+  end(pending_out_);
+}
+
+void VulkanExecutable::run_pipelined(std::span<const std::vector<const void*>> inputs,
+                                     std::span<const std::vector<void*>> outputs) {
+  require_idle("run_pipelined");
+  if (inputs.size() != outputs.size())
+    throw Error(
+        fmt::format("vulkan: run_pipelined got {} input sets and {} output sets", inputs.size(), outputs.size()));
+  for (std::size_t k = 0; k < inputs.size(); ++k) run_read_outputs(inputs[k], outputs[k]);
+}
+
+void VulkanExecutable::begin(std::span<const void* const> inputs) {
   const Plan& p = *plan_;
-  if (inputs.size() != p.in_bytes.size() || outputs.size() != p.out_bytes.size())
-    throw Error(fmt::format("vulkan: run() got {} inputs and {} outputs, expected {} and {}", inputs.size(),
-                            outputs.size(), p.in_bytes.size(), p.out_bytes.size()));
+  if (inputs.size() != p.in_bytes.size())
+    throw Error(fmt::format("vulkan: run() got {} inputs, expected {}", inputs.size(), p.in_bytes.size()));
   std::byte* st = staging_.mapped();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!p.in_bytes[i] || bound_[i]) continue;
     if (!inputs[i]) throw Error(fmt::format("vulkan: run() got a null pointer for input {}, which has no handle", i));
     std::memcpy(st + p.in_staging[i], inputs[i], p.in_bytes[i]);
   }
-  for (std::size_t s = 0; s < p.segments.size(); ++s) {
+  for (std::size_t s = 0; s + 1 < p.segments.size(); ++s) {
     ctx_.submit(cbs_[s], fence_);
     ctx_.wait(fence_, "waiting for a run");
-    if (int h = p.segments[s].host; h >= 0) {
-      auto t0 = Clock::now();
-      host_[std::size_t(h)].run(host_in_[std::size_t(h)], host_out_[std::size_t(h)]);
-      host_micros_[std::size_t(h)] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    }
+    const auto h = std::size_t(p.segments[s].host);  // every segment but the last ends at a host kernel
+    auto t0 = Clock::now();
+    host_[h].run(host_in_[h], host_out_[h]);
+    host_micros_[h] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
+  ctx_.submit(cbs_.back(), fence_);
+}
+
+void VulkanExecutable::end(std::span<void* const> outputs) {
+  const Plan& p = *plan_;
+  const std::byte* st = staging_.mapped();
+  ctx_.wait(fence_, "waiting for a run");
   ran_ = true;
   std::uint32_t status[3];
   std::memcpy(status, st + p.status_staging, sizeof status);
