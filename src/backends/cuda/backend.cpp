@@ -39,6 +39,7 @@
 #include "rlx/env.hpp"
 #include "rlx/error.hpp"
 #include "rlx/runtime/custom_kernels.hpp"
+#include "rlx/runtime/handle_checks.hpp"
 #include "rlx/runtime/host_kernel.hpp"
 
 namespace rlx::backends::cuda {
@@ -347,6 +348,7 @@ class CudaExecutable final : public runtime::ExecutableGraph {
   void record_all();
   void drop_pipeline_graph();
   void check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const;
+  runtime::HandleChecks handle_checks() const { return {"cuda", plan_->in_bytes, plan_->out_bytes}; }
   void require_idle(std::string_view method) const;
   // A run's two halves (run_read_outputs is both): begin stages the inputs into `staging`, runs every segment
   // but the last (with the host kernels after them) and launches the last one's graph (`last`); end waits for the
@@ -472,12 +474,7 @@ void CudaExecutable::set_profiling(bool on) {
 }
 
 void CudaExecutable::check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const {
-  if (input_index >= plan_->in_bytes.size())
-    throw Error(
-        fmt::format("cuda: {}: input index {} out of range ({} inputs)", method, input_index, plan_->in_bytes.size()));
-  if (nbytes != plan_->in_bytes[input_index])
-    throw Error(fmt::format("cuda: {}: input {} holds {} bytes, got {}", method, input_index,
-                            plan_->in_bytes[input_index], nbytes));
+  handle_checks().input(method, input_index, nbytes);
 }
 
 void CudaExecutable::bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) {
@@ -496,8 +493,7 @@ void CudaExecutable::bind_handle(std::size_t input_index, const void* data, std:
 void CudaExecutable::read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const {
   require_idle("read_handle");
   check_input("read_handle", input_index, nbytes);
-  if (!bound_[input_index])
-    throw Error(fmt::format("cuda: read_handle: input {} has no handle (bind_handle it first)", input_index));
+  handle_checks().bound("read_handle", input_index, bound_);
   ctx_.make_current();
   const Driver& drv = ctx_.drv;
   drv.check(drv.cuStreamSynchronize(stream_), "read_handle");
@@ -511,8 +507,7 @@ void CudaExecutable::copy_handle_to(std::size_t input_index, runtime::Executable
   other->require_idle("copy_handle_to");
   check_input("copy_handle_to", input_index, nbytes);
   other->check_input("copy_handle_to", input_index, nbytes);
-  if (!bound_[input_index])
-    throw Error(fmt::format("cuda: copy_handle_to: input {} has no handle (bind_handle it first)", input_index));
+  handle_checks().bound("copy_handle_to", input_index, bound_);
   ctx_.make_current();
   const Driver& drv = ctx_.drv;
   drv.check(drv.cuStreamSynchronize(stream_), "copy_handle_to");  // this executable's last run wrote it
@@ -530,11 +525,7 @@ void CudaExecutable::copy_handle_to(std::size_t input_index, runtime::Executable
 
 runtime::DeviceAddress CudaExecutable::handle_address(std::size_t input_index) const {
   require_idle("handle_address");
-  if (input_index >= plan_->in_bytes.size())
-    throw Error(fmt::format("cuda: handle_address: input index {} out of range ({} inputs)", input_index,
-                            plan_->in_bytes.size()));
-  if (!bound_[input_index])
-    throw Error(fmt::format("cuda: handle_address: input {} has no handle (bind_handle it first)", input_index));
+  handle_checks().bound("handle_address", input_index, bound_);
   ctx_.make_current();
   ctx_.drv.check(ctx_.drv.cuStreamSynchronize(stream_), "handle_address");  // the last run's writes are there
   return {pointer(device(plan_->in_loc[input_index])), plan_->in_bytes[input_index], ctx_.info.ordinal};
@@ -542,14 +533,7 @@ runtime::DeviceAddress CudaExecutable::handle_address(std::size_t input_index) c
 
 void CudaExecutable::feed_handle(std::size_t input_index, std::size_t output_index) {
   require_idle("feed_handle");
-  if (input_index >= plan_->in_bytes.size() || output_index >= plan_->out_bytes.size())
-    throw Error(fmt::format("cuda: feed_handle: input {} or output {} out of range ({} inputs, {} outputs)",
-                            input_index, output_index, plan_->in_bytes.size(), plan_->out_bytes.size()));
-  if (!bound_[input_index])
-    throw Error(fmt::format("cuda: feed_handle: input {} has no handle (bind_handle it first)", input_index));
-  if (plan_->in_bytes[input_index] != plan_->out_bytes[output_index])
-    throw Error(fmt::format("cuda: feed_handle: output {} holds {} bytes, input {} {}", output_index,
-                            plan_->out_bytes[output_index], input_index, plan_->in_bytes[input_index]));
+  handle_checks().feed(input_index, output_index, bound_);
   for (auto& f : feeds_)
     if (f.first == input_index) {
       f.second = output_index;

@@ -23,6 +23,7 @@
 #include "rlx/backends/vulkan/vulkan_backend.hpp"
 #include "rlx/error.hpp"
 #include "rlx/runtime/custom_kernels.hpp"
+#include "rlx/runtime/handle_checks.hpp"
 #include "rlx/runtime/host_kernel.hpp"
 
 namespace rlx::backends::vulkan {
@@ -141,7 +142,7 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   // async_pipeline: commit_no_wait stages the inputs, runs every segment but the last to completion (the host
   // kernels between them included) and submits the last; sync_pending waits for its fence and copies the outputs
   // out. Every other call in between throws, naming the method. run_pipelined runs the sets one after the other
-  // (a device copy of the CPU has nothing to overlap them with).
+  // (one staging buffer: the sets do not overlap yet).
   void commit_no_wait(std::span<const void* const> inputs, std::span<void* const> outputs) override;
   void sync_pending() override;
   void run_pipelined(std::span<const std::vector<const void*>> inputs,
@@ -172,6 +173,7 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   void begin(std::span<const void* const> inputs);  // stages, runs all but the last segment, submits the last
   void end(std::span<void* const> outputs);         // waits for the last segment, checks, copies out
   void check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const;
+  runtime::HandleChecks handle_checks() const { return {"vulkan", plan_->in_bytes, plan_->out_bytes}; }
 
   std::shared_ptr<const Plan> plan_;
   std::shared_ptr<Weights> weights_;
@@ -335,12 +337,7 @@ void VulkanExecutable::record_all() {
 }
 
 void VulkanExecutable::check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const {
-  if (input_index >= plan_->in_bytes.size())
-    throw Error(fmt::format("vulkan: {}: input index {} out of range ({} inputs)", method, input_index,
-                            plan_->in_bytes.size()));
-  if (nbytes != plan_->in_bytes[input_index])
-    throw Error(fmt::format("vulkan: {}: input {} holds {} bytes, got {}", method, input_index,
-                            plan_->in_bytes[input_index], nbytes));
+  handle_checks().input(method, input_index, nbytes);
 }
 
 void VulkanExecutable::bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) {
@@ -365,8 +362,7 @@ void VulkanExecutable::bind_handle(std::size_t input_index, const void* data, st
 void VulkanExecutable::read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const {
   require_idle("read_handle");
   check_input("read_handle", input_index, nbytes);
-  if (!bound_[input_index])
-    throw Error(fmt::format("vulkan: read_handle: input {} has no handle (bind_handle it first)", input_index));
+  handle_checks().bound("read_handle", input_index, bound_);
   if (!nbytes) return;
   GpuBuffer down(ctx_, nbytes, true, "a handle download");
   ctx_.run_once(
@@ -381,14 +377,7 @@ void VulkanExecutable::read_handle(std::size_t input_index, void* dst, std::size
 
 void VulkanExecutable::feed_handle(std::size_t input_index, std::size_t output_index) {
   require_idle("feed_handle");
-  if (input_index >= plan_->in_bytes.size() || output_index >= plan_->out_bytes.size())
-    throw Error(fmt::format("vulkan: feed_handle: input {} or output {} out of range ({} inputs, {} outputs)",
-                            input_index, output_index, plan_->in_bytes.size(), plan_->out_bytes.size()));
-  if (!bound_[input_index])
-    throw Error(fmt::format("vulkan: feed_handle: input {} has no handle (bind_handle it first)", input_index));
-  if (plan_->in_bytes[input_index] != plan_->out_bytes[output_index])
-    throw Error(fmt::format("vulkan: feed_handle: output {} holds {} bytes, input {} {}", output_index,
-                            plan_->out_bytes[output_index], input_index, plan_->in_bytes[input_index]));
+  handle_checks().feed(input_index, output_index, bound_);
   // An output that is a part of the handle it feeds (a view of the input, not the whole of it) would be copied
   // onto itself: the copy's regions would overlap.
   const Copy& from = plan_->out_to_input[output_index];
