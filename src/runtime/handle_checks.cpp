@@ -8,13 +8,15 @@ namespace rlx::runtime {
 
 void HandleChecks::input(std::string_view method, std::size_t index) const {
   if (index >= in_bytes.size())
-    throw Error(fmt::format("{}: {}: input index {} out of range ({} inputs)", backend, method, index, in_bytes.size()));
+    throw Error(
+        fmt::format("{}: {}: input index {} out of range ({} inputs)", backend, method, index, in_bytes.size()));
 }
 
 void HandleChecks::input(std::string_view method, std::size_t index, std::size_t nbytes) const {
   input(method, index);
   if (nbytes != in_bytes[index])
-    throw Error(fmt::format("{}: {}: input {} holds {} bytes, got {}", backend, method, index, in_bytes[index], nbytes));
+    throw Error(
+        fmt::format("{}: {}: input {} holds {} bytes, got {}", backend, method, index, in_bytes[index], nbytes));
 }
 
 void HandleChecks::bound(std::string_view method, std::size_t index, const std::vector<bool>& is_bound) const {

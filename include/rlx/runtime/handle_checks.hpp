@@ -11,7 +11,7 @@
 namespace rlx::runtime {
 
 struct HandleChecks {
-  std::string_view backend;                        // "cuda", "vulkan": the errors' prefix
+  std::string_view backend;                            // "cuda", "vulkan": the errors' prefix
   std::span<const std::uint64_t> in_bytes, out_bytes;  // per graph input and output
 
   // Input `index` exists; with `nbytes`, it also holds that many bytes.

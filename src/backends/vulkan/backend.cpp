@@ -25,6 +25,7 @@
 #include "rlx/runtime/custom_kernels.hpp"
 #include "rlx/runtime/handle_checks.hpp"
 #include "rlx/runtime/host_kernel.hpp"
+#include "rlx/runtime/pending_run.hpp"
 
 namespace rlx::backends::vulkan {
 
@@ -449,10 +450,7 @@ void VulkanExecutable::sync_pending() {
 void VulkanExecutable::run_pipelined(std::span<const std::vector<const void*>> inputs,
                                      std::span<const std::vector<void*>> outputs) {
   require_idle("run_pipelined");
-  if (inputs.size() != outputs.size())
-    throw Error(
-        fmt::format("vulkan: run_pipelined got {} input sets and {} output sets", inputs.size(), outputs.size()));
-  for (std::size_t k = 0; k < inputs.size(); ++k) run_read_outputs(inputs[k], outputs[k]);
+  runtime::run_sets_in_order("vulkan", inputs, outputs, [this](auto in, auto out) { run_read_outputs(in, out); });
 }
 
 void VulkanExecutable::begin(std::span<const void* const> inputs) {
