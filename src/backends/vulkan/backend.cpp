@@ -173,7 +173,6 @@ class VulkanExecutable final : public runtime::ExecutableGraph {
   void require_idle(std::string_view method) const;
   void begin(std::span<const void* const> inputs);  // stages, runs all but the last segment, submits the last
   void end(std::span<void* const> outputs);         // waits for the last segment, checks, copies out
-  void check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const;
   runtime::HandleChecks handle_checks() const { return {"vulkan", plan_->in_bytes, plan_->out_bytes}; }
 
   std::shared_ptr<const Plan> plan_;
@@ -337,13 +336,9 @@ void VulkanExecutable::record_all() {
   for (std::size_t s = 0; s < plan_->segments.size(); ++s) record(s);
 }
 
-void VulkanExecutable::check_input(std::string_view method, std::size_t input_index, std::size_t nbytes) const {
-  handle_checks().input(method, input_index, nbytes);
-}
-
 void VulkanExecutable::bind_handle(std::size_t input_index, const void* data, std::size_t nbytes) {
   require_idle("bind_handle");
-  check_input("bind_handle", input_index, nbytes);
+  handle_checks().input("bind_handle", input_index, nbytes);
   if (nbytes) {
     GpuBuffer up(ctx_, nbytes, true, "a handle upload");
     std::memcpy(up.mapped(), data, nbytes);
@@ -362,7 +357,7 @@ void VulkanExecutable::bind_handle(std::size_t input_index, const void* data, st
 
 void VulkanExecutable::read_handle(std::size_t input_index, void* dst, std::size_t nbytes) const {
   require_idle("read_handle");
-  check_input("read_handle", input_index, nbytes);
+  handle_checks().input("read_handle", input_index, nbytes);
   handle_checks().bound("read_handle", input_index, bound_);
   if (!nbytes) return;
   GpuBuffer down(ctx_, nbytes, true, "a handle download");
